@@ -1,0 +1,45 @@
+"""The `gfs` command line: the composition root that mounts each area's sub-commands.
+
+Sub-apps are imported inside `build_app()` rather than at module import so `import services.cli`
+has no side effects, and so heavy dependencies (matplotlib, torch) load only when a command that
+needs them runs (each sub-app imports those inside its commands).
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import typer
+
+# (command name, module, attribute): each module owns one typer sub-app.
+_SUBAPPS: tuple[tuple[str, str, str], ...] = (
+    ("schemas", "services.platform.schema_cli", "app"),
+    ("stack", "services.platform.stack_cli", "app"),
+    ("db", "services.platform.db_cli", "app"),
+    ("trace", "services.simulator.trace_cli", "app"),
+    ("bench", "services.simulator.bench_cli", "app"),
+    ("forecast", "ml.cli", "app"),
+)
+
+# Single commands mounted at the top level: (command name, module, function attribute).
+_COMMANDS: tuple[tuple[str, str, str], ...] = (
+    ("simulate", "services.simulator.cli", "simulate"),
+)
+
+
+def build_app() -> typer.Typer:
+    app = typer.Typer(
+        name="gfs",
+        help="GFS: preemption-aware GPU scheduling with predictive spot quotas.",
+        no_args_is_help=True,
+        add_completion=False,
+    )
+    for name, module, attr in _SUBAPPS:
+        app.add_typer(getattr(importlib.import_module(module), attr), name=name)
+    for name, module, attr in _COMMANDS:
+        app.command(name=name)(getattr(importlib.import_module(module), attr))
+    return app
+
+
+def main() -> None:
+    build_app()()

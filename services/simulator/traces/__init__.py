@@ -1,0 +1,1 @@
+"""Trace loaders and generators: one module per format, each producing `records.Trace`."""
