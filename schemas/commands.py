@@ -1,0 +1,96 @@
+"""Commands to node agents (bind, evict) and the agents' acknowledgements.
+
+Commands are idempotent: the agent remembers `command_id`s it has executed and answers a repeat
+with the same ack instead of acting twice. `signature` authenticates the sender: the HMAC-SHA256
+(hex) of the command's compact JSON encoding with `signature` set to "" (empty = unsigned).
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from uuid import UUID
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from schemas.fields import NodeName, TaskId, UtcDatetime
+from schemas.tasks import EvictionReason, Placement, TaskClass
+
+_CONTRACT = ConfigDict(extra="forbid", frozen=True)
+
+
+class EvictOutcome(StrEnum):
+    """What the agent did with an eviction command."""
+
+    CHECKPOINTED = "CHECKPOINTED"  # asked the task to checkpoint, it stopped within the grace period
+    KILLED = "KILLED"  # the grace period ran out and the task was killed
+    NOT_RUNNING = "NOT_RUNNING"  # none of the tasks ran on this node (already gone): nothing to do
+    FAILED = "FAILED"  # the agent could not stop the tasks; see `detail`
+
+
+class BindCommand(BaseModel):
+    """Start a task's workers on a node. Keyed by `node` on gfs.commands.bind."""
+
+    model_config = _CONTRACT
+
+    command_id: UUID = Field(description="Idempotency key: the agent executes each id once.")
+    node: NodeName = Field(description="The node that must start the workers.")
+    task_id: TaskId = Field(description="The task to start.")
+    task_class: TaskClass = Field(description="HP or SPOT (the agent labels processes with it).")
+    placements: tuple[Placement, ...] = Field(
+        min_length=1, description="The task's workers placed on this node (their node must be `node`)."
+    )
+    command: str | tuple[str, ...] = Field(min_length=1, description="What each worker runs.")
+    checkpoint_interval_s: float | None = Field(default=None, gt=0, description="Passed to the task.")
+    issued_at: UtcDatetime = Field(description="When the scheduler issued the command.")
+    signature: str = Field(default="", description="HMAC-SHA256 hex of the unsigned command; '' if unsigned.")
+
+    @field_validator("placements")
+    @classmethod
+    def _distinct_workers(cls, value: tuple[Placement, ...]) -> tuple[Placement, ...]:
+        workers = [p.worker_index for p in value]
+        if len(set(workers)) != len(workers):
+            raise ValueError(f"worker_index values must be distinct (got {workers})")
+        return value
+
+    @model_validator(mode="after")
+    def _placements_on_this_node(self) -> BindCommand:
+        # A bind goes to one node's agent (the Kafka key); a placement elsewhere would be ignored.
+        elsewhere = sorted({p.node for p in self.placements if p.node != self.node})
+        if elsewhere:
+            raise ValueError(f"placements must all be on node {self.node!r} (found {elsewhere})")
+        return self
+
+
+class EvictCommand(BaseModel):
+    """Stop tasks on a node, after letting them checkpoint for `grace_seconds`."""
+
+    model_config = _CONTRACT
+
+    command_id: UUID = Field(description="Idempotency key: the agent executes each id once.")
+    node: NodeName = Field(description="The node that must stop the tasks.")
+    task_ids: tuple[TaskId, ...] = Field(min_length=1, description="The victims on that node.")
+    reason: EvictionReason = Field(description="Why they are evicted.")
+    grace_seconds: float = Field(ge=0, description="Time allowed to checkpoint before a kill.")
+    preemptor_task_id: TaskId | None = Field(default=None, description="The HP task that needs the GPUs.")
+    issued_at: UtcDatetime = Field(description="When the scheduler issued the command.")
+    signature: str = Field(default="", description="HMAC-SHA256 hex of the unsigned command; '' if unsigned.")
+
+    @field_validator("task_ids")
+    @classmethod
+    def _distinct(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if len(set(value)) != len(value):
+            raise ValueError(f"task_ids must be distinct (got {list(value)})")
+        return value
+
+
+class EvictAck(BaseModel):
+    """The agent's answer to an EvictCommand. Keyed by `node` on gfs.commands.evict-ack."""
+
+    model_config = _CONTRACT
+
+    command_id: UUID = Field(description="The command answered.")
+    node: NodeName = Field(description="The answering node.")
+    task_ids: tuple[TaskId, ...] = Field(description="The tasks the command named.")
+    outcome: EvictOutcome = Field(description="What the agent did.")
+    acked_at: UtcDatetime = Field(description="When the agent finished handling the command.")
+    detail: str = Field(default="", description="Error text when outcome is FAILED.")

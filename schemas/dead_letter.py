@@ -1,0 +1,38 @@
+"""Dead letters: messages a consumer could not decode or handle, kept with where they came from."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from schemas.fields import UtcDatetime
+
+_CONTRACT = ConfigDict(extra="forbid", frozen=True)
+
+
+class DeadLetter(BaseModel):
+    """A poisoned record. Keyed by `source_topic` on gfs.deadletter.
+
+    The original value is kept as base64 text because it may not be valid UTF-8 or JSON at all.
+    """
+
+    model_config = _CONTRACT
+
+    original: str = Field(description="The record's value bytes, base64-encoded (standard alphabet).")
+    error: str = Field(min_length=1, description="Why it failed, naming the field where possible.")
+    source_topic: str = Field(min_length=1, description="The topic the record was read from.")
+    source_partition: int = Field(ge=0, description="Its partition.")
+    source_offset: int = Field(ge=0, description="Its offset.")
+    failed_at: UtcDatetime = Field(description="When the consumer gave up on it.")
+    consumer_group: str = Field(min_length=1, description="The consumer group that failed.")
+
+    @field_validator("original")
+    @classmethod
+    def _is_base64(cls, value: str) -> str:
+        try:
+            base64.b64decode(value, validate=True)
+        except binascii.Error as exc:
+            raise ValueError(f"must be standard base64 ({exc})") from None
+        return value

@@ -1,0 +1,237 @@
+"""Task events: submission, admission, life cycle and the spot guarantee periods.
+
+A task is the trace's job: `workers` identical workers, each needing `gpus_per_worker` GPUs of one
+GPU model on a single node (spec §2.1). HP tasks must never be evicted; SPOT tasks may be, and are
+promised a guaranteed duration (spec §4.2) whose periods are reported by `GuaranteePeriodClosed`.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from uuid import UUID
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from schemas.fields import GpuModel, GuaranteeHours, NodeName, PoolName, TaskId, TenantId, UtcDatetime
+
+_CONTRACT = ConfigDict(extra="forbid", frozen=True)
+
+
+class TaskClass(StrEnum):
+    """HP: high priority, never evicted. SPOT: low priority, runs under the spot quota, evictable."""
+
+    HP = "HP"
+    SPOT = "SPOT"
+
+
+class RejectionReason(StrEnum):
+    """Why a submission was refused outright (a task that merely waits is not rejected)."""
+
+    UNKNOWN_GPU_MODEL = "UNKNOWN_GPU_MODEL"
+    REQUEST_LARGER_THAN_ANY_NODE = "REQUEST_LARGER_THAN_ANY_NODE"
+    INVALID_GUARANTEE = "INVALID_GUARANTEE"
+    DUPLICATE_TASK_ID = "DUPLICATE_TASK_ID"
+    UNKNOWN_TENANT = "UNKNOWN_TENANT"
+
+    @property
+    def message(self) -> str:
+        """A default explanation; producers add specifics in `TaskRejected.message`."""
+        return _REJECTION_MESSAGES[self]
+
+
+_REJECTION_MESSAGES: dict[RejectionReason, str] = {
+    RejectionReason.UNKNOWN_GPU_MODEL: "no pool in this cluster has that GPU model",
+    RejectionReason.REQUEST_LARGER_THAN_ANY_NODE: (
+        "one worker needs more GPUs than any node of that model has"
+    ),
+    RejectionReason.INVALID_GUARANTEE: "the guaranteed duration is not offered for this task class",
+    RejectionReason.DUPLICATE_TASK_ID: "a task with this id was already submitted",
+    RejectionReason.UNKNOWN_TENANT: "the organization is not known to the scheduler",
+}
+
+
+class GuaranteeOutcome(StrEnum):
+    """How a spot guarantee period ended: SUCCEEDED (ran through it, or finished inside it) or
+    FAILED (evicted inside it). The quota's eviction-rate feedback needs both counts (spec §4.1.6)."""
+
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+
+
+class EvictionReason(StrEnum):
+    """Why a running task is taken off its node."""
+
+    PREEMPTED_BY_HP = "PREEMPTED_BY_HP"
+    QUOTA_REDUCED = "QUOTA_REDUCED"
+    CANCELLED = "CANCELLED"
+    NODE_DRAIN = "NODE_DRAIN"
+
+    @property
+    def message(self) -> str:
+        return _EVICTION_MESSAGES[self]
+
+
+_EVICTION_MESSAGES: dict[EvictionReason, str] = {
+    EvictionReason.PREEMPTED_BY_HP: "a high-priority task needed the GPUs",
+    EvictionReason.QUOTA_REDUCED: "the spot quota of the pool fell below the spot GPUs in use",
+    EvictionReason.CANCELLED: "the task was cancelled by its owner",
+    EvictionReason.NODE_DRAIN: "the node is being drained",
+}
+
+
+class TaskSubmitted(BaseModel):
+    """A user asks to run a task. Keyed by `task_id` on gfs.tasks.submit."""
+
+    model_config = _CONTRACT
+
+    task_id: TaskId = Field(description="Cluster-wide unique task id, chosen by the submitter.")
+    tenant: TenantId = Field(description="The organization the task belongs to.")
+    gpu_model: GpuModel = Field(description="GPU model every worker must run on (selects the pool).")
+    gpus_per_worker: float = Field(
+        gt=0, description="GPUs per worker: a fraction below 1 shares a GPU; above 1 it must be whole."
+    )
+    workers: int = Field(ge=1, description="Number of identical workers; each is placed on one node.")
+    task_class: TaskClass = Field(description="HP (never evicted) or SPOT (evictable, quota-gated).")
+    guarantee_hours: GuaranteeHours = Field(
+        default=1, description="SPOT only: the guaranteed run time per period, in hours (1, 2 or 4)."
+    )
+    expected_duration_s: float | None = Field(
+        default=None, gt=0, description="The submitter's run-time estimate in seconds, if any."
+    )
+    checkpoint_interval_s: float | None = Field(
+        default=None, gt=0, description="How often the task checkpoints; bounds the work an eviction loses."
+    )
+    command: str | tuple[str, ...] = Field(
+        min_length=1, description="What each worker runs: an argv list, or one shell command string."
+    )
+
+    @field_validator("gpus_per_worker")
+    @classmethod
+    def _whole_gpus_above_one(cls, value: float) -> float:
+        # Spec §2.1: fractional requests share one GPU; anything larger takes whole GPUs on a node.
+        if value > 1 and not value.is_integer():
+            raise ValueError(f"must be a whole number of GPUs when above 1 (got {value})")
+        return value
+
+    @field_validator("command")
+    @classmethod
+    def _no_empty_argv_items(cls, value: str | tuple[str, ...]) -> str | tuple[str, ...]:
+        if isinstance(value, tuple) and not value[0]:
+            raise ValueError("the program (first argv item) must not be empty")
+        return value
+
+
+class TaskAccepted(BaseModel):
+    """The scheduler admitted the submission into its queue (it may still wait for GPUs)."""
+
+    model_config = _CONTRACT
+
+    task_id: TaskId = Field(description="The accepted task.")
+    pool: PoolName = Field(description="The pool whose queue the task joined.")
+    task_class: TaskClass = Field(description="The task's class, repeated so lifecycle readers need no join.")
+
+
+class TaskRejected(BaseModel):
+    """The submission was refused; `message` tells the user what to change."""
+
+    model_config = _CONTRACT
+
+    task_id: TaskId = Field(description="The rejected task.")
+    reason: RejectionReason = Field(description="Machine-readable reason code.")
+    message: str = Field(min_length=1, description="Human explanation with the values involved.")
+
+
+class TaskCancelled(BaseModel):
+    """The owner withdraws a task (queued or running). Keyed by `task_id` on gfs.tasks.submit."""
+
+    model_config = _CONTRACT
+
+    task_id: TaskId = Field(description="The task to cancel.")
+    tenant: TenantId = Field(description="Who asks; must be the task's organization.")
+    reason: str = Field(default="", description="Free text kept for audit.")
+
+
+class Placement(BaseModel):
+    """Where one worker runs: a node and the GPUs (or GPU share) it holds there."""
+
+    model_config = _CONTRACT
+
+    worker_index: int = Field(ge=0, description="0-based worker number within the task.")
+    node: NodeName = Field(description="The node the worker runs on.")
+    gpu_indices: tuple[int, ...] = Field(min_length=1, description="Device indices on that node.")
+    gpu_fraction: float = Field(
+        default=1.0, gt=0, le=1, description="Share of each listed GPU held (below 1 only when fractional)."
+    )
+
+    @field_validator("gpu_indices")
+    @classmethod
+    def _distinct_indices(cls, value: tuple[int, ...]) -> tuple[int, ...]:
+        if any(index < 0 for index in value) or len(set(value)) != len(value):
+            raise ValueError(f"must be distinct non-negative device indices (got {list(value)})")
+        return value
+
+
+class TaskStarted(BaseModel):
+    """All workers of a task are bound and running (one event per start, including restarts)."""
+
+    model_config = _CONTRACT
+
+    task_id: TaskId = Field(description="The started task.")
+    pool: PoolName = Field(description="The pool the task runs in.")
+    task_class: TaskClass = Field(description="HP or SPOT.")
+    placements: tuple[Placement, ...] = Field(min_length=1, description="One entry per worker.")
+    started_at: UtcDatetime = Field(description="When the last worker started (the task's start).")
+    attempt: int = Field(default=1, ge=1, description="1 for the first start, +1 after each eviction.")
+
+    @field_validator("placements")
+    @classmethod
+    def _one_placement_per_worker(cls, value: tuple[Placement, ...]) -> tuple[Placement, ...]:
+        workers = [p.worker_index for p in value]
+        if len(set(workers)) != len(workers):
+            raise ValueError(f"worker_index values must be distinct (got {workers})")
+        return value
+
+
+class TaskFinished(BaseModel):
+    """The task ended on its own (not evicted): exit code 0 is success."""
+
+    model_config = _CONTRACT
+
+    task_id: TaskId = Field(description="The finished task.")
+    exit_code: int = Field(description="The task's exit status; for several workers, the first non-zero.")
+    finished_at: UtcDatetime = Field(description="When the last worker exited.")
+
+
+class TaskEvicted(BaseModel):
+    """A running task was stopped by an eviction command; a SPOT task goes back to its queue."""
+
+    model_config = _CONTRACT
+
+    task_id: TaskId = Field(description="The evicted task (the victim).")
+    node: NodeName = Field(description="The node whose agent carried out the eviction.")
+    command_id: UUID = Field(description="The EvictCommand that caused it (joins to EvictAck).")
+    reason: EvictionReason = Field(description="Why it was evicted.")
+    evicted_at: UtcDatetime = Field(description="When the agent stopped the task.")
+    lost_gpu_seconds: float = Field(
+        ge=0, description="GPU-seconds of work lost since the last checkpoint (spec §5.4), all workers."
+    )
+    requeued: bool = Field(default=True, description="Whether the task went back to the queue.")
+
+
+class GuaranteePeriodClosed(BaseModel):
+    """One spot guarantee period ended (spec §4.2). Successes and failures both count for η."""
+
+    model_config = _CONTRACT
+
+    task_id: TaskId = Field(description="The spot task whose period closed.")
+    pool: PoolName = Field(description="The pool the task ran in (η is kept per pool).")
+    guarantee_hours: GuaranteeHours = Field(default=1, description="The period length promised, in hours.")
+    period_start: UtcDatetime = Field(description="When the period began.")
+    period_end: UtcDatetime = Field(description="When it ended (full length, finish, or eviction).")
+    outcome: GuaranteeOutcome = Field(description="SUCCEEDED or FAILED (evicted inside the period).")
+
+    @model_validator(mode="after")
+    def _end_after_start(self) -> GuaranteePeriodClosed:
+        if self.period_end < self.period_start:
+            raise ValueError("period_end must not be before period_start")
+        return self

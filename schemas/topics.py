@@ -1,0 +1,259 @@
+"""The topic registry: the one place that says which topic carries which payloads, under which key.
+
+Everything that touches Kafka (producers, consumers, the topic-init container, infra/kafka/
+topics.yaml, the exported JSON Schemas) derives from `TOPICS`; static tests check the checked-in
+infrastructure files against it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+from pydantic_core import InitErrorDetails, PydanticCustomError
+
+from schemas.commands import BindCommand, EvictAck, EvictCommand
+from schemas.dead_letter import DeadLetter
+from schemas.envelope import Envelope, envelope_type
+from schemas.forecast import DemandForecast
+from schemas.quota import SpotQuota
+from schemas.tasks import (
+    GuaranteePeriodClosed,
+    TaskAccepted,
+    TaskCancelled,
+    TaskEvicted,
+    TaskFinished,
+    TaskRejected,
+    TaskStarted,
+    TaskSubmitted,
+)
+from schemas.telemetry import NodeTelemetry
+
+__all__ = [
+    "DEAD_LETTER_TOPIC",
+    "TOPICS",
+    "DeadLetter",
+    "TopicSpec",
+    "decode",
+    "encode",
+    "key_of",
+    "topic",
+    "topic_for_event_type",
+]
+
+_HOUR_MS = 3_600_000
+_DAY_MS = 24 * _HOUR_MS
+
+DEAD_LETTER_TOPIC = "gfs.deadletter"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TopicSpec:
+    """One topic: its name, the payload field used as the Kafka key, and what it may carry.
+
+    `retention_ms` None means "keep forever" (retention.ms = -1): used for the task topics, which
+    the scheduler replays to rebuild its state, and for compacted state topics.
+    """
+
+    name: str
+    key_field: str
+    payload_types: tuple[type[BaseModel], ...]
+    partitions: int
+    retention_ms: int | None
+    compacted: bool
+    description: str
+
+    def payload_type(self, event_type: str) -> type[BaseModel]:
+        """The payload class named `event_type`; KeyError if this topic does not carry it."""
+        for payload_type in self.payload_types:
+            if payload_type.__name__ == event_type:
+                return payload_type
+        raise KeyError(
+            f"event_type {event_type!r} is not carried by topic {self.name!r} "
+            f"(expected one of {sorted(self.event_types())})"
+        )
+
+    def event_types(self) -> tuple[str, ...]:
+        return tuple(payload_type.__name__ for payload_type in self.payload_types)
+
+    def kafka_config(self) -> dict[str, str]:
+        """Topic-level Kafka configs (what `kafka-topics.sh --config` or an admin client sets)."""
+        return {
+            "cleanup.policy": "compact" if self.compacted else "delete",
+            "retention.ms": str(-1 if self.retention_ms is None else self.retention_ms),
+        }
+
+
+# Partition counts: the task and node topics are keyed by many distinct ids and read by the
+# scheduler, so 6 partitions leave room for consumer parallelism on the small default stack;
+# forecasts and quotas are keyed by pool (6 GPU models in the trace), so 3 suffice. The dead-letter
+# topic is rare and read by humans: one partition keeps it in arrival order.
+TOPICS: tuple[TopicSpec, ...] = (
+    TopicSpec(
+        name="gfs.tasks.submit",
+        key_field="task_id",
+        payload_types=(TaskSubmitted, TaskCancelled),
+        partitions=6,
+        retention_ms=None,
+        compacted=False,
+        description="User requests: submit or cancel a task.",
+    ),
+    TopicSpec(
+        name="gfs.tasks.lifecycle",
+        key_field="task_id",
+        payload_types=(
+            TaskAccepted,
+            TaskRejected,
+            TaskStarted,
+            TaskFinished,
+            TaskEvicted,
+            GuaranteePeriodClosed,
+        ),
+        partitions=6,
+        retention_ms=None,
+        compacted=False,
+        description="What happened to each task, in order per task; the scheduler's event log.",
+    ),
+    TopicSpec(
+        name="gfs.nodes.telemetry",
+        key_field="node",
+        payload_types=(NodeTelemetry,),
+        partitions=6,
+        # Samples are superseded within seconds and double as heartbeats; a day is enough to debug.
+        retention_ms=_DAY_MS,
+        compacted=False,
+        description="Per-GPU samples from every node agent; also the node heartbeat.",
+    ),
+    TopicSpec(
+        name="gfs.forecasts",
+        key_field="pool",
+        payload_types=(DemandForecast,),
+        partitions=3,
+        retention_ms=7 * _DAY_MS,
+        compacted=False,
+        description="HP GPU demand forecasts per pool and tenant (Gaussian per hour ahead).",
+    ),
+    TopicSpec(
+        name="gfs.quotas",
+        key_field="pool",
+        payload_types=(SpotQuota,),
+        partitions=3,
+        retention_ms=None,
+        compacted=True,
+        description="Current spot quota per pool (compacted: the latest message per pool is the state).",
+    ),
+    TopicSpec(
+        name="gfs.commands.bind",
+        key_field="node",
+        payload_types=(BindCommand,),
+        partitions=6,
+        retention_ms=7 * _DAY_MS,
+        compacted=False,
+        description="Start a task's workers on a node.",
+    ),
+    TopicSpec(
+        name="gfs.commands.evict",
+        key_field="node",
+        payload_types=(EvictCommand,),
+        partitions=6,
+        retention_ms=7 * _DAY_MS,
+        compacted=False,
+        description="Evict tasks from a node (idempotent by command_id).",
+    ),
+    TopicSpec(
+        name="gfs.commands.evict-ack",
+        key_field="node",
+        payload_types=(EvictAck,),
+        partitions=6,
+        retention_ms=7 * _DAY_MS,
+        compacted=False,
+        description="Node agents' answers to eviction commands.",
+    ),
+    TopicSpec(
+        name=DEAD_LETTER_TOPIC,
+        key_field="source_topic",
+        payload_types=(DeadLetter,),
+        partitions=1,
+        retention_ms=30 * _DAY_MS,
+        compacted=False,
+        description="Records a consumer could not decode or handle, with their origin.",
+    ),
+)
+
+
+def topic(name: str) -> TopicSpec:
+    """The registered topic called `name`; KeyError naming the known topics otherwise."""
+    for spec in TOPICS:
+        if spec.name == name:
+            return spec
+    raise KeyError(f"unknown topic {name!r}; registered topics: {', '.join(s.name for s in TOPICS)}")
+
+
+@cache
+def _topics_by_event_type() -> dict[str, TopicSpec]:
+    # Built on first use (not at import) from the static registry; each payload type lives on
+    # exactly one topic, which tests/contract checks.
+    return {event_type: spec for spec in TOPICS for event_type in spec.event_types()}
+
+
+def topic_for_event_type(event_type: str) -> TopicSpec:
+    """The topic that carries `event_type`; KeyError if no topic does."""
+    try:
+        return _topics_by_event_type()[event_type]
+    except KeyError:
+        raise KeyError(f"no registered topic carries event_type {event_type!r}") from None
+
+
+def encode(env: Envelope[Any]) -> bytes:
+    """Compact UTF-8 JSON of the envelope (the Kafka record value)."""
+    return env.model_dump_json().encode("utf-8")
+
+
+def key_of(env: Envelope[Any]) -> bytes:
+    """The Kafka key: the value of the payload's key field (per the registry), UTF-8 encoded."""
+    spec = topic_for_event_type(env.event_type)
+    return str(getattr(env.payload, spec.key_field)).encode("utf-8")
+
+
+def decode(topic_name: str, raw: bytes) -> Envelope[Any]:
+    """Parse and validate a record value read from `topic_name`.
+
+    The envelope is validated against the payload type its `event_type` names, which must be one
+    of the topic's payload types. Raises `json.JSONDecodeError`/`UnicodeDecodeError` (both
+    ValueError) for bytes that are not JSON text, and `pydantic.ValidationError` for anything
+    else; every validation error's location names the offending field (e.g. payload.workers).
+    """
+    spec = topic(topic_name)
+    # Decode UTF-8 explicitly: json.loads(bytes) would also sniff UTF-16/32, which the contract
+    # (UTF-8 JSON) does not allow.
+    data = json.loads(raw.decode("utf-8"))
+    if not isinstance(data, dict):
+        raise _validation_error((), "envelope_type", "the message must be a JSON object", data)
+    event_type = data.get("event_type")
+    if not isinstance(event_type, str):
+        raise _validation_error(
+            ("event_type",), "missing_event_type", "event_type must be present and a string", event_type
+        )
+    try:
+        payload_type = spec.payload_type(event_type)
+    except KeyError:
+        raise _validation_error(
+            ("event_type",),
+            "unknown_event_type",
+            f"event_type {event_type[:100]!r} is not carried by topic {spec.name!r} "
+            f"(expected one of {list(spec.event_types())})",
+            event_type,
+        ) from None
+    return envelope_type(payload_type).model_validate(data)
+
+
+def _validation_error(loc: tuple[str, ...], kind: str, message: str, given: object) -> ValidationError:
+    # A real ValidationError (not a bare ValueError) so consumers and the dead-letter path handle
+    # envelope-level and field-level failures the same way.
+    # Without a context dict pydantic-core does not format the template, so braces in user data
+    # are shown as they are.
+    detail: InitErrorDetails = {"type": PydanticCustomError(kind, message), "loc": loc, "input": given}
+    return ValidationError.from_exception_data(title="Envelope", line_errors=[detail])

@@ -1,0 +1,198 @@
+"""docker-compose.yml, infra/kafka/topics.yaml and the Dockerfiles agree with the code.
+
+Docker cannot run in CI here, so these static checks are what keeps the compose stack from
+drifting: topics and partitions against `schemas.topics.TOPICS`, env var names against the
+platform settings, and the images against the project layout.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from schemas.topics import TOPICS, TopicSpec
+from services.platform.schema_cli import render_topics_yaml
+
+REPO = Path(__file__).resolve().parents[2]
+COMPOSE_PATH = REPO / "docker-compose.yml"
+TOPICS_YAML_PATH = REPO / "infra" / "kafka" / "topics.yaml"
+DOCKER_DIR = REPO / "infra" / "docker"
+SETTINGS_PATH = REPO / "services" / "platform" / "settings.py"
+
+GFS_SERVICES = ("forecast", "quota", "preemption", "node-agent")
+# The env names the platform settings read (brief); checked against the settings module below.
+SETTINGS_ENV_NAMES = frozenset(
+    {
+        "KAFKA_BOOTSTRAP_SERVERS",
+        "DATABASE_URL",
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+        "OTEL_SERVICE_NAME",
+        "GFS_SHARED_DIR",
+    }
+)
+
+
+def _load_yaml(path: Path) -> Any:
+    return yaml.safe_load(path.read_text())
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    data: dict[str, Any] = _load_yaml(COMPOSE_PATH)
+    return data
+
+
+def _settings_env_names() -> frozenset[str]:
+    """Env names read by services/platform/settings.py: prefix + field name (or alias), upper-cased."""
+    from pydantic_settings import BaseSettings
+
+    from services.platform import settings as module
+
+    names: set[str] = set()
+    for value in vars(module).values():
+        if isinstance(value, type) and issubclass(value, BaseSettings) and value is not BaseSettings:
+            prefix = str(value.model_config.get("env_prefix", ""))
+            for name, field in value.model_fields.items():
+                alias = field.validation_alias if isinstance(field.validation_alias, str) else field.alias
+                names.add((alias or prefix + name).upper())
+    return frozenset(names)
+
+
+def _topic_init_lines(compose: dict[str, Any]) -> list[list[str]]:
+    script = compose["services"]["topic-init"]["command"][0]
+    return [shlex.split(line) for line in script.splitlines() if re.match(r"\s*create --topic", line)]
+
+
+def _flag_values(argv: list[str], flag: str) -> list[str]:
+    return [argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg == flag]
+
+
+# --- topics.yaml -----------------------------------------------------------------------------
+
+
+def test_topics_yaml_is_the_generated_file() -> None:
+    assert TOPICS_YAML_PATH.read_text() == render_topics_yaml(), "run `gfs schemas topics-yaml`"
+
+
+@pytest.mark.parametrize("spec", TOPICS, ids=lambda spec: spec.name)
+def test_topics_yaml_entry_matches_the_registry(spec: TopicSpec) -> None:
+    entries = {entry["name"]: entry for entry in _load_yaml(TOPICS_YAML_PATH)["topics"]}
+    entry = entries[spec.name]
+    assert (entry["partitions"], entry["retention_ms"], entry["compacted"], entry["key"]) == (
+        spec.partitions,
+        spec.retention_ms,
+        spec.compacted,
+        spec.key_field,
+    )
+    assert entry["payloads"] == list(spec.event_types())
+
+
+def test_topics_yaml_lists_no_other_topics() -> None:
+    names = [entry["name"] for entry in _load_yaml(TOPICS_YAML_PATH)["topics"]]
+    assert names == [spec.name for spec in TOPICS]
+
+
+# --- docker-compose.yml: topics ----------------------------------------------------------------
+
+
+def test_compose_creates_exactly_the_registry_topics(compose: dict[str, Any]) -> None:
+    created = [_flag_values(argv, "--topic")[0] for argv in _topic_init_lines(compose)]
+    assert created == [spec.name for spec in TOPICS]
+
+
+@pytest.mark.parametrize("spec", TOPICS, ids=lambda spec: spec.name)
+def test_compose_topic_partitions_and_configs(compose: dict[str, Any], spec: TopicSpec) -> None:
+    lines = {_flag_values(argv, "--topic")[0]: argv for argv in _topic_init_lines(compose)}
+    argv = lines[spec.name]
+    assert _flag_values(argv, "--partitions") == [str(spec.partitions)]
+    configs = dict(item.split("=", 1) for item in _flag_values(argv, "--config"))
+    assert configs == spec.kafka_config()
+
+
+def test_compose_disables_topic_auto_creation(compose: dict[str, Any]) -> None:
+    assert compose["services"]["kafka"]["environment"]["KAFKA_AUTO_CREATE_TOPICS_ENABLE"] == "false"
+    assert compose["services"]["kafka"]["image"].startswith("apache/kafka:3.9")
+
+
+# --- docker-compose.yml: services and env --------------------------------------------------------
+
+
+def test_settings_still_read_the_documented_env_names() -> None:
+    # The settings module is owned by the platform area; if it stops reading one of these names,
+    # the compose env (and infra/stack.sh) would silently configure nothing.
+    assert SETTINGS_PATH.exists()
+    assert _settings_env_names() >= SETTINGS_ENV_NAMES
+
+
+@pytest.mark.parametrize("service", GFS_SERVICES)
+def test_service_env_uses_exactly_the_settings_names(compose: dict[str, Any], service: str) -> None:
+    env = compose["services"][service]["environment"]
+    assert set(env) == SETTINGS_ENV_NAMES
+    assert env["OTEL_SERVICE_NAME"] == f"gfs-{service}"
+    assert env["KAFKA_BOOTSTRAP_SERVERS"] == "kafka:9092"
+    assert env["DATABASE_URL"].startswith("postgresql://gfs:gfs@postgres:5432/")
+
+
+@pytest.mark.parametrize("service", GFS_SERVICES)
+def test_service_waits_for_topics_and_migrations(compose: dict[str, Any], service: str) -> None:
+    depends = compose["services"][service]["depends_on"]
+    assert depends["topic-init"]["condition"] == "service_completed_successfully"
+    assert depends["migrate"]["condition"] == "service_completed_successfully"
+
+
+@pytest.mark.parametrize("service", GFS_SERVICES)
+def test_service_builds_its_own_dockerfile(compose: dict[str, Any], service: str) -> None:
+    build = compose["services"][service]["build"]
+    assert (build["context"], build["dockerfile"]) == (".", f"infra/docker/{service}.Dockerfile")
+    assert compose["services"][service]["command"] == ["serve", service]
+
+
+def test_otel_endpoint_points_at_the_collector_grpc_receiver(compose: dict[str, Any]) -> None:
+    collector = _load_yaml(REPO / "infra" / "otel" / "collector.yaml")
+    grpc = collector["receivers"]["otlp"]["protocols"]["grpc"]["endpoint"]
+    port = grpc.rsplit(":", 1)[1]
+    for service in GFS_SERVICES:
+        assert compose["services"][service]["environment"]["OTEL_EXPORTER_OTLP_ENDPOINT"] == (
+            f"http://otel-collector:{port}"
+        )
+    assert "otlp/jaeger" in collector["service"]["pipelines"]["traces"]["exporters"]
+    assert collector["exporters"]["otlp/jaeger"]["endpoint"].startswith("jaeger:")
+
+
+def test_bind_mounted_repo_files_exist(compose: dict[str, Any]) -> None:
+    for name, service in compose["services"].items():
+        for volume in service.get("volumes", []):
+            source = volume.split(":", 1)[0]
+            if source.startswith("./") and not source.startswith("./ml/artifacts"):
+                assert (REPO / source).exists(), f"{name} mounts missing {source}"
+
+
+# --- Dockerfiles ------------------------------------------------------------------------------
+
+
+def test_one_dockerfile_per_service() -> None:
+    assert sorted(p.name for p in DOCKER_DIR.glob("*.Dockerfile")) == sorted(
+        f"{service}.Dockerfile" for service in GFS_SERVICES
+    )
+
+
+@pytest.mark.parametrize("service", GFS_SERVICES)
+def test_dockerfile_runs_gfs_and_copies_existing_paths(service: str) -> None:
+    text = (DOCKER_DIR / f"{service}.Dockerfile").read_text()
+    assert 'ENTRYPOINT ["gfs"]' in text
+    assert f'CMD ["serve", "{service}"]' in text
+    for match in re.finditer(r"^COPY (\S+) (?:\S+ )*\S+$", text, flags=re.MULTILINE):
+        for source in match.group(0).split()[1:-1]:
+            assert (REPO / source).exists(), f"{service}.Dockerfile copies missing {source}"
+
+
+@pytest.mark.parametrize("service", GFS_SERVICES)
+def test_only_the_forecast_image_installs_torch(service: str) -> None:
+    text = (DOCKER_DIR / f"{service}.Dockerfile").read_text()
+    installs_ml = re.search(r"pip install[^\n]*\.\[ml\]", text) is not None
+    assert installs_ml == (service == "forecast")
