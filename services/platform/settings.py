@@ -1,0 +1,61 @@
+"""Settings shared by every GFS service, read from the environment.
+
+Each service subclasses `PlatformSettings` and adds its own fields; the composition root
+(`main.py`) builds one instance and passes it down, so nothing below the root reads the
+environment. Constructing the object is the only moment env is read (no module-level instance).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+# The repository root: services/platform/settings.py -> parents[2]. Used to resolve relative
+# paths the same way whatever the current working directory is.
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+DEFAULT_BOOTSTRAP_SERVERS = "127.0.0.1:9092"
+DEFAULT_DATABASE_URL = "postgresql://gfs:gfs@127.0.0.1:55432/gfs"
+
+
+class PlatformSettings(BaseSettings):
+    """Connection and observability settings every service needs.
+
+    Env names are the field names upper-cased (KAFKA_BOOTSTRAP_SERVERS, DATABASE_URL,
+    OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_SERVICE_NAME, GFS_SHARED_DIR); they are the standard
+    names the OpenTelemetry SDK and the stack scripts (`infra/stack.sh env`) use too.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="", case_sensitive=False, extra="ignore", frozen=True)
+
+    kafka_bootstrap_servers: str = DEFAULT_BOOTSTRAP_SERVERS
+    database_url: str = DEFAULT_DATABASE_URL
+    # None means "no exporter": spans are created but not shipped anywhere (no console spam).
+    otel_exporter_otlp_endpoint: str | None = None
+    otel_service_name: str = "gfs"
+    # Read-only reference data (spec, traces). Relative values resolve against the repo root,
+    # not the cwd, so `../shared` means the sibling of the checkout wherever a command runs.
+    gfs_shared_dir: Path = Field(default=Path("../shared"))
+
+    @field_validator("otel_exporter_otlp_endpoint", mode="before")
+    @classmethod
+    def _blank_endpoint_is_none(cls, value: object) -> object:
+        # `OTEL_EXPORTER_OTLP_ENDPOINT=` (set but empty) is a common way to switch export off.
+        if isinstance(value, str) and not value.strip():
+            return None
+        return value
+
+    @field_validator("gfs_shared_dir", mode="after")
+    @classmethod
+    def _resolve_shared_dir(cls, value: Path) -> Path:
+        path = value.expanduser()
+        if not path.is_absolute():
+            path = REPO_ROOT / path
+        return path.resolve()
+
+    @property
+    def bootstrap_servers(self) -> list[str]:
+        """KAFKA_BOOTSTRAP_SERVERS split on commas, blanks dropped (aiokafka takes a list)."""
+        return [part.strip() for part in self.kafka_bootstrap_servers.split(",") if part.strip()]

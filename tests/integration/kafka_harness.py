@@ -1,0 +1,57 @@
+"""Run the platform's `consume` loop in a test until a condition holds, then stop it cleanly."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from schemas.envelope import Envelope
+from services.platform.kafka.consumer import consume
+from services.platform.kafka.processing import NO_RETRY, ConsumeStats, MessageContext, RetryPolicy
+
+# Generous per-wait bound: a consumer group join plus a fetch takes ~1-3 s on the dev broker;
+# the bound only matters when something is broken, and then the test should fail, not hang.
+WAIT_S = 30.0
+
+
+@dataclass
+class Received:
+    """Everything a test handler saw, in arrival order."""
+
+    items: list[tuple[Envelope[Any], MessageContext]] = field(default_factory=list)
+
+    def event_ids(self) -> set[Any]:
+        return {envelope.event_id for envelope, _ in self.items}
+
+
+async def consume_until(
+    topics: str | Sequence[str],
+    group: str,
+    *,
+    bootstrap_servers: str,
+    done: Callable[[Received], bool],
+    fail_on: Callable[[Envelope[Any]], bool] = lambda _: False,
+    retry: RetryPolicy = NO_RETRY,
+) -> tuple[Received, ConsumeStats]:
+    """Consume `topics` as `group`, recording every handled envelope, until `done(received)`.
+
+    `fail_on(envelope)` makes the handler raise for chosen envelopes (to test commit semantics).
+    Errors from the loop (e.g. HandlerFailedError) propagate to the caller.
+    """
+    received = Received()
+    stop = asyncio.Event()
+
+    async def handler(envelope: Envelope[Any], context: MessageContext) -> None:
+        if fail_on(envelope):
+            raise RuntimeError(f"test handler refuses {envelope.event_id}")
+        received.items.append((envelope, context))
+        if done(received):
+            stop.set()
+
+    stats = await asyncio.wait_for(
+        consume(topics, group, handler, bootstrap_servers=bootstrap_servers, stop=stop, retry=retry),
+        timeout=WAIT_S,
+    )
+    return received, stats

@@ -1,0 +1,69 @@
+"""Undecodable records on gfs.tasks.submit go to gfs.deadletter with a readable reason, and the
+consumer carries on with the next good record."""
+
+from __future__ import annotations
+
+import base64
+import json
+import uuid
+
+import pytest
+from kafka_harness import consume_until
+from payload_examples import task_submitted
+
+from schemas.envelope import wrap
+from schemas.topics import DEAD_LETTER_TOPIC, encode
+from services.platform.kafka.producer import EnvelopeProducer
+from services.platform.kafka.topic_admin import TopicsReport
+
+pytestmark = pytest.mark.integration
+
+SUBMIT = "gfs.tasks.submit"
+
+
+async def test_bad_records_are_dead_lettered_and_the_next_good_one_is_handled(
+    registry_topics: TopicsReport, kafka_bootstrap: str, unique_group: str
+) -> None:
+    task_id = f"job-{uuid.uuid4().hex[:8]}"
+    key = task_id.encode()  # one key -> one partition -> bad, bad, good arrive in this order
+    malformed = b'{"event_type": "TaskSubmitted", "payload": {'
+    invalid = json.loads(encode(wrap(task_submitted(task_id), producer="it-dlq")))
+    invalid["payload"]["workers"] = 0  # schema: workers >= 1
+    invalid_bytes = json.dumps(invalid).encode()
+    good = wrap(task_submitted(task_id), producer="it-dlq")
+
+    async with EnvelopeProducer(bootstrap_servers=kafka_bootstrap) as producer:
+        bad_json_at = await producer.send_raw(SUBMIT, value=malformed, key=key)
+        bad_schema_at = await producer.send_raw(SUBMIT, value=invalid_bytes, key=key)
+        await producer.send(SUBMIT, good)
+
+    received, stats = await consume_until(
+        SUBMIT, unique_group, bootstrap_servers=kafka_bootstrap,
+        done=lambda got: good.event_id in got.event_ids(),
+    )  # fmt: skip
+    assert good.event_id in received.event_ids()
+    assert stats.dead_lettered >= 2  # ours; older runs' bad records on the topic add to this
+
+    ours = {(bad_json_at.partition, bad_json_at.offset), (bad_schema_at.partition, bad_schema_at.offset)}
+
+    def is_ours(envelope) -> bool:
+        letter = envelope.payload
+        return (
+            letter.consumer_group == unique_group and (letter.source_partition, letter.source_offset) in ours
+        )
+
+    letters, _ = await consume_until(
+        DEAD_LETTER_TOPIC, f"{unique_group}-reader", bootstrap_servers=kafka_bootstrap,
+        done=lambda got: sum(is_ours(envelope) for envelope, _ in got.items) == 2,
+    )  # fmt: skip
+    by_offset = {env.payload.source_offset: env.payload for env, _ in letters.items if is_ours(env)}
+
+    json_letter = by_offset[bad_json_at.offset]
+    assert json_letter.source_topic == SUBMIT
+    assert base64.b64decode(json_letter.original) == malformed
+    assert json_letter.error.startswith("malformed JSON:"), json_letter.error
+
+    schema_letter = by_offset[bad_schema_at.offset]
+    assert base64.b64decode(schema_letter.original) == invalid_bytes
+    assert "payload.workers" in schema_letter.error, schema_letter.error
+    assert "greater than or equal to 1" in schema_letter.error

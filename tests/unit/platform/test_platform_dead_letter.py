@@ -1,0 +1,110 @@
+"""Dead-letter records and their readable reasons, from real decode failures of the registry."""
+
+from __future__ import annotations
+
+import base64
+import json
+from datetime import UTC, datetime
+
+import pytest
+
+from schemas.dead_letter import DeadLetter
+from schemas.envelope import wrap
+from schemas.tasks import TaskClass, TaskSubmitted
+from schemas.topics import decode, encode
+from services.platform.kafka.dead_letter import (
+    MAX_REASON_CHARS,
+    FailedRecord,
+    build_dead_letter,
+    describe_error,
+)
+
+SUBMIT = "gfs.tasks.submit"
+FAILED_AT = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+
+
+def _submitted_dict(**payload_changes: object) -> dict[str, object]:
+    payload = TaskSubmitted(
+        task_id="job-1", tenant="org-a", gpu_model="A100", gpus_per_worker=1.0, workers=2,
+        task_class=TaskClass.HP, command="python train.py",
+    )  # fmt: skip
+    data = json.loads(encode(wrap(payload, producer="test", occurred_at=FAILED_AT)))
+    data["payload"].update(payload_changes)
+    return data
+
+
+def _reason_for(raw: bytes) -> str:
+    with pytest.raises(ValueError) as caught:
+        decode(SUBMIT, raw)
+    return describe_error(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected_fragments"),
+    [
+        (b'{"event_type": "TaskSubmitted", ', ["malformed JSON", "line 1 column"]),
+        (b'{"a": "\xff"}', ["not UTF-8", "byte 7"]),
+        (
+            json.dumps(_submitted_dict(workers=0)).encode(),
+            ["payload.workers", "greater than or equal to 1", "0"],
+        ),
+        (json.dumps(_submitted_dict(task_id="")).encode(), ["payload.task_id"]),
+        (json.dumps({**_submitted_dict(), "event_type": "Nope"}).encode(), ["event_type", "Nope"]),
+        (b"[1, 2]", ["must be a JSON object"]),
+    ],
+    ids=[
+        "truncated-json",
+        "not-utf8",
+        "workers-zero",
+        "empty-task-id",
+        "unknown-event-type",
+        "not-an-object",
+    ],
+)
+def test_reason_names_the_problem(raw: bytes, expected_fragments: list[str]) -> None:
+    reason = _reason_for(raw)
+    for fragment in expected_fragments:
+        assert fragment in reason, reason
+
+
+def test_missing_field_is_named() -> None:
+    data = _submitted_dict()
+    del data["payload"]["gpu_model"]
+    reason = _reason_for(json.dumps(data).encode())
+    assert "payload.gpu_model: Field required" in reason
+
+
+def test_many_errors_are_summarised_and_bounded() -> None:
+    data = _submitted_dict()
+    data["payload"] = {f"unexpected_{i}": "x" * 500 for i in range(40)}
+    reason = _reason_for(json.dumps(data).encode())
+    assert "more" in reason
+    assert len(reason) <= MAX_REASON_CHARS
+
+
+def test_other_errors_keep_type_and_message() -> None:
+    assert describe_error(KeyError("gfs.nope")) == "KeyError: 'gfs.nope'"
+
+
+def test_dead_letter_keeps_original_bytes_and_coordinates() -> None:
+    raw = b'{"not": "an envelope"} \x00\xff'
+    record = FailedRecord(topic=SUBMIT, partition=3, offset=41, value=raw, consumer_group="quota")
+    envelope = build_dead_letter(record, error=ValueError("boom"), failed_at=FAILED_AT, producer="gfs-quota")
+    letter = envelope.payload
+    assert isinstance(letter, DeadLetter)
+    assert base64.b64decode(letter.original) == raw
+    assert (letter.source_topic, letter.source_partition, letter.source_offset) == (SUBMIT, 3, 41)
+    assert (letter.consumer_group, letter.failed_at, letter.error) == ("quota", FAILED_AT, "ValueError: boom")
+    assert (envelope.event_type, envelope.producer, envelope.occurred_at) == (
+        "DeadLetter",
+        "gfs-quota",
+        FAILED_AT,
+    )
+    # It is itself a valid message of the dead-letter topic.
+    assert decode("gfs.deadletter", encode(envelope)).payload == letter
+
+
+def test_tombstone_value_is_an_empty_original() -> None:
+    record = FailedRecord(topic=SUBMIT, partition=0, offset=0, value=None, consumer_group="g")
+    letter = build_dead_letter(record, error=ValueError("empty"), failed_at=FAILED_AT, producer="p").payload
+    assert letter.original == ""

@@ -1,0 +1,72 @@
+"""PlatformSettings: env names, defaults, path resolution."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from services.platform.settings import REPO_ROOT, PlatformSettings
+
+_ENV_NAMES = (
+    "KAFKA_BOOTSTRAP_SERVERS",
+    "DATABASE_URL",
+    "OTEL_EXPORTER_OTLP_ENDPOINT",
+    "OTEL_SERVICE_NAME",
+    "GFS_SHARED_DIR",
+)
+
+
+@pytest.fixture
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    for name in _ENV_NAMES:
+        monkeypatch.delenv(name, raising=False)
+    return monkeypatch
+
+
+def test_defaults_match_the_dev_stack(clean_env: pytest.MonkeyPatch) -> None:
+    settings = PlatformSettings()
+    assert settings.kafka_bootstrap_servers == "127.0.0.1:9092"
+    assert settings.database_url == "postgresql://gfs:gfs@127.0.0.1:55432/gfs"
+    assert settings.otel_exporter_otlp_endpoint is None
+    assert settings.otel_service_name == "gfs"
+    # ../shared is the checkout's sibling, whatever the cwd.
+    assert settings.gfs_shared_dir == (REPO_ROOT.parent / "shared").resolve()
+
+
+def test_env_names_override_every_field(clean_env: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    clean_env.setenv("KAFKA_BOOTSTRAP_SERVERS", "k1:9092, k2:9093,")
+    clean_env.setenv("DATABASE_URL", "postgresql://u:p@db:5432/x")
+    clean_env.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4317")
+    clean_env.setenv("OTEL_SERVICE_NAME", "gfs-quota")
+    clean_env.setenv("GFS_SHARED_DIR", str(tmp_path))
+    settings = PlatformSettings()
+    assert settings.bootstrap_servers == ["k1:9092", "k2:9093"]
+    assert settings.database_url == "postgresql://u:p@db:5432/x"
+    assert settings.otel_exporter_otlp_endpoint == "http://collector:4317"
+    assert settings.otel_service_name == "gfs-quota"
+    assert settings.gfs_shared_dir == tmp_path.resolve()
+
+
+@pytest.mark.parametrize("blank", ["", "   "], ids=["empty", "spaces"])
+def test_blank_otlp_endpoint_means_no_exporter(clean_env: pytest.MonkeyPatch, blank: str) -> None:
+    clean_env.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", blank)
+    assert PlatformSettings().otel_exporter_otlp_endpoint is None
+
+
+def test_relative_shared_dir_resolves_against_repo_root_not_cwd(
+    clean_env: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    clean_env.chdir(tmp_path)
+    clean_env.setenv("GFS_SHARED_DIR", "data/here")
+    assert PlatformSettings().gfs_shared_dir == (REPO_ROOT / "data" / "here").resolve()
+
+
+def test_a_service_subclass_adds_fields_and_keeps_the_base_ones(clean_env: pytest.MonkeyPatch) -> None:
+    class QuotaSettings(PlatformSettings):
+        quota_interval_s: float = 300.0
+
+    clean_env.setenv("QUOTA_INTERVAL_S", "60")
+    clean_env.setenv("OTEL_SERVICE_NAME", "gfs-quota")
+    settings = QuotaSettings()
+    assert (settings.quota_interval_s, settings.otel_service_name) == (60.0, "gfs-quota")
