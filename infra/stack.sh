@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# The local stack: a real Kafka 3.9 broker (KRaft, 127.0.0.1:9092) and PostgreSQL (127.0.0.1:55432).
+#   up      fetch/start/wait Kafka, install/start Postgres, create topics, apply migrations
+#   down    stop both (data kept)          reset   stop both and wipe their data
+#   status  exit 0 only when both run       env     print the exports clients need
+set -euo pipefail
+INFRA_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REPO_DIR="$(cd "$INFRA_DIR/.." && pwd)"
+# shellcheck source=kafka/common.sh
+source "$INFRA_DIR/kafka/common.sh"
+# shellcheck source=postgres/common.sh
+source "$INFRA_DIR/postgres/common.sh"
+GFS_CLI="$REPO_DIR/.venv/bin/gfs"
+
+stack_env() {
+  # The default bootstrap, not $KAFKA_BOOTSTRAP_SERVERS: this stack always listens there.
+  echo "export KAFKA_BOOTSTRAP_SERVERS=$KAFKA_DEFAULT_BOOTSTRAP"
+  echo "export DATABASE_URL=$GFS_DATABASE_URL"
+}
+
+stack_status() {
+  local ok=0 pid
+  if pid="$(kafka_broker_pid)"; then
+    echo "kafka:    up (pid $pid, $KAFKA_DEFAULT_BOOTSTRAP)"
+  else
+    echo "kafka:    down"
+    ok=1
+  fi
+  if pg_running; then
+    echo "postgres: up (pid $(head -n 1 "$PG_DATA_DIR/postmaster.pid"), $PG_HOST:$PG_PORT)"
+  else
+    echo "postgres: down"
+    ok=1
+  fi
+  return "$ok"
+}
+
+stack_up() {
+  "$INFRA_DIR/kafka/start.sh"
+  "$INFRA_DIR/postgres/start.sh"   # starts while the JVM warms up
+  "$INFRA_DIR/kafka/wait.sh"
+  if [[ ! -x "$GFS_CLI" ]]; then
+    echo "stack: $GFS_CLI missing; run scripts/bootstrap.sh (or make setup) first" >&2
+    exit 1
+  fi
+  eval "$(stack_env)"
+  # Both commands are idempotent: existing topics and applied migrations are left alone.
+  "$GFS_CLI" stack topics
+  "$GFS_CLI" db migrate
+  stack_status
+}
+
+case "${1:-}" in
+  up) stack_up ;;
+  down) "$INFRA_DIR/kafka/stop.sh"; "$INFRA_DIR/postgres/stop.sh" ;;
+  reset) "$INFRA_DIR/kafka/reset.sh"; "$INFRA_DIR/postgres/reset.sh" ;;
+  status) stack_status ;;
+  env) stack_env ;;
+  *) echo "usage: infra/stack.sh up|down|status|env|reset" >&2; exit 2 ;;
+esac
