@@ -1,4 +1,4 @@
-"""`gfs stack ...`: operations on the running Kafka stack (topic creation).
+"""`gfs stack ...`: operations on the running Kafka stack (topic creation, the smoke check).
 
 The typer app is built by `build_app()`-style code in services/cli.py importing `app`; the
 commands import their heavy dependencies inside, so `gfs --help` stays fast.
@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-app = typer.Typer(no_args_is_help=True, help="Operate the Kafka stack (topics).")
+app = typer.Typer(no_args_is_help=True, help="Operate the Kafka stack (topics, smoke check).")
 
 
 @app.command("topics")
@@ -52,3 +52,49 @@ def topics(
             "(repartitioning moves keys; recreate the topic deliberately if needed)",
             err=True,
         )
+
+
+@app.command("smoke")
+def smoke(
+    tasks: Annotated[
+        int, typer.Option("--tasks", min=1, max=1_000, help="Good TaskSubmitted events to send.")
+    ] = 12,
+    timeout_s: Annotated[
+        float, typer.Option("--timeout", min=1.0, help="Seconds the consumer may take to see them all.")
+    ] = 30.0,
+    seed: Annotated[int, typer.Option(help="Seed for the task mix (models, sizes, tenants).")] = 0,
+    bootstrap_servers: Annotated[
+        str | None,
+        typer.Option("--bootstrap-servers", help="Overrides KAFKA_BOOTSTRAP_SERVERS."),
+    ] = None,
+) -> None:
+    """End-to-end check of the live stack: publish, dead-letter, consume, trace. Exit 1 on failure."""
+    from aiokafka.errors import KafkaError
+    from rich.console import Console
+
+    from services.platform.settings import PlatformSettings
+    from services.platform.smoke import render_report, run_smoke
+    from services.platform.tracing import TRACER_NAME, configure_tracing
+
+    settings = PlatformSettings()
+    servers = bootstrap_servers or settings.kafka_bootstrap_servers
+    # soft_wrap: one event per line even when piped (rich wraps at 80 columns off a terminal).
+    console = Console(highlight=False, soft_wrap=True)
+    # The CLI is a composition root, so it installs the process-wide provider; with an OTLP
+    # endpoint set the smoke trace shows up in the collector (Jaeger) under this trace id.
+    provider = configure_tracing(settings)
+    try:
+        report = asyncio.run(
+            run_smoke(
+                bootstrap_servers=servers, tasks=tasks, tracer=provider.get_tracer(TRACER_NAME),
+                console=console, timeout_s=timeout_s, seed=seed,
+            )
+        )  # fmt: skip
+    except (KafkaError, RuntimeError) as exc:
+        console.print(f"[bold red]FAIL[/] Kafka at {servers}: {exc} (is the stack up? `make up`)")
+        raise typer.Exit(code=1) from exc
+    finally:
+        provider.shutdown()
+    render_report(report, console)
+    if not report.ok:
+        raise typer.Exit(code=1)

@@ -1,0 +1,117 @@
+"""HMAC-SHA256 signatures on node commands (BindCommand, EvictCommand).
+
+The wire contract (schemas/commands.py): `signature` is the lowercase hex HMAC-SHA256 of the
+command's compact JSON encoding with `signature` set to "" (an empty signature means unsigned).
+"Compact JSON encoding" is pydantic's `model_dump_json()`: fields in declaration order, no
+whitespace, datetimes as ISO 8601 in UTC ("...Z"). Signer and verifier must both use it; a
+verifier in another language must reproduce that exact byte string.
+
+The key is an argument, never read here: a service's settings subclass holds it and the
+composition root passes it down. Verification compares digests in constant time
+(`hmac.compare_digest`) so a forger cannot learn the expected signature byte by byte from timing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import string
+from enum import StrEnum
+from typing import TypeVar
+
+from schemas.commands import BindCommand, EvictCommand
+
+SignedCommand = TypeVar("SignedCommand", BindCommand, EvictCommand)
+
+# RFC 2104 recommends keys no shorter than the hash output; 16 bytes (128 bits) is the floor we
+# accept so a typo such as an unset variable expanding to "x" cannot become a usable key.
+MIN_KEY_BYTES = 16
+SIGNATURE_HEX_CHARS = hashlib.sha256().digest_size * 2
+_LOWER_HEX = frozenset(string.digits + "abcdef")
+
+
+class SignatureCheck(StrEnum):
+    """The outcome of checking a command's signature; only VALID may be acted on."""
+
+    VALID = "VALID"
+    UNSIGNED = "UNSIGNED"
+    MALFORMED = "MALFORMED"
+    MISMATCH = "MISMATCH"
+
+    @property
+    def message(self) -> str:
+        return _CHECK_MESSAGES[self]
+
+
+_CHECK_MESSAGES: dict[SignatureCheck, str] = {
+    SignatureCheck.VALID: "the signature matches the command and the key",
+    SignatureCheck.UNSIGNED: "the command carries no signature",
+    SignatureCheck.MALFORMED: f"the signature is not {SIGNATURE_HEX_CHARS} lowercase hex characters",
+    SignatureCheck.MISMATCH: "the signature does not match (command altered, or signed with another key)",
+}
+
+
+class SignatureError(ValueError):
+    """A command whose signature did not check out; `check` says why."""
+
+    def __init__(self, command: BindCommand | EvictCommand, check: SignatureCheck) -> None:
+        super().__init__(
+            f"refusing {type(command).__name__} {command.command_id} for node {command.node!r}: "
+            f"{check.message}"
+        )
+        self.check = check
+
+
+def signing_bytes(command: BindCommand | EvictCommand) -> bytes:
+    """The bytes the signature covers: the compact JSON of the command with signature "".
+
+    `model_copy(update=...)` does not re-validate, which is right here: the command was validated
+    when built, and only the signature (a free string) changes.
+    """
+    return command.model_copy(update={"signature": ""}).model_dump_json().encode("utf-8")
+
+
+def signature_of(command: BindCommand | EvictCommand, *, key: bytes) -> str:
+    """The lowercase hex HMAC-SHA256 of `signing_bytes(command)` under `key`."""
+    _check_key(key)
+    return hmac.new(key, signing_bytes(command), hashlib.sha256).hexdigest()
+
+
+def sign(command: SignedCommand, *, key: bytes) -> SignedCommand:
+    """A copy of `command` carrying its signature (any previous signature is replaced)."""
+    return command.model_copy(update={"signature": signature_of(command, key=key)})
+
+
+def check_signature(command: BindCommand | EvictCommand, *, key: bytes) -> SignatureCheck:
+    """Why `command` may or may not be trusted under `key` (never raises for a bad signature)."""
+    _check_key(key)
+    given = command.signature
+    if not given:
+        return SignatureCheck.UNSIGNED
+    if len(given) != SIGNATURE_HEX_CHARS or not set(given) <= _LOWER_HEX:
+        return SignatureCheck.MALFORMED
+    expected = signature_of(command, key=key)
+    if hmac.compare_digest(expected.encode("ascii"), given.encode("ascii")):
+        return SignatureCheck.VALID
+    return SignatureCheck.MISMATCH
+
+
+def verify(command: BindCommand | EvictCommand, *, key: bytes) -> bool:
+    """True only for a command signed with `key` and not altered since."""
+    return check_signature(command, key=key) is SignatureCheck.VALID
+
+
+def require_valid(command: SignedCommand, *, key: bytes) -> SignedCommand:
+    """Return `command` when its signature is valid; raise `SignatureError` otherwise."""
+    check = check_signature(command, key=key)
+    if check is not SignatureCheck.VALID:
+        raise SignatureError(command, check)
+    return command
+
+
+def _check_key(key: bytes) -> None:
+    # A str key would be a caller bug (which encoding?); reject it rather than guess.
+    if not isinstance(key, bytes):
+        raise TypeError(f"the signing key must be bytes, not {type(key).__name__}")
+    if len(key) < MIN_KEY_BYTES:
+        raise ValueError(f"the signing key must be at least {MIN_KEY_BYTES} bytes (got {len(key)})")
