@@ -1,5 +1,106 @@
-"""Placeholder sub-app; the owning area replaces this module."""
+"""`gfs forecast`: train, backtest and benchmark the per-tenant GPU demand forecasters.
+
+torch and the training code load inside the commands, so mounting this sub-app is cheap.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Annotated
 
 import typer
 
-app = typer.Typer(no_args_is_help=True)
+app = typer.Typer(no_args_is_help=True, help="Per-tenant GPU demand forecasting: train, backtest, bench.")
+
+SeriesOpt = Annotated[
+    Path, typer.Option(help="helios-earth folder or canonical CSV (time,tenant,pool,demand_gpus)")
+]
+ThreadsOpt = Annotated[int, typer.Option(help="torch CPU threads (the machine is shared)")]
+
+
+def _threads(n: int) -> None:
+    import torch
+
+    torch.set_num_threads(max(1, n))
+
+
+@app.command()
+def train(
+    series: SeriesOpt,
+    out: Annotated[Path, typer.Option(help="artifact directory (weights.pt + metadata.json)")],
+    model: Annotated[str, typer.Option(help="lstm | orglinear")] = "lstm",
+    seed: Annotated[int, typer.Option()] = 0,
+    lookback: Annotated[
+        int | None, typer.Option(help="hours; default 168 (lstm), 672 or 336 (orglinear)")
+    ] = None,
+    threads: ThreadsOpt = 1,
+) -> None:
+    """Train on the whole series (newest quarter, at most 7 days, validates) and save an artifact."""
+    from ml.artifact import save_artifact
+    from ml.datasets import load_series
+    from ml.zoo import NEURAL, build_forecaster
+
+    if model not in NEURAL:
+        raise typer.BadParameter(f"--model must be one of {', '.join(NEURAL)}")
+    _threads(threads)
+    data = load_series(series)
+    f = build_forecaster(
+        model, data.keys, start=data.start, seed=seed, train_hours=data.hours, lookback=lookback
+    )
+    started = time.perf_counter()
+    f.fit(data.keys, data.values, data.hours)
+    path = save_artifact(f.model, out)  # type: ignore[arg-type]
+    typer.echo(
+        f"trained {f.version} on {len(data.keys)} series x {data.hours} h in "
+        f"{time.perf_counter() - started:.1f} s -> {path}"
+    )
+    typer.echo(json.dumps(f.model.info.validation))  # type: ignore[attr-defined]
+
+
+@app.command()
+def backtest(
+    series: SeriesOpt,
+    json_out: Annotated[Path, typer.Option("--json", help="write the results here")],
+    holdout_days: Annotated[int, typer.Option()] = 7,
+    models: Annotated[
+        str, typer.Option(help="comma-separated")
+    ] = "lstm,orglinear,last-value,seasonal-naive,ewma",
+    seed: Annotated[int, typer.Option()] = 0,
+    threads: ThreadsOpt = 1,
+) -> None:
+    """Train before the last HOLDOUT_DAYS, freeze, forecast every holdout hour at horizons 1-4."""
+    from ml.backtest import run_backtest
+    from ml.datasets import load_series
+    from ml.report import table
+
+    _threads(threads)
+    data = load_series(series)
+    names = [m.strip() for m in models.split(",") if m.strip()]
+    result = run_backtest(data, names, holdout_days=holdout_days, seed=seed, log=typer.echo)
+    result["series"]["path"] = str(series)  # type: ignore[index]
+    json_out.parent.mkdir(parents=True, exist_ok=True)
+    json_out.write_text(json.dumps(result, indent=2, sort_keys=True))
+    typer.echo(table(result))
+    typer.echo(f"wrote {json_out}")
+
+
+@app.command()
+def bench(
+    series: SeriesOpt,
+    tenants: Annotated[int, typer.Option(help="series in the latency test")] = 100,
+    history_days: Annotated[int, typer.Option(help="history for the warm-start retrain")] = 28,
+    threads: ThreadsOpt = 1,
+    json_out: Annotated[Path | None, typer.Option("--json")] = None,
+) -> None:
+    """LSTM inference latency (TENANTS x 4 h) and a daily warm-start retrain on HISTORY_DAYS."""
+    from ml.bench import run_bench
+    from ml.datasets import load_series
+
+    _threads(threads)
+    result = run_bench(load_series(series), n_tenants=tenants, history_days=history_days)
+    for k, v in result.items():
+        typer.echo(f"{k}: {v}")
+    if json_out:
+        json_out.write_text(json.dumps(result, indent=2))
