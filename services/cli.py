@@ -24,6 +24,8 @@ _SUBAPPS: tuple[tuple[str, str, str], ...] = (
 # Single commands mounted at the top level: (command name, module, function attribute).
 _COMMANDS: tuple[tuple[str, str, str], ...] = (
     ("simulate", "services.simulator.cli", "simulate"),
+    ("evaluate", "services.simulator.evaluate_cli", "evaluate"),
+    ("packing", "services.simulator.packing_cli", "packing"),
 )
 
 

@@ -1,5 +1,78 @@
-"""Placeholder sub-app; the owning area replaces this module."""
+"""`gfs bench sim`: wall time, events/s and peak memory of full-scale simulations.
+
+Either `--trace DIR` (a GFS-format trace) or `--nodes FILE --days N` (a synthetic trace generated
+on the fly by the traces area's generator, with its default, frozen configuration). Not a test:
+it prints numbers, it does not assert them.
+"""
+
+from __future__ import annotations
+
+import resource
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Annotated
 
 import typer
 
-app = typer.Typer(no_args_is_help=True)
+app = typer.Typer(no_args_is_help=True, help="Benchmarks.")
+
+
+def _peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # Linux reports KiB
+
+
+@app.command("sim")
+def bench_sim(
+    policy: Annotated[list[str], typer.Option("--policy", help="policy name (repeatable)")],
+    trace: Annotated[Path | None, typer.Option("--trace", help="GFS-format trace directory")] = None,
+    nodes: Annotated[
+        Path | None, typer.Option("--nodes", help="node_info_df.csv for a synthetic trace")
+    ] = None,
+    days: Annotated[float, typer.Option("--days", help="synthetic trace length")] = 184.0,
+    seed: Annotated[int, typer.Option("--seed", help="generator seed")] = 0,
+    forecast: Annotated[str, typer.Option("--forecast")] = "persistence",
+) -> None:
+    """Time `gfs simulate` per policy (loading included) with the persistence forecast."""
+    from services.simulator.runner import ForecastSource, RunSettings, prepare, run_one
+    from services.simulator.traces.gfs_format import load_gfs_trace
+
+    started = time.perf_counter()
+    generated: Path | None = None
+    if trace is None:
+        if nodes is None:
+            raise typer.BadParameter("give --trace DIR or --nodes FILE")
+        from services.simulator.traces.gfs_format import read_nodes
+        from services.simulator.traces.synth_config import GeneratorConfig
+        from services.simulator.traces.synthetic import synthesize
+
+        tmp = Path(tempfile.mkdtemp(prefix="gfs-bench-"))
+        synthesize(GeneratorConfig(days=days, seed=seed), read_nodes(nodes), tmp)
+        trace = generated = tmp
+        typer.echo(
+            f"generated synthetic trace ({days:g} days, seed {seed}) in {time.perf_counter() - started:.1f}s"
+        )
+    t0 = time.perf_counter()
+    loaded = load_gfs_trace(trace)
+    if generated is not None:
+        shutil.rmtree(generated, ignore_errors=True)
+    settings = RunSettings(forecast=ForecastSource(forecast), seed=seed)
+    workload, demand, pool_hourly = prepare(loaded, settings)
+    load_s = time.perf_counter() - t0
+    gpus = sum(n.gpus for n in loaded.nodes)
+    typer.echo(
+        f"trace: {len(loaded.jobs):,} jobs, {len(loaded.nodes):,} nodes, {gpus:,} GPUs; "
+        f"load + demand series {load_s:.1f}s; simulated tasks {len(workload.tasks):,}"
+    )
+    pool_series = {p: pool_hourly[:, i] for i, p in enumerate(demand.pools)}
+    for name in policy:
+        t1 = time.perf_counter()
+        result = run_one(workload, demand, pool_hourly, pool_series, name, settings)
+        sim_s = time.perf_counter() - t1
+        events = int(result.metrics["events"])
+        typer.echo(
+            f"{name:>10}: wall {load_s + sim_s:7.1f}s (load {load_s:.1f}s + sim {sim_s:.1f}s), "
+            f"{events:,} events, {events / max(sim_s, 1e-9):,.0f} events/s, "
+            f"peak RSS {_peak_rss_mb():,.0f} MB"
+        )

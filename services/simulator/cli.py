@@ -1,6 +1,85 @@
-"""Placeholder; the simulator area replaces this module with the real `gfs simulate`."""
+"""`gfs simulate`: replay a trace through one or more policies and write JSON + a report."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from services.simulator.runner import ForecastSource, RunSettings, run_policies
 
 
-def simulate() -> None:
-    """Not built yet."""
-    raise SystemExit("gfs simulate is not built yet")
+def simulate(
+    trace: Annotated[Path, typer.Option("--trace", help="trace directory")],
+    policy: Annotated[list[str], typer.Option("--policy", help="policy name (repeatable)")],
+    trace_format: Annotated[str, typer.Option("--format", help="trace format")] = "gfs",
+    forecast: Annotated[
+        ForecastSource, typer.Option("--forecast", help="HP-demand forecast source for the spot quota")
+    ] = ForecastSource.PERSISTENCE,
+    seed: Annotated[
+        int, typer.Option("--seed", help="recorded with the results (the simulation is deterministic)")
+    ] = 0,
+    window_days: Annotated[
+        float, typer.Option("--window-days", help="evaluation window: last N days")
+    ] = 31.0,
+    drain_days: Annotated[float, typer.Option("--drain-days", help="drain after the window")] = 7.0,
+    model_artifact: Annotated[
+        Path | None, typer.Option("--model-artifact", help="artifact dir for --forecast model")
+    ] = None,
+    json_out: Annotated[Path | None, typer.Option("--json", help="write metrics JSON here")] = None,
+    report: Annotated[Path | None, typer.Option("--report", help="write report.md + PNG plots here")] = None,
+) -> None:
+    """Simulate policies on a trace (HP warm-up, evaluation window, drain) and compare them."""
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from services.simulator.traces.gfs_format import load_gfs_trace
+
+    if forecast is ForecastSource.MODEL and model_artifact is None:
+        raise typer.BadParameter("--forecast model needs --model-artifact DIR")
+    if trace_format != "gfs":
+        raise typer.BadParameter(f"unknown trace format {trace_format!r} (supported: gfs)")
+    console = Console(stderr=True)
+    started = time.perf_counter()
+    loaded = load_gfs_trace(trace)
+    console.print(
+        f"loaded {len(loaded.jobs):,} jobs, {len(loaded.nodes):,} nodes in "
+        f"{time.perf_counter() - started:.1f}s"
+    )
+    settings = RunSettings(
+        forecast=forecast,
+        seed=seed,
+        window_days=window_days,
+        drain_days=drain_days,
+        model_artifact=model_artifact,
+    )
+    horizon = loaded.horizon_s + drain_days * 86400.0
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("day {task.completed:.0f}/{task.total:.0f}"),
+        TimeElapsedColumn(),
+        console=console,
+    ) as bar:
+        tasks = {name: bar.add_task(f"{name:>12}", total=horizon / 86400.0) for name in policy}
+
+        def progress(name: str, t: float) -> None:
+            bar.update(tasks[name], completed=t / 86400.0)
+
+        result = run_policies(loaded, policy, settings, progress)
+        for name in policy:
+            bar.update(tasks[name], completed=horizon / 86400.0)
+    payload = result.to_json()
+    if json_out is not None:
+        json_out.parent.mkdir(parents=True, exist_ok=True)
+        json_out.write_text(json.dumps(payload, indent=2, sort_keys=True) + "\n")
+    if report is not None:
+        from services.simulator.report import write_report
+
+        write_report(result, report)
+    from services.simulator.report import markdown_table
+
+    console.print(markdown_table(result))

@@ -1,0 +1,40 @@
+"""The only output of a scheduling pass: decisions the caller applies (decide/do split)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from services.core.ids import TaskId
+from services.core.reasons import EvictionReason
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerPlacement:
+    """A task's share of one node: `gpus` whole GPUs (one or more of its whole-GPU workers, all
+    on this node), or one fractional worker holding `fraction` of shared GPU `slot`.
+
+    `slot` is the pool-wide GPU index of a shared GPU (-1 for whole-GPU workers).
+    """
+
+    node: int
+    gpus: int
+    slot: int = -1
+    fraction: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class StartTask:
+    task_id: TaskId
+    placements: tuple[WorkerPlacement, ...]
+    preempted: bool = False  # the HP task needed evictions (it pays the restart overhead, spec 5.4)
+
+
+@dataclass(frozen=True, slots=True)
+class EvictTask:
+    task_id: TaskId
+    preemptor: TaskId
+    node: int
+    reason: EvictionReason = EvictionReason.PREEMPTED_BY_HP
+
+
+Decision = StartTask | EvictTask

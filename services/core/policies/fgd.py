@@ -1,0 +1,31 @@
+"""FGD (ATC'23) as a baseline (spec 6.2, 8 #15): fragmentation-gradient-descent placement for HP
+(normal and preemptive) and spot; FIFO queues with head-of-line blocking; reactive quota, or GFS's
+forecast quota in the `+gfs-quota` variant."""
+
+from __future__ import annotations
+
+from services.core.placement_fgd import FgdPlacement
+from services.core.policies.protocols import SchedulingPolicy
+from services.core.queues import Fifo
+from services.core.quota import ForecastQuota, QuotaPolicy, QuotaSettings, ReactiveQuota
+from services.core.victims_fgd import FgdVictims
+
+
+def _fgd(name: str, quota: QuotaPolicy) -> SchedulingPolicy:
+    return SchedulingPolicy(
+        name=name,
+        hp_order=Fifo(),
+        spot_order=Fifo(),
+        placement=FgdPlacement(),
+        victims=FgdVictims(),
+        quota=quota,
+        use_eviction_scores=False,
+    )
+
+
+def build_fgd(settings: QuotaSettings | None = None) -> SchedulingPolicy:
+    return _fgd("fgd", ReactiveQuota(settings=settings or QuotaSettings()))
+
+
+def build_fgd_gfs_quota(settings: QuotaSettings | None = None) -> SchedulingPolicy:
+    return _fgd("fgd+gfs-quota", ForecastQuota(settings=settings or QuotaSettings()))

@@ -1,0 +1,36 @@
+"""Kubernetes-style priority preemption (spec 6.2): kube-scheduler's defaults applied to HP/spot.
+
+HP and spot are two PriorityClasses. Queues are FIFO by arrival with head-of-line blocking (the
+scheduling queue pops by priority then timestamp; each class has its own queue here). Placement
+spreads (NodeResourcesFit LeastAllocated); preemption reprieves the oldest pods and picks the node
+with the fewest victims, then the latest-started victims, then node index. Quota is reactive (spot
+uses whatever is idle), or GFS's forecast quota in the `+gfs-quota` variant.
+"""
+
+from __future__ import annotations
+
+from services.core.placement_spread import LeastAllocated
+from services.core.policies.protocols import SchedulingPolicy
+from services.core.queues import Fifo
+from services.core.quota import ForecastQuota, QuotaPolicy, QuotaSettings, ReactiveQuota
+from services.core.victims_k8s import K8sVictims
+
+
+def _k8s(name: str, quota: QuotaPolicy) -> SchedulingPolicy:
+    return SchedulingPolicy(
+        name=name,
+        hp_order=Fifo(),
+        spot_order=Fifo(),
+        placement=LeastAllocated(),
+        victims=K8sVictims(),
+        quota=quota,
+        use_eviction_scores=False,
+    )
+
+
+def build_k8s_priority(settings: QuotaSettings | None = None) -> SchedulingPolicy:
+    return _k8s("k8s-priority", ReactiveQuota(settings=settings or QuotaSettings()))
+
+
+def build_k8s_priority_gfs_quota(settings: QuotaSettings | None = None) -> SchedulingPolicy:
+    return _k8s("k8s-priority+gfs-quota", ForecastQuota(settings=settings or QuotaSettings()))

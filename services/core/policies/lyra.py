@@ -1,0 +1,35 @@
+"""Lyra (EuroSys'23) as a baseline (spec 6.2, 8 #16): capacity loaning with least-cost reclaim.
+
+Spot work borrows idle GPUs (reactive quota: the loan is whatever is idle); an HP task that does
+not fit reclaims GPUs from the node whose preemption costs the fewest servers (victims_lyra).
+Queues are largest-first with head-of-line blocking; placement packs on free GPUs (no class
+affinity, no eviction score).
+"""
+
+from __future__ import annotations
+
+from services.core.placement_spread import PackFree
+from services.core.policies.protocols import SchedulingPolicy
+from services.core.queue_blocking import LargestFirstBlocking
+from services.core.quota import ForecastQuota, QuotaPolicy, QuotaSettings, ReactiveQuota
+from services.core.victims_lyra import LyraVictims
+
+
+def _lyra(name: str, quota: QuotaPolicy) -> SchedulingPolicy:
+    return SchedulingPolicy(
+        name=name,
+        hp_order=LargestFirstBlocking(),
+        spot_order=LargestFirstBlocking(),
+        placement=PackFree(),
+        victims=LyraVictims(),
+        quota=quota,
+        use_eviction_scores=False,
+    )
+
+
+def build_lyra(settings: QuotaSettings | None = None) -> SchedulingPolicy:
+    return _lyra("lyra", ReactiveQuota(settings=settings or QuotaSettings()))
+
+
+def build_lyra_gfs_quota(settings: QuotaSettings | None = None) -> SchedulingPolicy:
+    return _lyra("lyra+gfs-quota", ForecastQuota(settings=settings or QuotaSettings()))

@@ -1,0 +1,33 @@
+"""The policy protocol: a policy is a named bundle of four replaceable pieces.
+
+- `hp_order` / `spot_order` (QueueOrder): bucket, in-bucket order, and the `failed` threshold;
+- `placement` (NodeChooser): which node a worker goes to without preemption;
+- `victims` (VictimSelector): preemptive placement of an HP worker (which spot tasks to evict);
+- `quota` (QuotaPolicy): the spot admission cap per pool, refreshed every 300 s.
+
+A new policy (k8s-priority, lyra, fgd, `<baseline>+gfs-quota`, the GFS ablations) is one module
+that builds a `SchedulingPolicy` from existing or new pieces, plus one line in the registry.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from services.core.placement import NodeChooser
+from services.core.queues import QueueOrder
+from services.core.quota import QuotaPolicy
+from services.core.victims import VictimSelector
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulingPolicy:
+    name: str
+    hp_order: QueueOrder
+    spot_order: QueueOrder
+    placement: NodeChooser
+    victims: VictimSelector
+    quota: QuotaPolicy
+    use_eviction_scores: bool = True  # refresh node eviction scores (spec 5.5) for placement
+    # Lease-based policies (Chronus): every `lease_s` all running tasks give their GPUs back and are
+    # scheduled again (services/simulator/lease.py). None: no leases.
+    lease_s: float | None = None

@@ -1,0 +1,52 @@
+"""Policies by stable kebab-case name. Built explicitly by the caller (no import-time filling)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
+
+from services.core.policies.ablations import (
+    build_gfs_fifo_victims,
+    build_gfs_no_feedback,
+    build_gfs_no_forecast,
+)
+from services.core.policies.chronus import build_chronus, build_chronus_gfs_quota
+from services.core.policies.fgd import build_fgd, build_fgd_gfs_quota
+from services.core.policies.fifo import build_fifo
+from services.core.policies.gfs import build_gfs
+from services.core.policies.k8s_priority import build_k8s_priority, build_k8s_priority_gfs_quota
+from services.core.policies.lyra import build_lyra, build_lyra_gfs_quota
+from services.core.policies.protocols import SchedulingPolicy
+from services.core.quota import QuotaSettings
+
+PolicyFactory = Callable[[QuotaSettings | None], SchedulingPolicy]
+
+
+def build_registry() -> Mapping[str, PolicyFactory]:
+    """name -> factory. To add a policy: write its module with a `build_<name>` factory and add
+    one entry here."""
+    factories: dict[str, PolicyFactory] = {
+        "gfs": build_gfs,
+        "fifo": build_fifo,
+        # Baselines (spec 6.2) with a reactive quota, and with GFS's forecast quota.
+        "k8s-priority": build_k8s_priority,
+        "k8s-priority+gfs-quota": build_k8s_priority_gfs_quota,
+        "lyra": build_lyra,
+        "lyra+gfs-quota": build_lyra_gfs_quota,
+        "fgd": build_fgd,
+        "fgd+gfs-quota": build_fgd_gfs_quota,
+        "chronus": build_chronus,
+        "chronus+gfs-quota": build_chronus_gfs_quota,
+        # GFS ablations (spec 6.5).
+        "gfs-no-forecast": build_gfs_no_forecast,
+        "gfs-no-feedback": build_gfs_no_feedback,
+        "gfs-fifo-victims": build_gfs_fifo_victims,
+    }
+    return MappingProxyType(factories)
+
+
+def build_policy(name: str, settings: QuotaSettings | None = None) -> SchedulingPolicy:
+    registry = build_registry()
+    if name not in registry:
+        raise KeyError(f"unknown policy {name!r}; known: {', '.join(sorted(registry))}")
+    return registry[name](settings)

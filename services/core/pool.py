@@ -1,0 +1,251 @@
+"""One GPU pool (one GPU model): per-node numpy arrays plus the running tasks.
+
+Why arrays: best-fit scoring and victim-candidate filtering are vectorised over all nodes of a
+pool (the A10 pool has 2,494 one-GPU nodes), so the hot path has no per-node Python loop.
+
+GPU classes (spec 5.1): a GPU is HP if it holds any HP allocation, else SPOT if non-empty, else
+free. Whole-GPU workers are counted per node; GPUs shared by fractional workers are tracked per
+GPU (`slot` = pool-wide GPU index, node_offset[node] + i) with their HP and spot fractions.
+
+Mutation contract: `add_task` / `remove_task` are the only state changes; with `journal=True`
+they are recorded so `rollback()` restores the exact previous state. A scheduling pass decides
+on a journaled state and rolls back, so deciding never changes the caller's state.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from services.core.decisions import WorkerPlacement
+from services.core.ids import PoolId, TaskId
+from services.core.task import TaskClass, TaskSpec
+
+_EPS = 1e-9
+DEFAULT_EVICTION_SCORE = 9900  # spec 5.5 with no recent evictions: 10000 * (1 - 0.01 * 2^0)
+
+
+@dataclass(frozen=True, slots=True)
+class RunningTask:
+    spec: TaskSpec
+    start_s: float
+    placements: tuple[WorkerPlacement, ...]
+
+
+class PoolState:
+    """Mutable allocation state of one pool. Time never enters here."""
+
+    def __init__(self, pool: PoolId, node_names: tuple[str, ...], node_gpus: tuple[int, ...]) -> None:
+        self.pool = pool
+        self.node_names = node_names
+        n = len(node_gpus)
+        self.node_cap = np.asarray(node_gpus, dtype=np.int64)
+        self.capacity = int(self.node_cap.sum())
+        self.node_offset = np.concatenate(([0], np.cumsum(self.node_cap)[:-1])).astype(np.int64)
+        self.node_index = np.arange(n, dtype=np.int64)
+        self.free = self.node_cap.copy()
+        self.hp_gpus = np.zeros(n, dtype=np.int64)
+        self.spot_gpus = np.zeros(n, dtype=np.int64)
+        self._eviction_score = np.full(n, DEFAULT_EVICTION_SCORE, dtype=np.int64)
+        self._tie_keys: dict[bool, np.ndarray] = {}
+        # Per-GPU state for shared (fractional) GPUs.
+        self.gpu_node = np.repeat(self.node_index, self.node_cap)
+        self.gpu_shared = np.zeros(self.capacity, dtype=bool)
+        self.gpu_hp = np.zeros(self.capacity, dtype=np.float64)
+        self.gpu_spot = np.zeros(self.capacity, dtype=np.float64)
+        self.shared_on_node = np.zeros(n, dtype=np.int64)
+        self.slot_tasks: dict[int, dict[TaskId, float]] = {}
+        # Whole-GPU spot holdings per node (victim selection needs them): task -> GPUs there.
+        self.spot_whole: list[dict[TaskId, int]] = [{} for _ in range(n)]
+        self.running: dict[TaskId, RunningTask] = {}
+        self.spot_in_use = 0.0  # S_v: GPUs held by running spot tasks (g x w)
+        self.hp_in_use = 0.0
+        self._journal: list[tuple[str, RunningTask]] | None = None
+
+    # ----- journal -------------------------------------------------------------------------
+    def begin(self) -> None:
+        self._journal = []
+
+    def rollback(self) -> None:
+        journal, self._journal = self._journal or [], None
+        for op, rt in reversed(journal):
+            if op == "add":
+                self._remove(rt.spec.task_id)
+            else:
+                self._add(rt)
+
+    def mark(self) -> int:
+        return len(self._journal) if self._journal is not None else 0
+
+    def rollback_to(self, mark: int) -> None:
+        journal = self._journal or []
+        while len(journal) > mark:
+            op, rt = journal.pop()
+            if op == "add":
+                self._remove(rt.spec.task_id)
+            else:
+                self._add(rt)
+
+    # ----- eviction score (spec 5.5) and the placement tie-break derived from it ---------------
+    @property
+    def eviction_score(self) -> np.ndarray:
+        return self._eviction_score
+
+    @eviction_score.setter
+    def eviction_score(self, scores: np.ndarray) -> None:
+        self._eviction_score = np.asarray(scores, dtype=np.int64)
+        self._tie_keys.clear()
+
+    def tie_key(self, *, prefer_high_score: bool) -> np.ndarray:
+        """(eviction-score key) * n_nodes + node index, cached until the scores change: the low
+        tiers of the best-fit composite key."""
+        key = self._tie_keys.get(prefer_high_score)
+        if key is None:
+            e = 10000 - self._eviction_score if prefer_high_score else self._eviction_score
+            key = e * len(self.node_cap) + self.node_index
+            self._tie_keys[prefer_high_score] = key
+        return key
+
+    # ----- queries -------------------------------------------------------------------------
+    @property
+    def non_hp(self) -> np.ndarray:
+        """GPUs per node with no HP allocation (idle or spot only): what preemption can free."""
+        return self.node_cap - self.hp_gpus
+
+    def allocated_gpus(self) -> int:
+        return int(self.hp_gpus.sum() + self.spot_gpus.sum())
+
+    def slot_class(self, slot: int) -> TaskClass | None:
+        if self.gpu_hp[slot] > _EPS:
+            return TaskClass.HP
+        if self.gpu_spot[slot] > _EPS:
+            return TaskClass.SPOT
+        return None
+
+    def spot_slots_on_node(self, node: int) -> list[int]:
+        """Shared GPUs on `node` that hold spot work only (they count as non-HP GPUs)."""
+        if self.shared_on_node[node] == 0:
+            return []
+        lo = int(self.node_offset[node])
+        hi = lo + int(self.node_cap[node])
+        return [s for s in range(lo, hi) if self.gpu_shared[s] and self.gpu_hp[s] <= _EPS]
+
+    def open_slot(self, node: int) -> int:
+        """Lowest GPU index on `node` that is not shared yet (deterministic)."""
+        lo = int(self.node_offset[node])
+        for s in range(lo, lo + int(self.node_cap[node])):
+            if not self.gpu_shared[s]:
+                return s
+        raise ValueError(f"node {node} has no unshared GPU")
+
+    # ----- low-level GPU accounting (also used for tentative per-worker reservations) --------
+    def take_whole(self, node: int, gpus: int, cls: TaskClass) -> None:
+        self.free[node] -= gpus
+        if cls is TaskClass.HP:
+            self.hp_gpus[node] += gpus
+        else:
+            self.spot_gpus[node] += gpus
+
+    def give_whole(self, node: int, gpus: int, cls: TaskClass) -> None:
+        self.take_whole(node, -gpus, cls)
+
+    def add_fraction(self, slot: int, fraction: float, cls: TaskClass) -> None:
+        node = int(self.gpu_node[slot])
+        before = self.slot_class(slot)
+        if not self.gpu_shared[slot]:
+            self.gpu_shared[slot] = True
+            self.shared_on_node[node] += 1
+            self.free[node] -= 1
+        if cls is TaskClass.HP:
+            self.gpu_hp[slot] += fraction
+        else:
+            self.gpu_spot[slot] += fraction
+        self._reclassify(node, before, self.slot_class(slot))
+
+    def remove_fraction(self, slot: int, fraction: float, cls: TaskClass) -> None:
+        node = int(self.gpu_node[slot])
+        before = self.slot_class(slot)
+        if cls is TaskClass.HP:
+            self.gpu_hp[slot] = max(0.0, self.gpu_hp[slot] - fraction)
+        else:
+            self.gpu_spot[slot] = max(0.0, self.gpu_spot[slot] - fraction)
+        after = self.slot_class(slot)
+        self._reclassify(node, before, after)
+        if after is None:
+            self.gpu_hp[slot] = 0.0
+            self.gpu_spot[slot] = 0.0
+            self.gpu_shared[slot] = False
+            self.shared_on_node[node] -= 1
+            self.free[node] += 1
+
+    def _reclassify(self, node: int, before: TaskClass | None, after: TaskClass | None) -> None:
+        if before is after:
+            return
+        if before is TaskClass.HP:
+            self.hp_gpus[node] -= 1
+        elif before is TaskClass.SPOT:
+            self.spot_gpus[node] -= 1
+        if after is TaskClass.HP:
+            self.hp_gpus[node] += 1
+        elif after is TaskClass.SPOT:
+            self.spot_gpus[node] += 1
+
+    # ----- task-level changes ----------------------------------------------------------------
+    def add_task(self, rt: RunningTask) -> None:
+        self._add(rt)
+        if self._journal is not None:
+            self._journal.append(("add", rt))
+
+    def remove_task(self, task_id: TaskId) -> RunningTask:
+        rt = self._remove(task_id)
+        if self._journal is not None:
+            self._journal.append(("remove", rt))
+        return rt
+
+    def _add(self, rt: RunningTask) -> None:
+        spec = rt.spec
+        cls = spec.task_class
+        for p in rt.placements:
+            if p.slot >= 0:
+                self.add_fraction(p.slot, p.fraction, cls)
+                if cls is TaskClass.SPOT:
+                    occupants = self.slot_tasks.setdefault(p.slot, {})
+                    occupants[spec.task_id] = occupants.get(spec.task_id, 0.0) + p.fraction
+            else:
+                self.take_whole(p.node, p.gpus, cls)
+                if cls is TaskClass.SPOT:
+                    held = self.spot_whole[p.node]
+                    held[spec.task_id] = held.get(spec.task_id, 0) + p.gpus
+        self.running[spec.task_id] = rt
+        if cls is TaskClass.SPOT:
+            self.spot_in_use += spec.total_gpus
+        else:
+            self.hp_in_use += spec.total_gpus
+
+    def _remove(self, task_id: TaskId) -> RunningTask:
+        rt = self.running.pop(task_id)
+        spec = rt.spec
+        cls = spec.task_class
+        for p in rt.placements:
+            if p.slot >= 0:
+                if cls is TaskClass.SPOT:
+                    occupants = self.slot_tasks[p.slot]
+                    left = occupants.pop(task_id) - p.fraction
+                    if left > _EPS:
+                        occupants[task_id] = left
+                    if not occupants:
+                        del self.slot_tasks[p.slot]
+                self.remove_fraction(p.slot, p.fraction, cls)
+            else:
+                self.give_whole(p.node, p.gpus, cls)
+                if cls is TaskClass.SPOT:
+                    held = self.spot_whole[p.node]
+                    left_whole = held.pop(task_id) - p.gpus
+                    if left_whole > 0:
+                        held[task_id] = left_whole
+        if cls is TaskClass.SPOT:
+            self.spot_in_use -= spec.total_gpus
+        else:
+            self.hp_in_use -= spec.total_gpus
+        return rt

@@ -1,0 +1,132 @@
+"""Spot quota per pool (spec 4.1 with the eta fix of spec 8 #2) and the reactive alternative.
+
+A `QuotaPolicy` turns what is known at a refresh (capacity, idle GPUs, the forecast quantile of
+HP demand, recent guarantee outcomes) into the quota per guarantee duration and the next eta.
+The quota caps the pool's total concurrent spot GPUs: admit j only if S_v + g_j w_j <= Q_v(H_j).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaSettings:
+    guarantee_rate: float = 0.9  # p; target eviction rate eps = 1 - p
+    eta_min: float = 0.1
+    eta_max: float = 1.5
+    min_periods: int = 20  # guarantee outcomes needed in the feedback window before reacting
+    shrink_at: float = 1.5  # x eps
+    grow_at: float = 0.5  # x eps
+    head_wait_s: float = 3600.0  # grow only if the head spot task waited longer than this
+    feedback_window_s: float = 4 * 3600.0
+    max_guarantee_hours: int = 4
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaInputs:
+    capacity: int
+    idle_gpus: int
+    spot_in_use: float
+    hp_quantile: np.ndarray | None  # p-quantile of pool HP demand for horizon hours 1..H
+    eta: float
+    failed_recent: int  # failed guarantee periods in the pool in the feedback window
+    succeeded_recent: int
+    head_wait_s: float | None  # how long the spot queue's head has waited (None: empty queue)
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaOutcome:
+    quota: Mapping[int, float]  # guarantee hours -> Q_v(H)
+    eta: float
+
+
+class QuotaPolicy(Protocol):
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def uses_forecast(self) -> bool: ...
+
+    @property
+    def settings(self) -> QuotaSettings: ...
+
+    def refresh(self, inputs: QuotaInputs) -> QuotaOutcome: ...
+
+
+def spare_from_quantile(hp_quantile: np.ndarray, capacity: int) -> np.ndarray:
+    """F_v(h) = C_v - clip(floor(U_v(h)), 0, C_v)."""
+    used = np.clip(np.floor(hp_quantile + 1e-9), 0, capacity)
+    return np.asarray(capacity - used, dtype=np.float64)
+
+
+def quota_per_hours(spare: np.ndarray, eta: float, max_hours: int) -> dict[int, float]:
+    """Q_v(H) = eta * min_{h <= H} F_v(h) for H = 1..max_hours (limited by the horizon)."""
+    out: dict[int, float] = {}
+    for hours in range(1, max_hours + 1):
+        window = spare[: min(hours, len(spare))]
+        out[hours] = eta * float(window.min()) if len(window) else 0.0
+    return out
+
+
+def next_eta(eta: float, inputs: QuotaInputs, s: QuotaSettings) -> float:
+    """Eviction feedback: shrink by eps/ER when ER >= 1.5 eps; grow by (1.5 - ER/eps) (the fix of
+    spec 8 #2, a factor in [1, 1.5]) when ER <= 0.5 eps and spot work has waited over an hour;
+    nothing until `min_periods` outcomes are logged. Clamped to [eta_min, eta_max]."""
+    total = inputs.failed_recent + inputs.succeeded_recent
+    if total < s.min_periods:
+        return eta
+    eps = 1.0 - s.guarantee_rate
+    rate = inputs.failed_recent / total
+    if rate >= s.shrink_at * eps:
+        eta = eta * eps / rate
+    elif rate <= s.grow_at * eps and inputs.head_wait_s is not None and inputs.head_wait_s > s.head_wait_s:
+        eta = eta * (1.5 - rate / eps)
+    return min(s.eta_max, max(s.eta_min, eta))
+
+
+@dataclass(frozen=True, slots=True)
+class ForecastQuota:
+    """GFS: capacity minus the forecast p-quantile of HP demand over the guarantee, times eta."""
+
+    settings: QuotaSettings = QuotaSettings()
+    feedback: bool = True
+    name: str = "forecast"
+    uses_forecast: bool = True
+
+    def refresh(self, inputs: QuotaInputs) -> QuotaOutcome:
+        eta = next_eta(inputs.eta, inputs, self.settings) if self.feedback else inputs.eta
+        if inputs.hp_quantile is None or len(inputs.hp_quantile) == 0:
+            # No forecast yet (or none to be had): fall back to what is idle now.
+            return QuotaOutcome(reactive_quota(inputs, self.settings.max_guarantee_hours), eta)
+        spare = spare_from_quantile(inputs.hp_quantile, inputs.capacity)
+        return QuotaOutcome(quota_per_hours(spare, eta, self.settings.max_guarantee_hours), eta)
+
+
+def reactive_quota(inputs: QuotaInputs, max_hours: int) -> dict[int, float]:
+    cap = inputs.spot_in_use + inputs.idle_gpus
+    return dict.fromkeys(range(1, max_hours + 1), float(cap))
+
+
+@dataclass(frozen=True, slots=True)
+class ReactiveQuota:
+    """Production-like: spot may use whatever is idle, so the quota never binds before placement
+    does (quota = capacity). No forecast, no feedback."""
+
+    settings: QuotaSettings = QuotaSettings()
+    name: str = "reactive"
+    uses_forecast: bool = False
+
+    def refresh(self, inputs: QuotaInputs) -> QuotaOutcome:
+        return QuotaOutcome(
+            dict.fromkeys(range(1, self.settings.max_guarantee_hours + 1), float(inputs.capacity)), inputs.eta
+        )
+
+
+def quota_is_finite(value: float) -> bool:
+    return math.isfinite(value)

@@ -1,0 +1,219 @@
+"""Preemptive placement of one HP worker: which spot tasks to evict, on which node (spec 5.2).
+
+A `VictimSelector` returns a `PreemptionPlan` (or None) and never changes the pool. After the
+plan's victims are removed, the worker fits on `plan.node` (whole GPUs) or on `plan.slot` (a
+shared GPU, fractional case; slot -1 with a fractional worker means "open a freed GPU").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from services.core.ids import TaskId
+from services.core.pool import PoolState
+from services.core.task import TaskSpec
+
+_EPS = 1e-9
+
+
+@dataclass(frozen=True, slots=True)
+class PreemptionPlan:
+    node: int
+    victims: tuple[TaskId, ...]
+    cost: float
+    slot: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class PreemptionContext:
+    """What the node cost needs besides the pool: time and the pool's guarantee history."""
+
+    now: float
+    failed_periods: int  # F_v: failed spot guarantee periods in the pool so far
+    succeeded_periods: int  # S_v
+    t_win_s: float  # T_win, the normalising window of the lost-GPU-time term (default 31 days)
+    cost_weight: float = 5.0
+
+
+class VictimSelector(Protocol):
+    name: str
+
+    def plan(self, pool: PoolState, spec: TaskSpec, ctx: PreemptionContext) -> PreemptionPlan | None: ...
+
+
+def lost_gpu_seconds(pool: PoolState, task_id: TaskId, now: float) -> float:
+    """c_j = w_j * g_j * (now - start_j): GPU time since the victim (re)started."""
+    rt = pool.running[task_id]
+    return rt.spec.total_gpus * max(0.0, now - rt.start_s)
+
+
+def two_pointer(
+    holdings: Mapping[TaskId, frozenset[int]],
+    pool_ids: frozenset[int],
+    cost: Mapping[TaskId, float],
+    need: int,
+) -> tuple[list[TaskId], set[int]]:
+    """GFS victim heuristic over GPU-id sets (spec 5.2, loop condition l <= r).
+
+    Jobs sorted by cost descending (ties by id); alternately spare from the expensive end and
+    the cheap end while the remaining GPUs still cover `need`, evicting one job from an end
+    whenever it cannot be spared. Returns (victims, GPUs left for the preemptor).
+    """
+    jobs = sorted(holdings, key=lambda t: (-cost[t], t))
+    g = set(pool_ids)
+    victims: list[TaskId] = []
+    lo, hi = 0, len(jobs) - 1
+    while lo <= hi:
+        while lo <= hi and len(g - holdings[jobs[lo]]) >= need:
+            g -= holdings[jobs[lo]]
+            lo += 1
+        if lo <= hi:
+            victims.append(jobs[lo])
+            lo += 1
+        while lo <= hi and len(g - holdings[jobs[hi]]) >= need:
+            g -= holdings[jobs[hi]]
+            hi -= 1
+        if lo <= hi:
+            victims.append(jobs[hi])
+            hi -= 1
+    return victims, g
+
+
+def node_cost(victim_cost: float, n_victims: int, pool: PoolState, ctx: PreemptionContext) -> float:
+    """(F + R) / (F + S + R) + w * sum(c_j) / (C_v * T_win): eviction rate after this preemption
+    dominates; the lost GPU time breaks near-ties."""
+    f, s = ctx.failed_periods, ctx.succeeded_periods
+    denominator = f + s + n_victims
+    rate = (f + n_victims) / denominator if denominator > 0 else 0.0
+    return rate + ctx.cost_weight * victim_cost / (pool.capacity * ctx.t_win_s)
+
+
+class GfsVictims:
+    """Best fit on preemptible capacity, two-pointer victims per node, minimum node cost."""
+
+    name = "gfs-two-pointer"
+
+    def plan(self, pool: PoolState, spec: TaskSpec, ctx: PreemptionContext) -> PreemptionPlan | None:
+        if spec.is_fractional:
+            frac = self._plan_fractional(pool, spec.gpus_per_worker, ctx)
+            if frac is not None:
+                return frac
+        return self._plan_whole(pool, spec.whole_gpus_per_worker, ctx)
+
+    def _plan_whole(self, pool: PoolState, k: int, ctx: PreemptionContext) -> PreemptionPlan | None:
+        non_hp = pool.non_hp
+        feasible = non_hp >= k
+        if not feasible.any():
+            return None
+        least = int(non_hp[feasible].min())
+        best: PreemptionPlan | None = None
+        for node in np.flatnonzero(non_hp == least).tolist():
+            plan = self._plan_node(pool, int(node), k, ctx)
+            if best is None or plan.cost < best.cost:
+                best = plan
+        return best
+
+    def _plan_node(self, pool: PoolState, node: int, k: int, ctx: PreemptionContext) -> PreemptionPlan:
+        whole = pool.spot_whole[node]
+        slots = pool.spot_slots_on_node(node)
+        idle = int(pool.free[node])
+        if not slots and len(whole) == 1 and idle < k:  # fast path: the only spot task must go
+            (tid,) = whole
+            c = lost_gpu_seconds(pool, tid, ctx.now)
+            return PreemptionPlan(node, (tid,), node_cost(c, 1, pool, ctx))
+        # Virtual GPU ids: idle GPUs, then each whole holding, then each spot-only shared GPU.
+        next_id = idle
+        holdings: dict[TaskId, set[int]] = {}
+        for tid, n in whole.items():
+            holdings.setdefault(tid, set()).update(range(next_id, next_id + n))
+            next_id += n
+        for slot in slots:
+            for tid in pool.slot_tasks.get(slot, {}):
+                holdings.setdefault(tid, set()).add(next_id)
+            next_id += 1
+        frozen = {t: frozenset(ids) for t, ids in holdings.items()}
+        costs = {t: lost_gpu_seconds(pool, t, ctx.now) for t in frozen}
+        victims, _ = two_pointer(frozen, frozenset(range(next_id)), costs, k)
+        total = sum(costs[t] for t in victims)
+        return PreemptionPlan(node, tuple(victims), node_cost(total, len(victims), pool, ctx))
+
+    def _plan_fractional(self, pool: PoolState, g: float, ctx: PreemptionContext) -> PreemptionPlan | None:
+        """Shared GPUs already holding some HP with room for g once their spot work is evicted;
+        best fit on the HP fraction (the fullest wins), then two-pointer on fractions."""
+        hp = pool.gpu_hp
+        ok = pool.gpu_shared & (hp > _EPS) & (hp <= 1.0 - g + _EPS) & (pool.gpu_spot > _EPS)
+        if not ok.any():
+            return None
+        fullest = float(hp[ok].max())
+        best: PreemptionPlan | None = None
+        for slot in np.flatnonzero(ok & (hp >= fullest - _EPS)).tolist():
+            occupants = pool.slot_tasks.get(int(slot), {})
+            costs = {t: lost_gpu_seconds(pool, t, ctx.now) for t in occupants}
+            victims = fraction_two_pointer(occupants, 1.0 - float(hp[slot]), costs, g)
+            total = sum(costs[t] for t in victims)
+            plan = PreemptionPlan(
+                int(pool.gpu_node[slot]), tuple(victims), node_cost(total, len(victims), pool, ctx), int(slot)
+            )
+            if best is None or plan.cost < best.cost:
+                best = plan
+        return best
+
+
+def fraction_two_pointer(
+    fractions: Mapping[TaskId, float], available: float, cost: Mapping[TaskId, float], need: float
+) -> list[TaskId]:
+    """Two-pointer on one shared GPU: sparing keeps a job's fraction; loop while l <= r (the
+    issue's decision; the reference code used l < r, which can skip the last job)."""
+    jobs = sorted(fractions, key=lambda t: (-cost[t], t))
+    victims: list[TaskId] = []
+    lo, hi = 0, len(jobs) - 1
+    while lo <= hi:
+        while lo <= hi and available - fractions[jobs[lo]] >= need - _EPS:
+            available -= fractions[jobs[lo]]
+            lo += 1
+        if lo <= hi:
+            victims.append(jobs[lo])
+            lo += 1
+        while lo <= hi and available - fractions[jobs[hi]] >= need - _EPS:
+            available -= fractions[jobs[hi]]
+            hi -= 1
+        if lo <= hi:
+            victims.append(jobs[hi])
+            hi -= 1
+    return victims
+
+
+class FirstNodeVictims:
+    """Production-like: the first node (by index) where evicting spot frees enough GPUs; its spot
+    tasks are evicted in placement order until enough GPUs are free."""
+
+    name = "first-node"
+
+    def plan(self, pool: PoolState, spec: TaskSpec, ctx: PreemptionContext) -> PreemptionPlan | None:
+        k = spec.whole_gpus_per_worker
+        feasible = pool.non_hp >= k
+        node = int(feasible.argmax())
+        if not feasible[node]:
+            return None
+        whole = pool.spot_whole[node]
+        slots = pool.spot_slots_on_node(node)
+        order = list(whole) + [t for s in slots for t in pool.slot_tasks.get(s, {})]
+        idle = int(pool.free[node])
+        victims: list[TaskId] = []
+
+        def freed() -> int:
+            gone = set(victims)
+            full_slots = sum(1 for s in slots if all(t in gone for t in pool.slot_tasks.get(s, {})))
+            return idle + sum(whole.get(t, 0) for t in gone) + full_slots
+
+        for tid in order:
+            if freed() >= k:
+                break
+            if tid not in victims:
+                victims.append(tid)
+        cost = sum(lost_gpu_seconds(pool, t, ctx.now) for t in victims)
+        return PreemptionPlan(node, tuple(victims), node_cost(cost, len(victims), pool, ctx))

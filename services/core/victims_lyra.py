@@ -1,0 +1,62 @@
+"""Lyra-style reclaim (EuroSys'23, spec 8 #16): take back capacity greedily at the least server
+preemption cost.
+
+Lyra loans idle inference servers to training and, when inference needs them back, reclaims the
+servers whose preemption costs least, counting preempted jobs and weighting non-elastic ones.
+Nothing here is elastic, so a victim's cost is the number of servers (workers) its gang loses:
+evicting one worker of a w-worker gang stops all w (cost w); a single-worker job costs 1. The
+work already done does not enter (unlike GFS's lost-GPU-time term).
+
+Per candidate node: greedily add victims that free the most GPUs per unit cost until the worker
+fits, then drop (most expensive first) any victim no longer needed. Node choice: least total
+cost, then fewest victims, then node index. Lyra looks at every node, not only the best fit on
+preemptible capacity as GFS does.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from services.core.ids import TaskId
+from services.core.pool import PoolState
+from services.core.task import TaskSpec
+from services.core.victim_sets import NodeHoldings, node_holdings, reprieve
+from services.core.victims import PreemptionContext, PreemptionPlan, lost_gpu_seconds, node_cost
+
+
+def server_cost(pool: PoolState, task_id: TaskId) -> int:
+    return pool.running[task_id].spec.workers
+
+
+def greedy_victims(pool: PoolState, holdings: NodeHoldings, need: int) -> list[TaskId] | None:
+    def gain(t: TaskId) -> tuple[float, int, TaskId]:
+        return (-holdings.gpus_of(t) / server_cost(pool, t), server_cost(pool, t), t)
+
+    chosen: list[TaskId] = []
+    for tid in sorted(holdings.tasks, key=gain):
+        if holdings.freed(chosen) >= need:
+            break
+        chosen.append(tid)
+    if holdings.freed(chosen) < need:
+        return None
+    expensive_first = sorted(chosen, key=lambda t: (-server_cost(pool, t), t))
+    kept = set(reprieve(holdings, expensive_first, need))
+    return [t for t in chosen if t in kept]
+
+
+class LyraVictims:
+    name = "lyra-least-server-cost"
+
+    def plan(self, pool: PoolState, spec: TaskSpec, ctx: PreemptionContext) -> PreemptionPlan | None:
+        k = spec.whole_gpus_per_worker
+        best: tuple[tuple[int, int, int], PreemptionPlan] | None = None
+        for node in np.flatnonzero(pool.non_hp >= k).tolist():
+            holdings = node_holdings(pool, node)
+            victims = greedy_victims(pool, holdings, k)
+            if victims is None:
+                continue
+            key = (sum(server_cost(pool, t) for t in victims), len(victims), node)
+            if best is None or key < best[0]:
+                lost = sum(lost_gpu_seconds(pool, t, ctx.now) for t in victims)
+                best = (key, PreemptionPlan(node, tuple(victims), node_cost(lost, len(victims), pool, ctx)))
+        return None if best is None else best[1]

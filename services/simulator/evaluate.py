@@ -1,0 +1,220 @@
+"""`gfs evaluate`: run a grid of policies x generator seeds x HP load levels (plus GFS's
+sensitivity to p and the guarantee hours) in worker processes and aggregate the metrics.
+
+Each cell regenerates its trace from the frozen generator config (cheap next to the simulation),
+so a worker needs nothing but the cell and the config, and any cell can be rerun alone.
+Results are keyed and sorted, so the report does not depend on the order workers finish in.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from services.core.policies.registry import build_policy
+from services.core.quota import QuotaSettings
+from services.simulator.engine import SimSettings
+from services.simulator.evaluate_config import EvaluateConfig, resolve_nodes
+from services.simulator.evaluate_trace import cell_trace, scaled_nodes, with_guarantee_hours
+from services.simulator.lease import simulation_class
+from services.simulator.result import build_policy_result
+from services.simulator.runner import ForecastSource, RunSettings, build_forecaster, prepare
+from services.simulator.traces.gfs_format import read_nodes
+
+# The cluster-wide metrics (services/core/metrics.metric_block) the report aggregates.
+METRICS: tuple[str, ...] = (
+    "lp_eviction_rate", "lp_queue_delay_mean_s", "lp_queue_delay_p99_s", "hp_queue_delay_mean_s",
+    "hp_queue_delay_p99_s", "hp_slo_attainment", "gpu_allocation_rate", "useful_gpu_time_rate",
+    "lp_gpu_hours_completed", "lp_jct_mean_s", "evictions", "tasks_finished", "tasks_unfinished",
+    "lp_tasks", "hp_tasks", "lp_guarantee_periods",
+)  # fmt: skip
+POOL_METRICS: tuple[str, ...] = (
+    "lp_eviction_rate",
+    "lp_queue_delay_mean_s",
+    "gpu_allocation_rate",
+    "hp_queue_delay_mean_s",
+)
+MAX_JOB_SHARE = 0.5  # evaluate_trace.narrow_gangs
+
+
+@dataclass(frozen=True, slots=True)
+class Cell:
+    """One simulation: `study` is "grid", "p" (guarantee rate) or "hours" (guarantee hours)."""
+
+    study: str
+    policy: str
+    seed: int
+    load: float
+    guarantee_rate: float = 0.9
+    guarantee_hours: int = 1
+
+    @property
+    def key(self) -> str:
+        rate, hours = f"{self.guarantee_rate:g}", self.guarantee_hours
+        return f"{self.study}|{self.policy}|s{self.seed}|L{self.load:g}|p{rate}|H{hours}"
+
+
+def grid_cells(cfg: EvaluateConfig) -> list[Cell]:
+    # Seed-major: every finished seed gives a complete policy x load block to compare.
+    cells = [Cell("grid", p, s, load) for s in cfg.seeds for load in cfg.loads for p in cfg.policies]
+    sens = cfg.sensitivity
+    if sens is not None:
+        cells += [
+            Cell("p", sens.policy, s, sens.load, guarantee_rate=r)
+            for r in sens.guarantee_rates
+            for s in sens.seeds
+        ]
+        cells += [
+            Cell("hours", sens.policy, s, sens.load, guarantee_hours=h)
+            for h in sens.guarantee_hours
+            for s in sens.seeds
+        ]
+    return cells
+
+
+def run_cell(cfg: EvaluateConfig, cell: Cell) -> dict[str, Any]:
+    """Generate the cell's trace, simulate its policy, return its metrics (JSON-ready)."""
+    started = time.perf_counter()
+    nodes = scaled_nodes(read_nodes(resolve_nodes(cfg.nodes)), cfg.node_fraction)
+    ct = cell_trace(cfg.base_generator(), nodes, seed=cell.seed, load=cell.load, max_job_share=MAX_JOB_SHARE)
+    trace = ct.trace if cell.guarantee_hours == 1 else with_guarantee_hours(ct.trace, cell.guarantee_hours)
+    settings = RunSettings(
+        forecast=ForecastSource(cfg.forecast),
+        seed=cell.seed,
+        window_days=cfg.window_days,
+        drain_days=cfg.drain_days,
+    )
+    workload, demand, pool_hourly = prepare(trace, settings)
+    quota_settings = dataclasses.replace(QuotaSettings(), guarantee_rate=cell.guarantee_rate)
+    policy = build_policy(cell.policy, quota_settings)
+    sim = simulation_class(policy.lease_s)(
+        workload,
+        policy,
+        build_forecaster(settings, demand, pool_hourly),
+        demand,
+        SimSettings(t_win_s=cfg.window_days * 86400.0),
+    )
+    sim.run()
+    result = build_policy_result(sim, {p: pool_hourly[:, i] for i, p in enumerate(demand.pools)})
+    m = result.metrics
+    return {
+        "key": cell.key,
+        "cell": dataclasses.asdict(cell),
+        "trace_sha256": ct.generator.digest(),
+        "jobs": len(trace.jobs),
+        "narrowed_jobs": ct.narrowed_jobs,
+        "hp_jobs_thinned": ct.hp_jobs_thinned,
+        "metrics": {k: float(m[k]) for k in METRICS},
+        "pools": {p: {k: float(v[k]) for k in POOL_METRICS} for p, v in sorted(m["pools"].items())},
+        "wall_s": time.perf_counter() - started,
+    }
+
+
+def run_grid(
+    cfg: EvaluateConfig,
+    cells: Sequence[Cell],
+    progress: Callable[[dict[str, Any]], None] | None = None,
+    done: Sequence[dict[str, Any]] = (),
+) -> list[dict[str, Any]]:
+    """Run the cells not already in `done` (results of an interrupted run of the same config);
+    `progress` sees each new result as it arrives (the CLI appends it to cells.jsonl)."""
+    results: list[dict[str, Any]] = [r for r in done if r["key"] in {c.key for c in cells}]
+    finished = {r["key"] for r in results}
+    todo = [c for c in cells if c.key not in finished]
+    if cfg.workers == 1:
+        for cell in todo:
+            results.append(run_cell(cfg, cell))
+            if progress:
+                progress(results[-1])
+    else:
+        with ProcessPoolExecutor(max_workers=cfg.workers) as pool:
+            futures = [pool.submit(run_cell, cfg, c) for c in todo]
+            for fut in as_completed(futures):
+                results.append(fut.result())
+                if progress:
+                    progress(results[-1])
+    return sorted(results, key=lambda r: r["key"])
+
+
+# ----- aggregation ------------------------------------------------------------------------------
+def spread(values: Sequence[float]) -> dict[str, float]:
+    a = np.asarray(values, dtype=np.float64)
+    return {
+        "mean": float(a.mean()),
+        "std": float(a.std(ddof=1)) if len(a) > 1 else 0.0,
+        "min": float(a.min()),
+        "max": float(a.max()),
+        "n": float(len(a)),
+    }
+
+
+def relative_change(ours: float, theirs: float) -> float:
+    """(ours - theirs) / |theirs| in percent; nan when the baseline is 0 (no finite change)."""
+    if theirs == 0:
+        return 0.0 if ours == 0 else math.nan
+    return 100.0 * (ours - theirs) / abs(theirs)
+
+
+def aggregate(cfg: EvaluateConfig, results: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    grid = [r for r in results if r["cell"]["study"] == "grid"]
+    by: dict[tuple[str, float], list[dict[str, Any]]] = {}
+    for r in grid:
+        by.setdefault((r["cell"]["policy"], r["cell"]["load"]), []).append(r)
+    table = {
+        f"{p}|{load:g}": {m: spread([r["metrics"][m] for r in rs]) for m in METRICS}
+        for (p, load), rs in sorted(by.items())
+    }
+    pools: dict[str, Any] = {}
+    for (p, load), rs in sorted(by.items()):
+        names = sorted({pool for r in rs for pool in r["pools"]})
+        pools[f"{p}|{load:g}"] = {
+            pool: {m: spread([r["pools"][pool][m] for r in rs if pool in r["pools"]]) for m in POOL_METRICS}
+            for pool in names
+        }
+    ref = cfg.reference
+    changes: dict[str, Any] = {}
+    for (p, load), rs in sorted(by.items()):
+        if p == ref:
+            continue
+        mine = {r["cell"]["seed"]: r for r in by.get((ref, load), [])}
+        paired = [(mine[r["cell"]["seed"]], r) for r in rs if r["cell"]["seed"] in mine]
+        if not paired:
+            continue
+        changes[f"{p}|{load:g}"] = {
+            m: {
+                **spread([relative_change(a["metrics"][m], b["metrics"][m]) for a, b in paired]),
+                "of_means": relative_change(
+                    float(np.mean([a["metrics"][m] for a, _ in paired])),
+                    float(np.mean([b["metrics"][m] for _, b in paired])),
+                ),
+            }
+            for m in METRICS
+        }
+    sens: dict[str, Any] = {}
+    for study, field in (("p", "guarantee_rate"), ("hours", "guarantee_hours")):
+        groups: dict[float, list[dict[str, Any]]] = {}
+        for r in results:
+            c = r["cell"]
+            # The grid's own cells of the swept policy at the sensitivity load are the default
+            # point (p = 0.9, H = 1) of both sweeps.
+            default_point = (
+                cfg.sensitivity is not None
+                and c["study"] == "grid"
+                and c["policy"] == cfg.sensitivity.policy
+                and c["load"] == cfg.sensitivity.load
+                and c["seed"] in cfg.sensitivity.seeds
+            )
+            if c["study"] == study or default_point:
+                groups.setdefault(c[field], []).append(r)
+        sens[study] = {
+            f"{v:g}": {m: spread([r["metrics"][m] for r in rs]) for m in METRICS}
+            for v, rs in sorted(groups.items())
+        }
+    return {"table": table, "pools": pools, "change_vs_reference": changes, "sensitivity": sens}

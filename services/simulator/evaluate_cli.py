@@ -1,0 +1,76 @@
+"""`gfs evaluate --config FILE --out DIR`: the baseline/ablation grid and its report.
+
+Each finished cell is appended to DIR/cells.jsonl at once, so an interrupted grid keeps its work:
+`--resume` reruns only the missing cells (refused if the config hash differs), and
+`--report-only` writes the report from the cells finished so far.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+
+def evaluate(
+    config: Annotated[Path, typer.Option(help="YAML/JSON grid config (configs/evaluate-default.yaml)")],
+    out: Annotated[Path, typer.Option(help="report directory (report.md, report.json, plots)")],
+    workers: Annotated[int | None, typer.Option(help="worker processes (default: the config's, 2)")] = None,
+    resume: Annotated[
+        bool, typer.Option("--resume", help="keep the cells already in OUT/cells.jsonl")
+    ] = False,
+    report_only: Annotated[
+        bool, typer.Option("--report-only", help="write the report from OUT/cells.jsonl, run nothing")
+    ] = False,
+) -> None:
+    """Run policies x seeds x HP load levels (+ GFS sensitivity) and write the report."""
+    import dataclasses
+
+    from services.simulator.evaluate import aggregate, grid_cells, run_grid
+    from services.simulator.evaluate_config import load_config
+    from services.simulator.evaluate_report import build_report, write_report
+
+    cfg = load_config(config).frozen()
+    if workers is not None:
+        cfg = dataclasses.replace(cfg, workers=workers)
+    out.mkdir(parents=True, exist_ok=True)
+    cells_file = out / "cells.jsonl"
+    done = _read_cells(cells_file, cfg.digest()) if (resume or report_only) else []
+    if not (resume or report_only):
+        cells_file.write_text("")
+    cells = grid_cells(cfg)
+    started = time.perf_counter()
+
+    def record(result: dict[str, Any]) -> None:
+        with cells_file.open("a") as fh:
+            fh.write(json.dumps({"config_sha256": cfg.digest(), **result}, sort_keys=True) + "\n")
+        typer.echo(f"[{time.perf_counter() - started:7.0f} s] {result['key']} ({result['wall_s']:.0f} s)")
+
+    if report_only:
+        keys = {c.key for c in cells}
+        results = sorted((r for r in done if r["key"] in keys), key=lambda r: r["key"])
+        wall = sum(r["wall_s"] for r in results) / max(1, cfg.workers)
+        typer.echo(f"report from {len(results)} of {len(cells)} cells")
+    else:
+        results = run_grid(cfg, cells, progress=record, done=done)
+        wall = time.perf_counter() - started
+    report = build_report(cfg, results, aggregate(cfg, results), wall)
+    report["header"]["cells_finished"] = f"{len(results)} of {len(cells)}"
+    report["timing"]["wall_is_estimate"] = report_only
+    write_report(out, report, cfg)
+    typer.echo(
+        f"{len(results)} cells, {wall:.0f} s; config sha256 {cfg.digest()[:12]}; report in {out}/report.md"
+    )
+
+
+def _read_cells(path: Path, digest: str) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    stale = [r["key"] for r in rows if r.get("config_sha256") != digest]
+    if stale:
+        raise typer.BadParameter(f"{path} holds cells of another config (e.g. {stale[0]}); use a new --out")
+    return [{k: v for k, v in r.items() if k != "config_sha256"} for r in rows]

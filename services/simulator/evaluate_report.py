@@ -1,0 +1,199 @@
+"""The evaluation report: JSON (everything, numbers only), Markdown tables and PNG plots.
+
+report.json holds the frozen config, its hash and every cell's numbers; wall times are kept apart
+(`timing`) so two runs of the same frozen config produce byte-identical `results`/`aggregate`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from services.simulator.evaluate import METRICS
+from services.simulator.evaluate_config import EvaluateConfig
+
+HEADLINE = (
+    ("lp_eviction_rate", "LP eviction rate", 1.0, "{:.4f}"),
+    ("lp_queue_delay_mean_s", "LP queueing delay (h)", 1 / 3600, "{:.2f}"),
+    ("hp_queue_delay_mean_s", "HP queueing delay (h)", 1 / 3600, "{:.2f}"),
+    ("gpu_allocation_rate", "GPU allocation", 1.0, "{:.4f}"),
+    ("lp_gpu_hours_completed", "completed spot GPU-h", 1.0, "{:,.0f}"),
+)
+
+
+def build_report(
+    cfg: EvaluateConfig, results: list[dict[str, Any]], agg: dict[str, Any], wall_s: float
+) -> dict[str, Any]:
+    return {
+        "header": {"config": cfg.to_dict(), "config_sha256": cfg.digest()},
+        "results": [{k: v for k, v in r.items() if k != "wall_s"} for r in results],
+        "aggregate": agg,
+        "timing": {"grid_wall_s": wall_s, "cells": {r["key"]: r["wall_s"] for r in results}},
+    }
+
+
+def write_report(out: Path, report: dict[str, Any], cfg: EvaluateConfig) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.frozen.json").write_text(json.dumps(cfg.to_dict(), indent=2, sort_keys=True) + "\n")
+    (out / "report.json").write_text(json.dumps(report, indent=2, sort_keys=True, allow_nan=True) + "\n")
+    (out / "report.md").write_text(markdown(cfg, report))
+    plot_all(out, cfg, report)
+
+
+def _cell(s: dict[str, float], scale: float, fmt: str) -> str:
+    mean = fmt.format(s["mean"] * scale)
+    if s["n"] <= 1:
+        return mean
+    std, lo, hi = (fmt.format(s[k] * scale) for k in ("std", "min", "max"))
+    return f"{mean} ± {std} [{lo}, {hi}]"
+
+
+def _pct(s: dict[str, float]) -> str:
+    if any(math.isnan(s[k]) for k in ("mean", "std")):
+        return "n/a (baseline 0)"
+    text = f"{s['mean']:+.1f}%"
+    if s["n"] > 1:
+        text += f" ± {s['std']:.1f} [{s['min']:+.1f}, {s['max']:+.1f}]"
+    return text
+
+
+def markdown(cfg: EvaluateConfig, report: dict[str, Any]) -> str:
+    agg = report["aggregate"]
+    lines = [
+        f"# Evaluation report: {cfg.name}",
+        "",
+        f"- config sha256: `{report['header']['config_sha256']}`",
+        "- rerun: `gfs evaluate --config config.frozen.json --out DIR` (same numbers)",
+        f"- cells finished: {report['header'].get('cells_finished', 'all')}",
+        f"- policies: {', '.join(cfg.policies)}; seeds {list(cfg.seeds)}; HP load levels {list(cfg.loads)}",
+        f"- cluster: {cfg.nodes} x node_fraction {cfg.node_fraction}; generator days "
+        f"{cfg.generator.get('days')} scale {cfg.generator.get('scale')}; forecast {cfg.forecast}; "
+        f"window {cfg.window_days} d + drain {cfg.drain_days} d",
+        f"- grid wall time: {report['timing']['grid_wall_s']:.0f} s with {cfg.workers} worker processes"
+        + (" (estimated: sum of cell times / workers)" if report["timing"].get("wall_is_estimate") else ""),
+        "",
+        "Cells show mean ± sample std [min, max] over seeds.",
+        "",
+    ]
+    for load in cfg.loads:
+        lines += [
+            f"## HP load {load:g}",
+            "",
+            "| policy | " + " | ".join(h[1] for h in HEADLINE) + " |",
+            "|---" * (len(HEADLINE) + 1) + "|",
+        ]
+        for p in cfg.policies:
+            row = agg["table"].get(f"{p}|{load:g}")
+            if row:
+                lines.append(
+                    f"| {p} | " + " | ".join(_cell(row[m], sc, f) for m, _, sc, f in HEADLINE) + " |"
+                )
+        lines += [
+            "",
+            f"Change of {cfg.reference} against each policy (paired by seed, percent of the other's value):",
+            "",
+            "| vs | " + " | ".join(h[1] for h in HEADLINE) + " |",
+            "|---" * (len(HEADLINE) + 1) + "|",
+        ]
+        for p in cfg.policies:
+            ch = agg["change_vs_reference"].get(f"{p}|{load:g}")
+            if ch:
+                lines.append(f"| {p} | " + " | ".join(_pct(ch[m]) for m, *_ in HEADLINE) + " |")
+        lines.append("")
+    lines += [
+        "## Every metric (mean ± std over seeds)",
+        "",
+        "| policy | load | " + " | ".join(METRICS) + " |",
+        "|---" * (len(METRICS) + 2) + "|",
+    ]
+    for key, row in agg["table"].items():
+        p, load = key.split("|")
+        lines.append(
+            f"| {p} | {load} | "
+            + " | ".join(f"{row[m]['mean']:.4g} ± {row[m]['std']:.2g}" for m in METRICS)
+            + " |"
+        )
+    for study, label in (("p", "guarantee rate p"), ("hours", "guarantee hours H")):
+        rows = agg["sensitivity"].get(study) or {}
+        if rows:
+            lines += [
+                "",
+                f"## Sensitivity of {cfg.sensitivity.policy if cfg.sensitivity else 'gfs'} to {label}",
+                "",
+                f"| {label} | " + " | ".join(h[1] for h in HEADLINE) + " |",
+                "|---" * (len(HEADLINE) + 1) + "|",
+            ]
+            for v, row in rows.items():
+                lines.append(
+                    f"| {v} | " + " | ".join(_cell(row[m], sc, f) for m, _, sc, f in HEADLINE) + " |"
+                )
+    lines += ["", "Plots: tradeoff.png, pools.png, sensitivity.png.", ""]
+    return "\n".join(lines)
+
+
+def plot_all(out: Path, cfg: EvaluateConfig, report: dict[str, Any]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    agg = report["aggregate"]
+    # 1. Trade-off: LP eviction rate vs LP queueing delay, one marker per policy and load.
+    fig, ax = plt.subplots(figsize=(7, 5))
+    markers = "os^Dv<>P*Xh"
+    for i, p in enumerate(cfg.policies):
+        xs, ys = [], []
+        for load in cfg.loads:
+            row = agg["table"].get(f"{p}|{load:g}")
+            if row:
+                xs.append(row["lp_queue_delay_mean_s"]["mean"] / 3600)
+                ys.append(row["lp_eviction_rate"]["mean"])
+        ax.plot(xs, ys, marker=markers[i % len(markers)], label=p)
+    ax.set_xlabel("mean LP queueing delay (h)")
+    ax.set_ylabel("LP eviction rate")
+    ax.set_title("Eviction vs queueing trade-off (one point per HP load level)")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out / "tradeoff.png", dpi=110)
+    plt.close(fig)
+    # 2. Per-pool breakdown at the highest load.
+    load = max(cfg.loads)
+    pools = sorted({pool for p in cfg.policies for pool in agg["pools"].get(f"{p}|{load:g}", {})})
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    width = 0.8 / max(1, len(cfg.policies))
+    for j, (metric, label) in enumerate(
+        (("lp_eviction_rate", "LP eviction rate"), ("gpu_allocation_rate", "GPU allocation"))
+    ):
+        for i, p in enumerate(cfg.policies):
+            per = agg["pools"].get(f"{p}|{load:g}", {})
+            vals = [per.get(pool, {}).get(metric, {"mean": 0.0})["mean"] for pool in pools]
+            axes[j].bar([k + i * width for k in range(len(pools))], vals, width, label=p)
+        axes[j].set_xticks([k + 0.4 - width / 2 for k in range(len(pools))], pools, rotation=20, fontsize=7)
+        axes[j].set_title(f"{label} per pool (HP load {load:g})")
+    axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out / "pools.png", dpi=110)
+    plt.close(fig)
+    # 3. Sensitivity to p and H.
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for ax, study, label in ((axes[0], "p", "guarantee rate p"), (axes[1], "hours", "guarantee hours H")):
+        rows = agg["sensitivity"].get(study) or {}
+        xs = [float(v) for v in rows]
+        ax.plot(xs, [rows[v]["lp_eviction_rate"]["mean"] for v in rows], marker="o", label="LP eviction rate")
+        ax2 = ax.twinx()
+        ax2.plot(
+            xs,
+            [rows[v]["lp_queue_delay_mean_s"]["mean"] / 3600 for v in rows],
+            marker="s",
+            color="tab:red",
+            label="LP queueing delay (h)",
+        )
+        ax.set_xlabel(label)
+        ax.set_ylabel("LP eviction rate")
+        ax2.set_ylabel("LP queueing delay (h)")
+        ax.set_title(f"sensitivity to {label}")
+    fig.tight_layout()
+    fig.savefig(out / "sensitivity.png", dpi=110)
+    plt.close(fig)

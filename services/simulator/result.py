@@ -1,0 +1,141 @@
+"""The simulation result: metrics per policy (cluster-wide and per pool) plus the series the report
+plots. Kept apart from rendering (report.py) so tests and the JSON writer need no matplotlib."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from services.core.metrics import ClassOutcomes, metric_block
+from services.core.task import TaskClass
+
+if TYPE_CHECKING:
+    from services.simulator.engine import Simulation
+
+
+@dataclass(frozen=True, eq=False)
+class PolicySeries:
+    pools: tuple[str, ...]
+    times_s: np.ndarray  # [T]
+    allocation: np.ndarray  # [T, P] allocated GPUs / capacity
+    quota: np.ndarray  # [T, P] spot quota for 1 h (capped at capacity)
+    hp_demand: np.ndarray  # [T, P] HP demand (trace-defined, demand.py) at the sample's hour
+    spot_in_use: np.ndarray  # [T, P]
+    eta: np.ndarray  # [T, P]
+    capacity: np.ndarray  # [P]
+    lp_wait_s: np.ndarray
+    hp_wait_s: np.ndarray
+
+
+@dataclass(frozen=True, eq=False)
+class PolicyResult:
+    name: str
+    metrics: dict[str, Any]
+    series: PolicySeries
+
+
+@dataclass(frozen=True, eq=False)
+class SimulationResult:
+    source: str
+    settings: dict[str, Any]
+    policies: dict[str, PolicyResult] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "trace": self.source,
+            "settings": self.settings,
+            "policies": {name: r.metrics for name, r in self.policies.items()},
+        }
+
+
+def _outcomes(sim: Simulation, cls: TaskClass, pool: str | None) -> ClassOutcomes:
+    lives = [
+        life
+        for life in sim.lives.values()
+        if life.in_window and life.spec.task_class is cls and (pool is None or life.spec.pool == pool)
+    ]
+    if not lives:
+        return ClassOutcomes.empty()
+    first = np.array([life.first_start - life.spec.submit_s for life in lives])
+    end = np.array([life.end for life in lives])
+    submit = np.array([life.spec.submit_s for life in lives])
+    return ClassOutcomes(
+        wait_s=np.array([life.wait for life in lives]),
+        first_wait_s=first,
+        finished=~np.isnan(end),
+        jct_s=end - submit,
+        gpus=np.array([life.spec.total_gpus for life in lives]),
+        duration_s=np.array([life.spec.duration_s for life in lives]),
+        failed_periods=np.array([life.failed for life in lives], dtype=np.float64),
+        succeeded_periods=np.array([life.succeeded for life in lives], dtype=np.float64),
+        evictions=np.array([life.evictions for life in lives], dtype=np.float64),
+    )
+
+
+def build_policy_result(sim: Simulation, hp_pool_hourly: dict[str, np.ndarray]) -> PolicyResult:
+    rec = sim.recorder
+    pools = tuple(str(p) for p in rec.pools)
+    caps = np.array([sim.pools[p].state.capacity for p in rec.pools], dtype=np.float64)
+    alloc = rec.matrix(rec.allocated)
+    window_s = sim.w.window_s
+    per_pool: dict[str, dict[str, float]] = {}
+    for i, pool in enumerate(pools):
+        per_pool[pool] = metric_block(
+            _outcomes(sim, TaskClass.HP, pool),
+            _outcomes(sim, TaskClass.SPOT, pool),
+            alloc[:, i] / caps[i] if len(alloc) else np.zeros(0),
+            sim.pools[rec.pools[i]].useful_gpu_s,
+            int(caps[i]),
+            window_s,
+        )
+    hp_all = _outcomes(sim, TaskClass.HP, None)
+    spot_all = _outcomes(sim, TaskClass.SPOT, None)
+    cluster = metric_block(
+        hp_all,
+        spot_all,
+        alloc.sum(axis=1) / caps.sum() if len(alloc) else np.zeros(0),
+        sum(rt.useful_gpu_s for rt in sim.pools.values()),
+        int(caps.sum()),
+        window_s,
+    )
+    fc = sim.forecaster
+    metrics: dict[str, Any] = dict(cluster)
+    metrics.update(
+        pools=per_pool,
+        forecast={
+            "name": getattr(fc, "name", "?"),
+            "version": getattr(fc, "version", "?"),
+            "fallback_count": sim.recorder.forecast_fallbacks + getattr(fc, "fallback_count", 0),
+            "predictions": sim.recorder.forecasts,
+        },
+        sim_wall_s=rec.wall_s,
+        events=rec.events,
+        stop_s=sim.stop_s,
+        window_start_s=sim.w.window_start_s,
+        window_end_s=sim.w.window_end_s,
+    )
+    times = np.asarray(rec.times)
+    hours = (times // 3600).astype(np.int64)
+    demand = np.zeros((len(times), len(pools)))
+    for i, pool in enumerate(pools):
+        series = hp_pool_hourly.get(pool)
+        if series is not None and len(series):
+            demand[:, i] = series[np.minimum(hours, len(series) - 1)]
+    return PolicyResult(
+        name=sim.policy.name,
+        metrics=metrics,
+        series=PolicySeries(
+            pools=pools,
+            times_s=times,
+            allocation=alloc / caps if len(alloc) else alloc,
+            quota=rec.matrix(rec.quota),
+            hp_demand=demand,
+            spot_in_use=rec.matrix(rec.spot_in_use),
+            eta=rec.matrix(rec.eta),
+            capacity=caps,
+            lp_wait_s=spot_all.wait_s,
+            hp_wait_s=hp_all.wait_s,
+        ),
+    )

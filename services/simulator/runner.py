@@ -1,0 +1,141 @@
+"""Composition root of a simulation run: trace -> workload, demand series, forecaster, policy.
+
+The `model` forecast source is wired here by a lazy import of `ml.inference.load_forecaster`, so
+the simulator never imports torch unless that source is asked for. A model that fails to fit or
+predict is replaced by persistence for that call and the fallback is counted.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import cast
+
+import numpy as np
+
+from services.core.forecast import DemandForecast, Forecaster, SeriesKey
+from services.core.policies.registry import build_policy
+from services.simulator.demand import hp_demand_series, pool_totals
+from services.simulator.engine import DemandInput, SimSettings, Simulation
+from services.simulator.forecast_sources import Oracle, Persistence, SeasonalNaive
+from services.simulator.result import PolicyResult, SimulationResult, build_policy_result
+from services.simulator.traces.records import Trace
+from services.simulator.workload import Workload, build_workload
+
+
+class ForecastSource(enum.Enum):
+    ORACLE = "oracle"
+    PERSISTENCE = "persistence"
+    SEASONAL_NAIVE = "seasonal-naive"
+    MODEL = "model"
+
+
+class ModelWithFallback:
+    """The ML model behind the Forecaster protocol, falling back to persistence on any failure."""
+
+    def __init__(self, model: Forecaster, fallback: Forecaster) -> None:
+        self.model = model
+        self.fallback = fallback
+        self.name = getattr(model, "name", "model")
+        self.version = getattr(model, "version", "?")
+        self.fallback_count = 0
+
+    def fit(self, keys: Sequence[SeriesKey], hourly: np.ndarray, end_hour: int) -> None:
+        try:
+            self.model.fit(keys, hourly, end_hour)
+        except Exception:  # a failed daily retrain keeps the previous weights (counted)
+            self.fallback_count += 1
+
+    def predict(
+        self, keys: Sequence[SeriesKey], hourly: np.ndarray, end_hour: int, horizon: int
+    ) -> DemandForecast:
+        try:
+            return self.model.predict(keys, hourly, end_hour, horizon)
+        except Exception:
+            self.fallback_count += 1
+            return self.fallback.predict(keys, hourly, end_hour, horizon)
+
+
+@dataclass(frozen=True, slots=True)
+class RunSettings:
+    forecast: ForecastSource = ForecastSource.PERSISTENCE
+    seed: int = 0
+    window_days: float = 31.0
+    drain_days: float = 7.0
+    t_win_days: float = 31.0
+    model_artifact: Path | None = None
+
+
+def build_forecaster(settings: RunSettings, demand: DemandInput, pool_hourly: np.ndarray) -> Forecaster:
+    pools = demand.pools
+    if settings.forecast is ForecastSource.ORACLE:
+        return Oracle(pools, pool_hourly)
+    if settings.forecast is ForecastSource.SEASONAL_NAIVE:
+        return SeasonalNaive(pools, pool_hourly)
+    persistence = Persistence(pools, pool_hourly)
+    if settings.forecast is ForecastSource.PERSISTENCE:
+        return persistence
+    if settings.model_artifact is None:
+        raise ValueError("--forecast model needs --model-artifact DIR")
+    from ml.inference import load_forecaster  # lazy: only this path needs torch
+
+    # cast: the ML forecaster satisfies the protocol structurally at run time (its frozen
+    # dataclass attributes are read-only, which mypy's settable-protocol check rejects).
+    return ModelWithFallback(cast(Forecaster, load_forecaster(settings.model_artifact)), persistence)
+
+
+def prepare(trace: Trace, settings: RunSettings) -> tuple[Workload, DemandInput, np.ndarray]:
+    workload = build_workload(trace, window_days=settings.window_days, drain_days=settings.drain_days)
+    series = hp_demand_series(trace)
+    totals = pool_totals(series)
+    pools = tuple(sorted(totals))
+    pool_hourly = np.stack([totals[p] for p in pools], axis=1) if pools else np.zeros((series.n_hours, 0))
+    return workload, DemandInput(series.keys, series.hourly, pools), pool_hourly
+
+
+def run_policies(
+    trace: Trace,
+    policies: Sequence[str],
+    settings: RunSettings,
+    progress: Callable[[str, float], None] | None = None,
+) -> SimulationResult:
+    workload, demand, pool_hourly = prepare(trace, settings)
+    pool_series = {p: pool_hourly[:, i] for i, p in enumerate(demand.pools)}
+    result = SimulationResult(
+        source=trace.source,
+        settings={
+            "forecast": settings.forecast.value,
+            "seed": settings.seed,
+            "window_days": settings.window_days,
+            "drain_days": settings.drain_days,
+            "t_win_days": settings.t_win_days,
+            "model_artifact": str(settings.model_artifact) if settings.model_artifact else None,
+            "window_start_s": workload.window_start_s,
+            "window_end_s": workload.window_end_s,
+            "spot_jobs_dropped_before_window": workload.dropped_spot,
+            "jobs_dropped_no_pool": workload.dropped_no_pool,
+            "tasks": len(workload.tasks),
+            "jobs_rejected_infeasible": workload.rejected_infeasible,
+        },
+    )
+    for name in policies:
+        result.policies[name] = run_one(workload, demand, pool_hourly, pool_series, name, settings, progress)
+    return result
+
+
+def run_one(
+    workload: Workload,
+    demand: DemandInput,
+    pool_hourly: np.ndarray,
+    pool_series: dict[str, np.ndarray],
+    name: str,
+    settings: RunSettings,
+    progress: Callable[[str, float], None] | None = None,
+) -> PolicyResult:
+    policy = build_policy(name)
+    forecaster = build_forecaster(settings, demand, pool_hourly)
+    sim = Simulation(workload, policy, forecaster, demand, SimSettings(t_win_s=settings.t_win_days * 86400.0))
+    sim.run(None if progress is None else (lambda t: progress(name, t)))
+    return build_policy_result(sim, pool_series)

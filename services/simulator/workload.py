@@ -1,0 +1,124 @@
+"""Trace records -> core pools and task specs, with the evaluation window (spec 2.3).
+
+The window is the last `window_days` of the trace; before it the simulation is HP-only warm-up,
+so spot jobs submitted before the window are dropped (the authors keep only August's spot jobs).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass
+
+from services.core.ids import PoolId, TaskId, TenantId
+from services.core.pool import PoolState
+from services.core.task import TaskClass, TaskSpec
+from services.simulator.traces.records import Trace
+
+DAY_S = 86400.0
+
+
+@dataclass(frozen=True, slots=True)
+class PoolLayout:
+    pool: PoolId
+    node_names: tuple[str, ...]
+    node_gpus: tuple[int, ...]
+
+    def build(self) -> PoolState:
+        return PoolState(self.pool, self.node_names, self.node_gpus)
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    pools: tuple[PoolLayout, ...]
+    tasks: tuple[TaskSpec, ...]  # sorted by (submit_s, task_id)
+    window_start_s: float
+    window_end_s: float
+    drain_s: float
+    dropped_spot: int
+    dropped_no_pool: int
+    rejected_infeasible: int
+    source: str
+
+    @property
+    def window_s(self) -> float:
+        return self.window_end_s - self.window_start_s
+
+
+def build_workload(trace: Trace, *, window_days: float = 31.0, drain_days: float = 7.0) -> Workload:
+    by_pool: dict[str, list[tuple[str, int]]] = defaultdict(list)
+    for node in trace.nodes:
+        if node.gpus > 0:
+            by_pool[node.gpu_model].append((node.name, node.gpus))
+    layouts = tuple(
+        PoolLayout(PoolId(p), tuple(n for n, _ in nodes), tuple(g for _, g in nodes))
+        for p, nodes in sorted(by_pool.items())
+    )
+    end = trace.horizon_s
+    start = max(0.0, end - window_days * DAY_S)
+    tasks: list[TaskSpec] = []
+    seen: dict[str, int] = {}
+    pool_gpus = {p: tuple(g for _, g in nodes) for p, nodes in by_pool.items()}
+    slot_cache: dict[tuple[int, int], int] = {}
+    dropped_spot = dropped_pool = infeasible = 0
+    for job in trace.jobs:
+        if job.gpu_model not in by_pool:
+            dropped_pool += 1
+            continue
+        if not _fits(pool_gpus[job.gpu_model], job.gpus_per_worker, job.workers, slot_cache):
+            infeasible += 1
+            continue
+        cls = TaskClass.HP if job.job_class == "HP" else TaskClass.SPOT
+        if cls is TaskClass.SPOT and job.submit_s < start:
+            dropped_spot += 1
+            continue
+        k = seen.get(job.name, 0)
+        seen[job.name] = k + 1
+        tid = job.name if k == 0 else f"{job.name}#{k}"
+        tasks.append(
+            TaskSpec(
+                task_id=TaskId(tid),
+                tenant=TenantId(job.organization),
+                pool=PoolId(job.gpu_model),
+                task_class=cls,
+                gpus_per_worker=job.gpus_per_worker,
+                workers=job.workers,
+                submit_s=job.submit_s,
+                duration_s=job.duration_s,
+                guarantee_hours=job.guarantee_hours,
+                checkpoint_interval_s=job.checkpoint_interval_s,
+            )
+        )
+    tasks.sort(key=lambda s: (s.submit_s, s.task_id))
+    return Workload(
+        pools=layouts,
+        tasks=tuple(tasks),
+        window_start_s=start,
+        window_end_s=end,
+        drain_s=drain_days * DAY_S,
+        dropped_spot=dropped_spot,
+        dropped_no_pool=dropped_pool,
+        rejected_infeasible=infeasible,
+        source=trace.source,
+    )
+
+
+def fits_empty_pool(node_gpus: tuple[int, ...], gpus_per_worker: float, workers: int) -> bool:
+    """Could the job run at all on its pool when the pool is empty? A job that never can (more
+    GPUs per worker than any node has, or a gang larger than the pool) is rejected at submission:
+    queued, it would block its queue forever (head-of-line or the `failed` threshold)."""
+    return _fits(node_gpus, gpus_per_worker, workers, {})
+
+
+def _fits(
+    node_gpus: tuple[int, ...], gpus_per_worker: float, workers: int, cache: dict[tuple[int, int], int]
+) -> bool:
+    # k = 0 caches the pool's GPU total (fractional workers can share any GPU)
+    k = 0 if gpus_per_worker < 1.0 else math.ceil(gpus_per_worker - 1e-9)
+    key = (id(node_gpus), k)  # one tuple object per pool, alive for the whole build
+    slots = cache.get(key)
+    if slots is None:
+        slots = cache[key] = sum(node_gpus) if k == 0 else sum(g // k for g in node_gpus)
+    if k == 0:
+        return workers * gpus_per_worker <= slots + 1e-9
+    return slots >= workers

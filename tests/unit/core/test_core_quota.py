@@ -1,0 +1,102 @@
+"""Spot quota (spec 4.1) with the eta fix of spec 8 #2, and the reactive quota."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+from services.core.quota import (
+    ForecastQuota,
+    QuotaInputs,
+    QuotaSettings,
+    ReactiveQuota,
+    next_eta,
+    quota_per_hours,
+    spare_from_quantile,
+)
+
+
+def _inputs(
+    *,
+    eta: float = 1.0,
+    failed: int = 0,
+    succeeded: int = 0,
+    head_wait: float | None = None,
+    quantile: list[float] | None = None,
+    capacity: int = 100,
+) -> QuotaInputs:
+    return QuotaInputs(
+        capacity=capacity,
+        idle_gpus=30,
+        spot_in_use=10.0,
+        hp_quantile=None if quantile is None else np.asarray(quantile),
+        eta=eta,
+        failed_recent=failed,
+        succeeded_recent=succeeded,
+        head_wait_s=head_wait,
+    )
+
+
+def test_spare_floors_and_clips_the_quantile() -> None:
+    # floor -> [10, 20, 0 (clipped from -3), 100 (clipped from 150)]; F = C - used
+    got = spare_from_quantile(np.array([10.7, 20.2, -3.0, 150.0]), 100)
+    assert got.tolist() == [90.0, 80.0, 100.0, 0.0]
+
+
+def test_quota_is_eta_times_min_over_the_guarantee() -> None:
+    # Q(1) = 0.5*90, Q(2) = 0.5*min(90, 80), Q(3) = 0.5*80, Q(4) = 0.5*0
+    assert quota_per_hours(np.array([90.0, 80.0, 100.0, 0.0]), 0.5, 4) == {1: 45.0, 2: 40.0, 3: 40.0, 4: 0.0}
+
+
+@dataclass(frozen=True)
+class EtaCase:
+    id: str
+    eta: float
+    failed: int
+    succeeded: int
+    head_wait: float | None
+    expected: float
+
+
+ETA = [
+    EtaCase("too-few-periods", 1.0, 19, 0, 4000.0, 1.0),
+    EtaCase("shrink-by-eps-over-er", 1.0, 6, 14, None, 0.1 / 0.3),  # ER 0.3 >= 0.15
+    EtaCase("in-band-unchanged", 1.0, 2, 18, 4000.0, 1.0),  # ER 0.1
+    EtaCase("grow-zero-er", 1.0, 0, 20, 4000.0, 1.5),  # factor 1.5 - 0 / 0.1
+    EtaCase("grow-clamped", 1.2, 0, 20, 4000.0, 1.5),  # 1.8 -> 1.5
+    EtaCase("grow-partial", 1.0, 1, 24, 4000.0, 1.1),  # ER 0.04: factor 1.5 - 0.4
+    EtaCase("no-grow-empty-queue", 1.0, 0, 20, None, 1.0),
+    EtaCase("no-grow-short-wait", 1.0, 0, 20, 3000.0, 1.0),
+    EtaCase("shrink-clamped", 0.2, 20, 0, None, 0.1),  # 0.2 * 0.1 = 0.02 -> 0.1
+]
+
+
+@pytest.mark.parametrize("case", ETA, ids=[c.id for c in ETA])
+def test_eta_feedback(case: EtaCase) -> None:
+    got = next_eta(
+        case.eta,
+        _inputs(eta=case.eta, failed=case.failed, succeeded=case.succeeded, head_wait=case.head_wait),
+        QuotaSettings(),
+    )
+    assert got == pytest.approx(case.expected)
+
+
+def test_forecast_quota_end_to_end() -> None:
+    out = ForecastQuota().refresh(_inputs(quantile=[40.5, 60.0, 10.0, 10.0]))
+    assert out.eta == 1.0 and out.quota[1] == 60.0 and out.quota[2] == 40.0
+
+
+def test_forecast_quota_without_feedback_keeps_eta() -> None:
+    out = ForecastQuota(feedback=False).refresh(_inputs(eta=0.7, failed=20, quantile=[0, 0, 0, 0]))
+    assert out.eta == 0.7 and out.quota[1] == pytest.approx(70.0)
+
+
+def test_quota_never_negative_with_demand_over_capacity() -> None:
+    out = ForecastQuota().refresh(_inputs(quantile=[500.0, 500.0, 500.0, 500.0]))
+    assert min(out.quota.values()) == 0.0
+
+
+def test_reactive_quota_never_binds() -> None:
+    assert ReactiveQuota().refresh(_inputs()).quota[1] == 100.0
