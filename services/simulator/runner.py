@@ -18,8 +18,9 @@ import numpy as np
 from services.core.forecast import DemandForecast, Forecaster, SeriesKey
 from services.core.policies.registry import build_policy
 from services.simulator.demand import hp_demand_series, pool_totals
-from services.simulator.engine import DemandInput, SimSettings, Simulation
+from services.simulator.engine import DemandInput, SimSettings
 from services.simulator.forecast_sources import Oracle, Persistence, SeasonalNaive
+from services.simulator.lease import simulation_class
 from services.simulator.result import PolicyResult, SimulationResult, build_policy_result
 from services.simulator.traces.records import Trace
 from services.simulator.workload import Workload, build_workload
@@ -136,6 +137,9 @@ def run_one(
 ) -> PolicyResult:
     policy = build_policy(name)
     forecaster = build_forecaster(settings, demand, pool_hourly)
-    sim = Simulation(workload, policy, forecaster, demand, SimSettings(t_win_s=settings.t_win_days * 86400.0))
+    # Lease-based policies (chronus) need the engine's lease-renewal hook; the rest the plain engine.
+    sim = simulation_class(policy.lease_s)(
+        workload, policy, forecaster, demand, SimSettings(t_win_s=settings.t_win_days * 86400.0)
+    )
     sim.run(None if progress is None else (lambda t: progress(name, t)))
     return build_policy_result(sim, pool_series)

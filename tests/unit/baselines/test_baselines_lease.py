@@ -31,7 +31,7 @@ def _job(name: str, cls: str, gpus: float, submit: float, duration: float) -> Tr
     )
 
 
-def _run(policy_name: str, node_gpus: int, jobs: list[TraceJob]) -> tuple[Any, dict[str, float]]:
+def _run(policy_name: str, node_gpus: int, jobs: list[TraceJob]) -> tuple[Any, dict[str, dict[str, float]]]:
     trace = Trace(nodes=(TraceNode("n0", "P", node_gpus, 8),), jobs=tuple(jobs), horizon_s=HORIZON_S)
     settings = RunSettings(window_days=HORIZON_S / 86400.0, drain_days=1.0)
     workload, demand, pool_hourly = prepare(trace, settings)
@@ -40,7 +40,7 @@ def _run(policy_name: str, node_gpus: int, jobs: list[TraceJob]) -> tuple[Any, d
         workload, policy, build_forecaster(settings, demand, pool_hourly), demand, SimSettings()
     )
     sim.run()
-    return sim, {"hp_wait": {tid: life.wait for tid, life in sim.lives.items()}}  # type: ignore[dict-item]
+    return sim, {"hp_wait": {tid: life.wait for tid, life in sim.lives.items()}}
 
 
 SPOT_THEN_HP = [_job("S", "SPOT", 1, 0.0, 5000.0), _job("H", "HP", 1, 100.0, 600.0)]
