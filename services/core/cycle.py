@@ -13,7 +13,8 @@ the caller applies the returned decisions (decide/do split).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import enum
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from services.core.decisions import Decision, EvictTask, StartTask, WorkerPlacement
@@ -66,14 +67,28 @@ def _still_blocked(queue: BucketQueue, bucket: SortKey, head: str, version: int)
     return memo if memo is not None and memo.version == version and memo.head == head else None
 
 
-def _hp_pass(
-    pool: PoolState,
+class _Attempt(enum.Enum):
+    STARTED = "started"
+    NO_FIT = "no-fit"  # raises the `failed` threshold to this size (spec 5.3)
+    OVER_QUOTA = "over-quota"  # stops the bucket but leaves the threshold alone
+
+
+_TryStart = Callable[[TaskSpec], _Attempt]
+
+
+def _queue_pass(
     queue: BucketQueue,
-    policy: SchedulingPolicy,
+    task_class: TaskClass,
     ctx: CycleContext,
-    decisions: list[Decision],
+    try_start: _TryStart,
     blocked: list[tuple[TaskClass, SortKey, Blocked]],
 ) -> None:
+    """Walk the queue's buckets in order under the `failed` threshold (spec 5.3).
+
+    Tiers: buckets in the order's sequence; inside a bucket, entries in order until the first task
+    that cannot start, which blocks the rest of its bucket. A bucket whose head was blocked at the
+    same capacity version is skipped without re-trying it (the memo keeps long queues cheap).
+    """
     order = queue.order
     threshold = order.initial_threshold
     for bucket, entries in queue.buckets():
@@ -88,11 +103,29 @@ def _hp_pass(
             spec = queue.specs[tid]
             if order.size(spec) >= threshold:
                 break
-            if _start_hp(pool, spec, policy, ctx, decisions):
+            attempt = try_start(spec)
+            if attempt is _Attempt.STARTED:
                 continue
-            threshold = order.size(spec)
-            blocked.append((TaskClass.HP, bucket, Blocked(ctx.version, tid)))
+            if attempt is _Attempt.NO_FIT:
+                threshold = order.size(spec)
+            raises = attempt is _Attempt.NO_FIT
+            blocked.append((task_class, bucket, Blocked(ctx.version, tid, raises_threshold=raises)))
             break
+
+
+def _hp_pass(
+    pool: PoolState,
+    queue: BucketQueue,
+    policy: SchedulingPolicy,
+    ctx: CycleContext,
+    decisions: list[Decision],
+    blocked: list[tuple[TaskClass, SortKey, Blocked]],
+) -> None:
+    def try_start(spec: TaskSpec) -> _Attempt:
+        started = _start_hp(pool, spec, policy, ctx, decisions)
+        return _Attempt.STARTED if started else _Attempt.NO_FIT
+
+    _queue_pass(queue, TaskClass.HP, ctx, try_start, blocked)
 
 
 def _start_hp(
@@ -184,34 +217,18 @@ def _spot_pass(
     decisions: list[Decision],
     blocked: list[tuple[TaskClass, SortKey, Blocked]],
 ) -> None:
-    order = queue.order
-    threshold = order.initial_threshold
-    for bucket, entries in queue.buckets():
-        first = queue.specs[entries[0][1]]
-        if order.size(first) >= threshold:
-            continue
-        memo = _still_blocked(queue, bucket, entries[0][1], ctx.version)
-        if memo is not None:
-            threshold = order.size(first) if memo.raises_threshold else threshold
-            continue
-        for _, tid in entries:
-            spec = queue.specs[tid]
-            if order.size(spec) >= threshold:
-                break
-            if ctx.quota_enabled:
-                limit = ctx.quota.get(spec.guarantee_hours, 0.0)
-                if pool.spot_in_use + spec.total_gpus > limit + _EPS:
-                    # Over quota: skip without raising the threshold (spec 5.3). Tasks behind it in
-                    # this bucket ask for at least as many GPUs, so the bucket is done.
-                    blocked.append(
-                        (TaskClass.SPOT, bucket, Blocked(ctx.version, tid, raises_threshold=False))
-                    )
-                    break
-            placements = place_task(pool, spec, policy.placement)
-            if placements is not None:
-                pool.add_task(RunningTask(spec, ctx.now, placements))
-                decisions.append(StartTask(spec.task_id, placements))
-                continue
-            threshold = order.size(spec)
-            blocked.append((TaskClass.SPOT, bucket, Blocked(ctx.version, tid)))
-            break
+    def try_start(spec: TaskSpec) -> _Attempt:
+        if ctx.quota_enabled:
+            limit = ctx.quota.get(spec.guarantee_hours, 0.0)
+            if pool.spot_in_use + spec.total_gpus > limit + _EPS:
+                # Over quota: skip without raising the threshold (spec 5.3). Tasks behind it in
+                # this bucket ask for at least as many GPUs, so the bucket is done.
+                return _Attempt.OVER_QUOTA
+        placements = place_task(pool, spec, policy.placement)
+        if placements is None:
+            return _Attempt.NO_FIT
+        pool.add_task(RunningTask(spec, ctx.now, placements))
+        decisions.append(StartTask(spec.task_id, placements))
+        return _Attempt.STARTED
+
+    _queue_pass(queue, TaskClass.SPOT, ctx, try_start, blocked)

@@ -23,12 +23,19 @@ class DemandForecast(Protocol):
     Per series arrays have shape [horizon, n_series] in the order of `keys`.
     """
 
-    keys: Sequence[SeriesKey]
-    mean: np.ndarray
-    std: np.ndarray
-    q50: np.ndarray
-    q90: np.ndarray
-    fallback: bool
+    # Read-only members (properties) so frozen dataclasses satisfy the protocol.
+    @property
+    def keys(self) -> Sequence[SeriesKey]: ...
+    @property
+    def mean(self) -> np.ndarray: ...
+    @property
+    def std(self) -> np.ndarray: ...
+    @property
+    def q50(self) -> np.ndarray: ...
+    @property
+    def q90(self) -> np.ndarray: ...
+    @property
+    def fallback(self) -> bool: ...
 
     def pool_quantile(self, pool: str, p: float) -> np.ndarray:
         """The p-quantile of the pool's total HP demand, shape [horizon].
@@ -39,8 +46,10 @@ class DemandForecast(Protocol):
 
 
 class Forecaster(Protocol):
-    name: str
-    version: str
+    @property
+    def name(self) -> str: ...
+    @property
+    def version(self) -> str: ...
 
     def fit(self, keys: Sequence[SeriesKey], hourly: np.ndarray, end_hour: int) -> None:
         """(Re)train on hours [0, end_hour) of `hourly` ([T, n_series]); warm start allowed."""
