@@ -13,7 +13,7 @@ from services.platform.kafka.processing import NO_RETRY, ConsumeStats, MessageCo
 
 # Generous per-wait bound: a consumer group join plus a fetch takes ~1-3 s on the dev broker;
 # the bound only matters when something is broken, and then the test should fail, not hang.
-WAIT_S = 30.0
+WAIT_S = 60.0  # an upper bound: loops stop as soon as they see what they wait for
 
 
 @dataclass

@@ -30,7 +30,7 @@ async def test_smoke_flow_handles_every_good_event_and_dead_letters_the_malforme
     tracer = TracerProvider().get_tracer("test-smoke")  # local provider: no global tracing state
 
     report = await run_smoke(
-        bootstrap_servers=kafka_bootstrap, tasks=7, tracer=tracer, console=console, timeout_s=30.0
+        bootstrap_servers=kafka_bootstrap, tasks=7, tracer=tracer, console=console, timeout_s=60.0
     )
 
     assert report.failures() == (), log.getvalue()
