@@ -26,6 +26,32 @@ SHRINK_GRID = (0.0, 0.25, 0.5, 0.75, 1.0)
 GAP_GRID = (0.0, 0.5, 1.0)
 
 
+class _EarlyStopping:
+    """Keeps the best weights by validation loss and says when `patience` epochs brought nothing.
+
+    Without validation data every epoch's weights count as the best (training runs all epochs).
+    """
+
+    def __init__(self, net: torch.nn.Module, patience: int) -> None:
+        self.net, self.patience = net, patience
+        self.best, self.bad = float("inf"), 0
+        self.best_state = copy.deepcopy(net.state_dict())
+
+    def keep_last(self) -> None:
+        self.best_state = copy.deepcopy(self.net.state_dict())
+
+    def should_stop(self, val_loss: float) -> bool:
+        if val_loss < self.best - 1e-6:
+            self.best, self.bad = val_loss, 0
+            self.keep_last()
+            return False
+        self.bad += 1
+        return self.bad >= self.patience
+
+    def restore(self) -> None:
+        self.net.load_state_dict(self.best_state)
+
+
 @dataclass(frozen=True, slots=True)
 class LstmTraining:
     max_epochs: int = 60
@@ -140,7 +166,7 @@ def train_lstm(
         loss = _pinball(out[..., 0], y, 0.5) + _pinball(out[..., 1], y, 0.9)
         return (loss.mean(dim=1) * wt).mean()
 
-    best, best_state, bad, t0 = float("inf"), copy.deepcopy(net.state_dict()), 0, time.perf_counter()
+    stopper, t0 = _EarlyStopping(net, patience), time.perf_counter()
     size = len(train[0])
     for _epoch in range(max_epochs):
         net.train()
@@ -157,22 +183,18 @@ def train_lstm(
             torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
             opt.step()
         if val is None:
-            best_state = copy.deepcopy(net.state_dict())
+            stopper.keep_last()
             continue
         net.eval()
         with torch.no_grad():
             v = float(loss_of(val))
-        if v < best - 1e-6:
-            best, best_state, bad = v, copy.deepcopy(net.state_dict()), 0
-        else:
-            bad += 1
-            if bad >= patience:
-                break
-    net.load_state_dict(best_state)
+        if stopper.should_stop(v):
+            break
+    stopper.restore()
     model.net = net.cpu().eval()
     metrics = {
         "train_s": time.perf_counter() - t0,
-        "val_loss_scaled": best if val is not None else float("nan"),
+        "val_loss_scaled": stopper.best if val is not None else float("nan"),
     }
     if len(val_o):
         metrics |= _post_hoc(model, keys, values, val_o)
@@ -207,7 +229,7 @@ def train_orglinear(
         ll = torch.distributions.Normal(mu, sigma).log_prob(y)
         return -(ll * mask).sum() / mask.sum().clamp(min=1)
 
-    best, best_state, bad, t0 = float("inf"), copy.deepcopy(net.state_dict()), 0, time.perf_counter()
+    stopper, t0 = _EarlyStopping(net, cfg.patience), time.perf_counter()
     for epoch in range(cfg.max_epochs):
         for g in opt.param_groups:  # "type1": halve every 3 epochs
             g["lr"] = cfg.lr * 0.5 ** (epoch // 3)
@@ -219,20 +241,16 @@ def train_orglinear(
             loss.backward()
             opt.step()
         if not len(val_o):
-            best_state = copy.deepcopy(net.state_dict())
+            stopper.keep_last()
             continue
         net.eval()
         with torch.no_grad():
             v = float(nll(val_o))
-        if v < best - 1e-6:
-            best, best_state, bad = v, copy.deepcopy(net.state_dict()), 0
-        else:
-            bad += 1
-            if bad >= cfg.patience:
-                break
-    net.load_state_dict(best_state)
+        if stopper.should_stop(v):
+            break
+    stopper.restore()
     model.net = net.cpu().eval()
-    metrics = {"train_s": time.perf_counter() - t0, "val_nll": best}
+    metrics = {"train_s": time.perf_counter() - t0, "val_nll": stopper.best}
     _record(model, int(train_o[0]), end_hour, metrics, n_series=len(keys))
     return metrics
 
