@@ -71,10 +71,7 @@ class BestFit:
 
     @staticmethod
     def _key(pool: PoolState, cls: TaskClass) -> np.ndarray:
-        exist = pool.hp_gpus if cls is TaskClass.HP else pool.spot_gpus
-        score = (pool.free + 1) * 100 - exist
-        tie = pool.tie_key(prefer_high_score=cls is TaskClass.SPOT)
-        return np.asarray(score * (10001 * len(pool.free)) + tie)
+        return pool.best_fit_key(cls)  # kept current by the pool (it changes on every placement)
 
     def fill(self, pool: PoolState, gpus: int, cls: TaskClass, workers: int) -> list[tuple[int, int]] | None:
         if workers == 1:

@@ -44,24 +44,56 @@ class PoolState:
         self.capacity = int(self.node_cap.sum())
         self.node_offset = np.concatenate(([0], np.cumsum(self.node_cap)[:-1])).astype(np.int64)
         self.node_index = np.arange(n, dtype=np.int64)
+        self._eviction_score = np.full(n, DEFAULT_EVICTION_SCORE, dtype=np.int64)
+        self._tie_keys: dict[bool, np.ndarray] = {}
+        self._fit_unit = 10001 * n
+        self.gpu_node = np.repeat(self.node_index, self.node_cap)
+        # Whole-GPU spot holdings per node (victim selection needs them): task -> GPUs there.
+        self.spot_whole: list[dict[TaskId, int]] = [{} for _ in range(n)]
+        self.spot_gpus = np.zeros(n, dtype=np.int64)
+        self._empty()
+        self._journal: list[tuple[str, RunningTask]] | None = None
+
+    def _empty(self) -> None:
+        """Every GPU free, no task running."""
+        n = len(self.node_cap)
+        for node in np.flatnonzero(self.spot_gpus):  # a node with spot holdings has spot GPUs
+            self.spot_whole[node].clear()
         self.free = self.node_cap.copy()
         self.hp_gpus = np.zeros(n, dtype=np.int64)
         self.spot_gpus = np.zeros(n, dtype=np.int64)
-        self._eviction_score = np.full(n, DEFAULT_EVICTION_SCORE, dtype=np.int64)
-        self._tie_keys: dict[bool, np.ndarray] = {}
+        # Best-fit composite keys per class (see `best_fit_key`), built on first use and then
+        # kept current by every GPU-accounting change, so a placement reads them instead of
+        # recomputing them over all nodes.
+        self._fit_keys: dict[TaskClass, np.ndarray] = {}
         # Per-GPU state for shared (fractional) GPUs.
-        self.gpu_node = np.repeat(self.node_index, self.node_cap)
         self.gpu_shared = np.zeros(self.capacity, dtype=bool)
         self.gpu_hp = np.zeros(self.capacity, dtype=np.float64)
         self.gpu_spot = np.zeros(self.capacity, dtype=np.float64)
         self.shared_on_node = np.zeros(n, dtype=np.int64)
         self.slot_tasks: dict[int, dict[TaskId, float]] = {}
-        # Whole-GPU spot holdings per node (victim selection needs them): task -> GPUs there.
-        self.spot_whole: list[dict[TaskId, int]] = [{} for _ in range(n)]
         self.running: dict[TaskId, RunningTask] = {}
         self.spot_in_use = 0.0  # S_v: GPUs held by running spot tasks (g x w)
         self.hp_in_use = 0.0
-        self._journal: list[tuple[str, RunningTask]] | None = None
+
+    def release_all(self, keep: frozenset[TaskId] = frozenset()) -> list[RunningTask]:
+        """Remove every running task except `keep` and return the removed ones (in task-id order).
+
+        Why not `remove_task` in a loop: a lease renewal releases the whole pool at once, and
+        starting from the empty state and re-adding the few kept tasks is far cheaper than undoing
+        thousands of placements one by one. Not journaled: call it outside a scheduling pass.
+        """
+        if self._journal is not None:
+            raise RuntimeError("release_all inside a journaled pass")
+        running = self.running
+        self._empty()
+        released = []
+        for tid in sorted(running):
+            if tid in keep:
+                self._add(running[tid])
+            else:
+                released.append(running[tid])
+        return released
 
     # ----- journal -------------------------------------------------------------------------
     def begin(self) -> None:
@@ -96,6 +128,7 @@ class PoolState:
     def eviction_score(self, scores: np.ndarray) -> None:
         self._eviction_score = np.asarray(scores, dtype=np.int64)
         self._tie_keys.clear()
+        self._fit_keys.clear()
 
     def tie_key(self, *, prefer_high_score: bool) -> np.ndarray:
         """(eviction-score key) * n_nodes + node index, cached until the scores change: the low
@@ -106,6 +139,26 @@ class PoolState:
             key = e * len(self.node_cap) + self.node_index
             self._tie_keys[prefer_high_score] = key
         return key
+
+    def best_fit_key(self, cls: TaskClass) -> np.ndarray:
+        """Per node: ((free + 1) * 100 - GPUs of class `cls`) * 10001 * n_nodes + tie_key: the
+        best-fit composite key (spec 5.1, `placement.BestFit`). Read it, do not change it."""
+        key = self._fit_keys.get(cls)
+        if key is None:
+            exist = self.hp_gpus if cls is TaskClass.HP else self.spot_gpus
+            score = (self.free + 1) * 100 - exist
+            key = score * self._fit_unit + self.tie_key(prefer_high_score=cls is TaskClass.SPOT)
+            self._fit_keys[cls] = key
+        return key
+
+    def _shift_fit_keys(self, node: int, free_delta: int, cls: TaskClass | None, class_delta: int) -> None:
+        """Keep the cached best-fit keys exact after `free[node] += free_delta` and
+        `<cls>_gpus[node] += class_delta`."""
+        unit = self._fit_unit
+        for key_cls, key in self._fit_keys.items():
+            delta = free_delta * 100 - (class_delta if key_cls is cls else 0)
+            if delta:
+                key[node] += delta * unit
 
     # ----- queries -------------------------------------------------------------------------
     @property
@@ -146,6 +199,8 @@ class PoolState:
             self.hp_gpus[node] += gpus
         else:
             self.spot_gpus[node] += gpus
+        if self._fit_keys:
+            self._shift_fit_keys(node, -gpus, cls, gpus)
 
     def give_whole(self, node: int, gpus: int, cls: TaskClass) -> None:
         self.take_whole(node, -gpus, cls)
@@ -157,6 +212,8 @@ class PoolState:
             self.gpu_shared[slot] = True
             self.shared_on_node[node] += 1
             self.free[node] -= 1
+            if self._fit_keys:
+                self._shift_fit_keys(node, -1, None, 0)
         if cls is TaskClass.HP:
             self.gpu_hp[slot] += fraction
         else:
@@ -178,6 +235,8 @@ class PoolState:
             self.gpu_shared[slot] = False
             self.shared_on_node[node] -= 1
             self.free[node] += 1
+            if self._fit_keys:
+                self._shift_fit_keys(node, 1, None, 0)
 
     def _reclassify(self, node: int, before: TaskClass | None, after: TaskClass | None) -> None:
         if before is after:
@@ -190,6 +249,11 @@ class PoolState:
             self.hp_gpus[node] += 1
         elif after is TaskClass.SPOT:
             self.spot_gpus[node] += 1
+        if self._fit_keys:
+            if before is not None:
+                self._shift_fit_keys(node, 0, before, -1)
+            if after is not None:
+                self._shift_fit_keys(node, 0, after, 1)
 
     # ----- task-level changes ----------------------------------------------------------------
     def add_task(self, rt: RunningTask) -> None:

@@ -35,6 +35,15 @@ METRICS: tuple[str, ...] = (
     "lp_gpu_hours_completed", "lp_jct_mean_s", "evictions", "tasks_finished", "tasks_unfinished",
     "lp_tasks", "hp_tasks", "lp_guarantee_periods",
 )  # fmt: skip
+# Derived per cell at aggregation time (so reports of earlier runs can be rebuilt): evictions per
+# 1,000 completed spot GPU-hours. Why: the eviction rate per guarantee period rewards a policy that
+# runs little spot in contended pools; per GPU-hour of finished spot work it does not.
+DERIVED: dict[str, Callable[[dict[str, float]], float]] = {
+    "lp_evictions_per_kgpuh": lambda m: (
+        1000.0 * m["evictions"] / m["lp_gpu_hours_completed"] if m["lp_gpu_hours_completed"] > 0 else 0.0
+    ),
+}
+REPORT_METRICS: tuple[str, ...] = METRICS + tuple(DERIVED)
 POOL_METRICS: tuple[str, ...] = (
     "lp_eviction_rate",
     "lp_queue_delay_mean_s",
@@ -162,13 +171,19 @@ def relative_change(ours: float, theirs: float) -> float:
     return 100.0 * (ours - theirs) / abs(theirs)
 
 
+def with_derived(result: dict[str, Any]) -> dict[str, Any]:
+    m = result["metrics"]
+    return {**result, "metrics": {**m, **{k: f(m) for k, f in DERIVED.items()}}}
+
+
 def aggregate(cfg: EvaluateConfig, results: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    results = [with_derived(r) for r in results]
     grid = [r for r in results if r["cell"]["study"] == "grid"]
     by: dict[tuple[str, float], list[dict[str, Any]]] = {}
     for r in grid:
         by.setdefault((r["cell"]["policy"], r["cell"]["load"]), []).append(r)
     table = {
-        f"{p}|{load:g}": {m: spread([r["metrics"][m] for r in rs]) for m in METRICS}
+        f"{p}|{load:g}": {m: spread([r["metrics"][m] for r in rs]) for m in REPORT_METRICS}
         for (p, load), rs in sorted(by.items())
     }
     pools: dict[str, Any] = {}
@@ -195,7 +210,7 @@ def aggregate(cfg: EvaluateConfig, results: Sequence[dict[str, Any]]) -> dict[st
                     float(np.mean([b["metrics"][m] for _, b in paired])),
                 ),
             }
-            for m in METRICS
+            for m in REPORT_METRICS
         }
     sens: dict[str, Any] = {}
     for study, field in (("p", "guarantee_rate"), ("hours", "guarantee_hours")):
@@ -214,7 +229,7 @@ def aggregate(cfg: EvaluateConfig, results: Sequence[dict[str, Any]]) -> dict[st
             if c["study"] == study or default_point:
                 groups.setdefault(c[field], []).append(r)
         sens[study] = {
-            f"{v:g}": {m: spread([r["metrics"][m] for r in rs]) for m in METRICS}
+            f"{v:g}": {m: spread([r["metrics"][m] for r in rs]) for m in REPORT_METRICS}
             for v, rs in sorted(groups.items())
         }
     return {"table": table, "pools": pools, "change_vs_reference": changes, "sensitivity": sens}

@@ -11,7 +11,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from services.simulator.evaluate import METRICS
+from services.simulator.evaluate import REPORT_METRICS
 from services.simulator.evaluate_config import EvaluateConfig
 
 HEADLINE = (
@@ -20,6 +20,7 @@ HEADLINE = (
     ("hp_queue_delay_mean_s", "HP queueing delay (h)", 1 / 3600, "{:.2f}"),
     ("gpu_allocation_rate", "GPU allocation", 1.0, "{:.4f}"),
     ("lp_gpu_hours_completed", "completed spot GPU-h", 1.0, "{:,.0f}"),
+    ("lp_evictions_per_kgpuh", "evictions per 1k spot GPU-h", 1.0, "{:.2f}"),
 )
 
 
@@ -105,14 +106,14 @@ def markdown(cfg: EvaluateConfig, report: dict[str, Any]) -> str:
     lines += [
         "## Every metric (mean ± std over seeds)",
         "",
-        "| policy | load | " + " | ".join(METRICS) + " |",
-        "|---" * (len(METRICS) + 2) + "|",
+        "| policy | load | " + " | ".join(REPORT_METRICS) + " |",
+        "|---" * (len(REPORT_METRICS) + 2) + "|",
     ]
     for key, row in agg["table"].items():
         p, load = key.split("|")
         lines.append(
             f"| {p} | {load} | "
-            + " | ".join(f"{row[m]['mean']:.4g} ± {row[m]['std']:.2g}" for m in METRICS)
+            + " | ".join(f"{row[m]['mean']:.4g} ± {row[m]['std']:.2g}" for m in REPORT_METRICS)
             + " |"
         )
     for study, label in (("p", "guarantee rate p"), ("hours", "guarantee hours H")):

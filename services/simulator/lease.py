@@ -51,13 +51,13 @@ class LeasedSimulation(Simulation):
             self.push(self.now + self.lease_s, LEASE, None)
         self.lease_renewals += 1
         for pool_id, rt in self.pools.items():
-            for tid in sorted(rt.state.running):
-                life = self.lives[tid]
-                if life.start + life.remaining <= self.now:
-                    continue  # finishes at this instant: its finish event handles it
-                running = rt.state.remove_task(tid)
-                self.released[tid] = running
+            lives = self.lives
+            finishing = frozenset(  # finish at this instant: their finish events handle them
+                tid for tid in rt.state.running if lives[tid].start + lives[tid].remaining <= self.now
+            )
+            for running in rt.state.release_all(keep=finishing):
                 spec = running.spec
+                self.released[spec.task_id] = running
                 (rt.hp if spec.task_class is TaskClass.HP else rt.spot).push(spec, self.now)
             rt.version += 1
             self.dirty.add(pool_id)

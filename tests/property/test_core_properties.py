@@ -194,3 +194,64 @@ def test_gfs_two_pointer_on_one_crowded_node(spot: list[tuple[int, float]], hp_g
     assert freed >= k
     for v in plan.victims:
         assert freed - held[v] < k  # sparing any single victim leaves too little
+
+
+def _fresh_best_fit_key(pool: PoolState, cls: TaskClass) -> np.ndarray:
+    """Spec 5.1's composite key, computed from scratch (what the pool's cached key must equal)."""
+    exist = pool.hp_gpus if cls is TaskClass.HP else pool.spot_gpus
+    n = len(pool.node_cap)
+    score = (pool.free + 1) * 100 - exist
+    e = 10000 - pool.eviction_score if cls is TaskClass.SPOT else pool.eviction_score
+    return score * (10001 * n) + e * n + np.arange(n)
+
+
+@given(
+    NODE_SIZES,
+    st.lists(FRACTIONAL_TASK, min_size=2, max_size=16),
+    st.lists(st.integers(min_value=0, max_value=15), max_size=6),
+    st.booleans(),
+)
+def test_cached_best_fit_key_tracks_every_change(
+    sizes: list[int], tasks: list[tuple[TaskClass, float, int, float]], removals: list[int], rescore: bool
+) -> None:
+    pool = a_pool(*sizes)
+    for cls in (TaskClass.HP, TaskClass.SPOT):
+        pool.best_fit_key(cls)  # build the caches first, so every later change must update them
+    _fill(pool, tasks[: len(tasks) // 2])
+    pool.begin()  # a pass's tentative changes and their rollback go through the same updates
+    _fill(pool, tasks[len(tasks) // 2 :])
+    pool.rollback()
+    if rescore:
+        pool.eviction_score = np.arange(len(sizes), dtype=np.int64) * 997 % 9900
+    running = sorted(pool.running)
+    for i in removals:
+        if running:
+            pool.remove_task(running.pop(i % len(running)))
+    for cls in (TaskClass.HP, TaskClass.SPOT):
+        assert (pool.best_fit_key(cls) == _fresh_best_fit_key(pool, cls)).all()
+
+
+@given(NODE_SIZES, st.lists(FRACTIONAL_TASK, min_size=1, max_size=16), st.lists(st.booleans(), max_size=16))
+def test_release_all_equals_removing_one_by_one(
+    sizes: list[int], tasks: list[tuple[TaskClass, float, int, float]], keep_mask: list[bool]
+) -> None:
+    bulk, single = a_pool(*sizes), a_pool(*sizes)
+    _fill(bulk, tasks)
+    _fill(single, tasks)
+    before = set(bulk.running)
+    keep = frozenset(t for t, k in zip(sorted(before), keep_mask, strict=False) if k)
+    released = bulk.release_all(keep=keep)
+    for tid in sorted(single.running):
+        if tid not in keep:
+            single.remove_task(tid)
+    assert sorted(r.spec.task_id for r in released) == sorted(before - keep)
+    assert set(bulk.running) == set(keep)
+    assert {r.spec.task_id for r in released}.isdisjoint(keep)
+    for name in ("free", "hp_gpus", "spot_gpus", "shared_on_node", "gpu_shared"):
+        assert (getattr(bulk, name) == getattr(single, name)).all(), name
+    assert np.allclose(bulk.gpu_hp, single.gpu_hp) and np.allclose(bulk.gpu_spot, single.gpu_spot)
+    assert bulk.spot_whole == single.spot_whole
+    assert bulk.slot_tasks.keys() == single.slot_tasks.keys()
+    assert abs(bulk.spot_in_use - single.spot_in_use) < 1e-9 and abs(bulk.hp_in_use - single.hp_in_use) < 1e-9
+    for cls in (TaskClass.HP, TaskClass.SPOT):
+        assert (bulk.best_fit_key(cls) == _fresh_best_fit_key(bulk, cls)).all()

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from services.simulator.evaluate import aggregate, grid_cells, relative_change, run_grid, spread
+from services.simulator.evaluate import aggregate, grid_cells, relative_change, run_grid, spread, with_derived
 from services.simulator.evaluate_config import load_config, parse_config
 from services.simulator.evaluate_report import build_report, write_report
 from services.simulator.evaluate_trace import narrow_gangs, thin_hp
@@ -99,6 +99,14 @@ def test_spread_and_relative_change_by_hand() -> None:
     assert relative_change(0.06, 0.08) == pytest.approx(-25.0)
     assert relative_change(0.0, 0.0) == 0.0
     assert math.isnan(relative_change(1.0, 0.0))
+
+
+def test_evictions_per_spot_gpu_hour_by_hand() -> None:
+    cell = {"key": "k", "metrics": {"evictions": 3.0, "lp_gpu_hours_completed": 1500.0}}
+    assert with_derived(cell)["metrics"]["lp_evictions_per_kgpuh"] == pytest.approx(2.0)
+    assert cell["metrics"].keys() == {"evictions", "lp_gpu_hours_completed"}  # input left alone
+    none_done = {"key": "k", "metrics": {"evictions": 0.0, "lp_gpu_hours_completed": 0.0}}
+    assert with_derived(none_done)["metrics"]["lp_evictions_per_kgpuh"] == 0.0
 
 
 def _trace_for_shaping() -> Trace:
