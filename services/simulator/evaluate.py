@@ -145,10 +145,17 @@ def run_grid(
     else:
         with ProcessPoolExecutor(max_workers=cfg.workers) as pool:
             futures = [pool.submit(run_cell, cfg, c) for c in todo]
-            for fut in as_completed(futures):
-                results.append(fut.result())
-                if progress:
-                    progress(results[-1])
+            try:
+                for fut in as_completed(futures):
+                    results.append(fut.result())
+                    if progress:
+                        progress(results[-1])
+            except BaseException:
+                # A failed cell (or Ctrl-C) ends the run now: leaving the pool would first run
+                # every queued cell. The cells already written stay for --resume.
+                for fut in futures:
+                    fut.cancel()
+                raise
     return sorted(results, key=lambda r: r["key"])
 
 

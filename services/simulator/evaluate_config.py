@@ -17,6 +17,7 @@ from typing import Any
 
 import yaml
 
+from services.core.policies.registry import build_registry
 from services.simulator.traces.synth_config import GeneratorConfig
 
 DEFAULT_POLICIES = ("gfs", "fifo", "k8s-priority", "lyra", "fgd", "chronus")
@@ -115,6 +116,15 @@ def parse_config(data: dict[str, Any]) -> EvaluateConfig:
     cfg = EvaluateConfig(**kwargs)
     if not 0 < cfg.node_fraction <= 1:
         raise ValueError("node_fraction must be in (0, 1]")
+    # Checked here, not in the worker: a misspelt policy would otherwise fail only when its first
+    # cell runs, after the cells before it have spent their minutes.
+    known_policies = build_registry()
+    asked = set(cfg.policies) | ({cfg.sensitivity.policy} if cfg.sensitivity else set())
+    unknown_policies = sorted(asked - set(known_policies))
+    if unknown_policies:
+        raise ValueError(
+            f"unknown policies: {', '.join(unknown_policies)}; known: {', '.join(sorted(known_policies))}"
+        )
     if cfg.reference not in cfg.policies:
         raise ValueError(f"reference policy {cfg.reference!r} must be one of the policies")
     if cfg.workers < 1:

@@ -83,8 +83,13 @@ def test_changed_node_inventory_is_refused(tmp_path: Path) -> None:
         ({"policies": ["fifo"], "reference": "gfs"}, "reference"),
         ({"node_fraction": 0}, "node_fraction"),
         ({"colour": "blue"}, "unknown"),
+        ({"policies": ["gfs", "fifo+gfs-quota"]}, "unknown policies: fifo\\+gfs-quota"),
+        (
+            {"policies": ["gfs"], "sensitivity": {"policy": "gsf", "load": 1.0, "seeds": [0]}},
+            "unknown policies: gsf",
+        ),
     ],
-    ids=["reference-not-run", "zero-fraction", "unknown-key"],
+    ids=["reference-not-run", "zero-fraction", "unknown-key", "unknown-policy", "unknown-sensitivity-policy"],
 )
 def test_bad_config_is_rejected(data: dict[str, object], message: str) -> None:
     with pytest.raises(ValueError, match=message):
