@@ -60,6 +60,11 @@ def _pct(s: dict[str, float]) -> str:
     return text
 
 
+def _headline_header(first: str) -> list[str]:
+    """Header and rule of a table whose columns are the HEADLINE metrics after `first`."""
+    return ["| " + " | ".join([first, *(h[1] for h in HEADLINE)]) + " |", "|---" * (len(HEADLINE) + 1) + "|"]
+
+
 def markdown(cfg: EvaluateConfig, report: dict[str, Any]) -> str:
     agg = report["aggregate"]
     lines = [
@@ -82,8 +87,7 @@ def markdown(cfg: EvaluateConfig, report: dict[str, Any]) -> str:
         lines += [
             f"## HP load {load:g}",
             "",
-            "| policy | " + " | ".join(h[1] for h in HEADLINE) + " |",
-            "|---" * (len(HEADLINE) + 1) + "|",
+            *_headline_header("policy"),
         ]
         for p in cfg.policies:
             row = agg["table"].get(f"{p}|{load:g}")
@@ -95,8 +99,7 @@ def markdown(cfg: EvaluateConfig, report: dict[str, Any]) -> str:
             "",
             f"Change of {cfg.reference} against each policy (paired by seed, percent of the other's value):",
             "",
-            "| vs | " + " | ".join(h[1] for h in HEADLINE) + " |",
-            "|---" * (len(HEADLINE) + 1) + "|",
+            *_headline_header("vs"),
         ]
         for p in cfg.policies:
             ch = agg["change_vs_reference"].get(f"{p}|{load:g}")
@@ -123,8 +126,7 @@ def markdown(cfg: EvaluateConfig, report: dict[str, Any]) -> str:
                 "",
                 f"## Sensitivity of {cfg.sensitivity.policy if cfg.sensitivity else 'gfs'} to {label}",
                 "",
-                f"| {label} | " + " | ".join(h[1] for h in HEADLINE) + " |",
-                "|---" * (len(HEADLINE) + 1) + "|",
+                *_headline_header(label),
             ]
             for v, row in rows.items():
                 lines.append(
