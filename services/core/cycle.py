@@ -22,6 +22,7 @@ from services.core.placement import place_task, place_worker, release, reserve
 from services.core.policies.protocols import SchedulingPolicy
 from services.core.pool import PoolState, RunningTask
 from services.core.queues import Blocked, BucketQueue, SortKey
+from services.core.reasons import Unschedulable
 from services.core.task import TaskClass, TaskSpec
 from services.core.victims import PreemptionContext, PreemptionPlan
 
@@ -42,6 +43,9 @@ class CycleContext:
 class CycleOutcome:
     decisions: tuple[Decision, ...]
     blocked: tuple[tuple[TaskClass, SortKey, Blocked], ...]
+    # Buckets the pass skipped because their size was at or above the `failed` threshold
+    # (explanations only; the memos in `blocked` say why the other non-started buckets stopped).
+    skipped: tuple[tuple[TaskClass, SortKey], ...] = ()
 
 
 def schedule_pool(
@@ -53,13 +57,14 @@ def schedule_pool(
 ) -> CycleOutcome:
     decisions: list[Decision] = []
     blocked: list[tuple[TaskClass, SortKey, Blocked]] = []
+    skipped: list[tuple[TaskClass, SortKey]] = []
     pool.begin()
     try:
-        _hp_pass(pool, hp_queue, policy, ctx, decisions, blocked)
-        _spot_pass(pool, spot_queue, policy, ctx, decisions, blocked)
+        _hp_pass(pool, hp_queue, policy, ctx, decisions, blocked, skipped)
+        _spot_pass(pool, spot_queue, policy, ctx, decisions, blocked, skipped)
     finally:
         pool.rollback()
-    return CycleOutcome(tuple(decisions), tuple(blocked))
+    return CycleOutcome(tuple(decisions), tuple(blocked), tuple(skipped))
 
 
 def _still_blocked(queue: BucketQueue, bucket: SortKey, head: str, version: int) -> Blocked | None:
@@ -70,7 +75,15 @@ def _still_blocked(queue: BucketQueue, bucket: SortKey, head: str, version: int)
 class _Attempt(enum.Enum):
     STARTED = "started"
     NO_FIT = "no-fit"  # raises the `failed` threshold to this size (spec 5.3)
+    NO_PREEMPTION_PLAN = "no-preemption-plan"  # an HP miss with preemption on: as NO_FIT
     OVER_QUOTA = "over-quota"  # stops the bucket but leaves the threshold alone
+
+
+_REASON = {
+    _Attempt.NO_FIT: Unschedulable.NO_FIT,
+    _Attempt.NO_PREEMPTION_PLAN: Unschedulable.NO_PREEMPTION_PLAN,
+    _Attempt.OVER_QUOTA: Unschedulable.OVER_QUOTA,
+}
 
 
 _TryStart = Callable[[TaskSpec], _Attempt]
@@ -82,6 +95,7 @@ def _queue_pass(
     ctx: CycleContext,
     try_start: _TryStart,
     blocked: list[tuple[TaskClass, SortKey, Blocked]],
+    skipped: list[tuple[TaskClass, SortKey]],
 ) -> None:
     """Walk the queue's buckets in order under the `failed` threshold (spec 5.3).
 
@@ -94,6 +108,7 @@ def _queue_pass(
     for bucket, entries in queue.buckets():
         first = queue.specs[entries[0][1]]
         if order.size(first) >= threshold:
+            skipped.append((task_class, bucket))
             continue
         memo = _still_blocked(queue, bucket, entries[0][1], ctx.version)
         if memo is not None:
@@ -106,10 +121,11 @@ def _queue_pass(
             attempt = try_start(spec)
             if attempt is _Attempt.STARTED:
                 continue
-            if attempt is _Attempt.NO_FIT:
+            raises = attempt is not _Attempt.OVER_QUOTA
+            if raises:
                 threshold = order.size(spec)
-            raises = attempt is _Attempt.NO_FIT
-            blocked.append((task_class, bucket, Blocked(ctx.version, tid, raises_threshold=raises)))
+            memo = Blocked(ctx.version, tid, raises_threshold=raises, reason=_REASON[attempt])
+            blocked.append((task_class, bucket, memo))
             break
 
 
@@ -120,25 +136,27 @@ def _hp_pass(
     ctx: CycleContext,
     decisions: list[Decision],
     blocked: list[tuple[TaskClass, SortKey, Blocked]],
+    skipped: list[tuple[TaskClass, SortKey]],
 ) -> None:
     def try_start(spec: TaskSpec) -> _Attempt:
-        started = _start_hp(pool, spec, policy, ctx, decisions)
-        return _Attempt.STARTED if started else _Attempt.NO_FIT
+        return _start_hp(pool, spec, policy, ctx, decisions)
 
-    _queue_pass(queue, TaskClass.HP, ctx, try_start, blocked)
+    _queue_pass(queue, TaskClass.HP, ctx, try_start, blocked, skipped)
 
 
 def _start_hp(
     pool: PoolState, spec: TaskSpec, policy: SchedulingPolicy, ctx: CycleContext, decisions: list[Decision]
-) -> bool:
+) -> _Attempt:
     placements = place_task(pool, spec, policy.placement)
     if placements is not None:
         pool.add_task(RunningTask(spec, ctx.now, placements))
         decisions.append(StartTask(spec.task_id, placements))
-        return True
+        return _Attempt.STARTED
     if not ctx.preemption_enabled:
-        return False
-    return _start_hp_preemptive(pool, spec, policy, ctx, decisions)
+        return _Attempt.NO_FIT
+    if _start_hp_preemptive(pool, spec, policy, ctx, decisions):
+        return _Attempt.STARTED
+    return _Attempt.NO_PREEMPTION_PLAN
 
 
 def _start_hp_preemptive(
@@ -151,6 +169,7 @@ def _start_hp_preemptive(
             return False
     mark = pool.mark()
     evictions: list[EvictTask] = []
+    plans: list[PreemptionPlan] = []
     placed: list[WorkerPlacement] = []
     ok = True
     for p in _fits_now(pool, spec, policy):  # workers that fit without preemption come first
@@ -165,6 +184,7 @@ def _start_hp_preemptive(
             if plan is None:
                 ok = False
                 break
+            plans.append(plan)
             for victim in plan.victims:
                 pool.remove_task(victim)
                 evictions.append(EvictTask(victim, spec.task_id, plan.node))
@@ -178,7 +198,7 @@ def _start_hp_preemptive(
         return False
     pool.add_task(RunningTask(spec, ctx.now, tuple(placed)))
     decisions.extend(evictions)
-    decisions.append(StartTask(spec.task_id, tuple(placed), preempted=bool(evictions)))
+    decisions.append(StartTask(spec.task_id, tuple(placed), preempted=bool(evictions), plans=tuple(plans)))
     return True
 
 
@@ -216,6 +236,7 @@ def _spot_pass(
     ctx: CycleContext,
     decisions: list[Decision],
     blocked: list[tuple[TaskClass, SortKey, Blocked]],
+    skipped: list[tuple[TaskClass, SortKey]],
 ) -> None:
     def try_start(spec: TaskSpec) -> _Attempt:
         if ctx.quota_enabled:
@@ -231,4 +252,4 @@ def _spot_pass(
         decisions.append(StartTask(spec.task_id, placements))
         return _Attempt.STARTED
 
-    _queue_pass(queue, TaskClass.SPOT, ctx, try_start, blocked)
+    _queue_pass(queue, TaskClass.SPOT, ctx, try_start, blocked, skipped)

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from services.core.ids import TaskId
 from services.core.reasons import EvictionReason
+
+if TYPE_CHECKING:
+    from services.core.victims import PreemptionPlan
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +31,9 @@ class StartTask:
     task_id: TaskId
     placements: tuple[WorkerPlacement, ...]
     preempted: bool = False  # the HP task needed evictions (it pays the restart overhead, spec 5.4)
+    # The preemption plans behind the evictions (one per worker that needed them), each with the
+    # losing candidate nodes it was chosen over: the explanation, never an input to a decision.
+    plans: tuple[PreemptionPlan, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

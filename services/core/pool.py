@@ -51,6 +51,9 @@ class PoolState:
         # Whole-GPU spot holdings per node (victim selection needs them): task -> GPUs there.
         self.spot_whole: list[dict[TaskId, int]] = [{} for _ in range(n)]
         self.spot_gpus = np.zeros(n, dtype=np.int64)
+        # GPUs per node that can be used at all: node_cap, or 0 while the node is down. A down node
+        # has no free GPUs and nothing preemptible, so neither placement nor preemption picks it.
+        self.online_cap = self.node_cap.copy()
         self._empty()
         self._journal: list[tuple[str, RunningTask]] | None = None
 
@@ -59,7 +62,7 @@ class PoolState:
         n = len(self.node_cap)
         for node in np.flatnonzero(self.spot_gpus):  # a node with spot holdings has spot GPUs
             self.spot_whole[node].clear()
-        self.free = self.node_cap.copy()
+        self.free = self.online_cap.copy()
         self.hp_gpus = np.zeros(n, dtype=np.int64)
         self.spot_gpus = np.zeros(n, dtype=np.int64)
         # Best-fit composite keys per class (see `best_fit_key`), built on first use and then
@@ -164,7 +167,31 @@ class PoolState:
     @property
     def non_hp(self) -> np.ndarray:
         """GPUs per node with no HP allocation (idle or spot only): what preemption can free."""
-        return self.node_cap - self.hp_gpus
+        return self.online_cap - self.hp_gpus
+
+    @property
+    def online_capacity(self) -> int:
+        """GPUs on nodes that are up (`capacity` stays the installed total)."""
+        return int(self.online_cap.sum())
+
+    def is_online(self, node: int) -> bool:
+        return bool(self.online_cap[node] == self.node_cap[node])
+
+    def set_online(self, node: int, online: bool) -> None:
+        """Take an empty node out of service, or bring it back. Its tasks must have been removed
+        first (the runtime stops them): a down node holds nothing."""
+        if self._journal is not None:
+            raise RuntimeError("set_online inside a journaled pass")
+        cap = int(self.node_cap[node])
+        if online == (int(self.online_cap[node]) == cap):
+            return
+        if int(self.free[node]) != int(self.online_cap[node]) or self.shared_on_node[node]:
+            raise ValueError(f"node {self.node_names[node]} still holds tasks")
+        delta = cap if online else -cap
+        self.online_cap[node] = cap if online else 0
+        self.free[node] += delta
+        if self._fit_keys:
+            self._shift_fit_keys(node, delta, None, 0)
 
     def allocated_gpus(self) -> int:
         return int(self.hp_gpus.sum() + self.spot_gpus.sum())

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from services.core.ids import TaskId
+from services.core.reasons import Unschedulable
 from services.core.task import TaskSpec
 
 SortKey = tuple[float, ...]
@@ -42,6 +43,7 @@ class Blocked:
     version: int
     head: TaskId
     raises_threshold: bool = True  # False for a spot quota miss (spec 5.3 skips without raising)
+    reason: Unschedulable = Unschedulable.NO_FIT  # why the head could not start (explanations)
 
 
 class BucketQueue:
@@ -88,6 +90,13 @@ class BucketQueue:
         """Buckets in processing order; each list is sorted (read it, do not change it)."""
         for b in list(self._bucket_keys):
             yield b, self._buckets[b]
+
+    def bucket_of(self, task_id: TaskId) -> SortKey:
+        return self._where[task_id][0]
+
+    def bucket_head(self, bucket: SortKey) -> TaskId | None:
+        entries = self._buckets.get(bucket)
+        return entries[0][1] if entries else None
 
     def head(self) -> TaskId | None:
         if not self._bucket_keys:

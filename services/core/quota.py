@@ -7,7 +7,6 @@ The quota caps the pool's total concurrent spot GPUs: admit j only if S_v + g_j 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
@@ -126,7 +125,3 @@ class ReactiveQuota:
         return QuotaOutcome(
             dict.fromkeys(range(1, self.settings.max_guarantee_hours + 1), float(inputs.capacity)), inputs.eta
         )
-
-
-def quota_is_finite(value: float) -> bool:
-    return math.isfinite(value)

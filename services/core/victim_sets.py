@@ -8,11 +8,14 @@ evicted (a shared GPU may hold several fractional spot workers).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+
+import numpy as np
 
 from services.core.ids import TaskId
 from services.core.pool import PoolState
+from services.core.victims import PreemptionContext, PreemptionPlan, lost_gpu_seconds, node_cost
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,3 +57,29 @@ def reprieve(holdings: NodeHoldings, candidates: list[TaskId], need: int) -> lis
         if holdings.freed(trial) >= need:
             victims = trial
     return victims
+
+
+def best_node_plan(
+    pool: PoolState,
+    need: int,
+    ctx: PreemptionContext,
+    choose: Callable[[NodeHoldings], list[TaskId] | None],
+    rank: Callable[[NodeHoldings, list[TaskId]], tuple[float, ...]],
+) -> PreemptionPlan | None:
+    """The one per-node loop of the baseline selectors: on every node with `need` non-HP GPUs,
+    `choose` the victims (None: the node cannot serve); keep the node with the smallest `rank`
+    (whose last tier is the node index). The plan's cost is GFS's node cost, for comparison only."""
+    best: tuple[tuple[float, ...], NodeHoldings, list[TaskId]] | None = None
+    for node in np.flatnonzero(pool.non_hp >= need).tolist():
+        holdings = node_holdings(pool, node)
+        victims = choose(holdings)
+        if victims is None or holdings.freed(victims) < need:
+            continue
+        key = rank(holdings, victims)
+        if best is None or key < best[0]:
+            best = (key, holdings, victims)
+    if best is None:
+        return None
+    _, holdings, victims = best
+    lost = sum(lost_gpu_seconds(pool, t, ctx.now) for t in victims)
+    return PreemptionPlan(holdings.node, tuple(victims), node_cost(lost, len(victims), pool, ctx))

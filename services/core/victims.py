@@ -7,8 +7,9 @@ shared GPU, fractional case; slot -1 with a fractional worker means "open a free
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 import numpy as np
@@ -18,6 +19,7 @@ from services.core.pool import PoolState
 from services.core.task import TaskSpec
 
 _EPS = 1e-9
+MAX_ALTERNATIVES = 5  # losing candidates kept with a plan for explanations (cheapest first)
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +28,23 @@ class PreemptionPlan:
     victims: tuple[TaskId, ...]
     cost: float
     slot: int = -1
+    # GFS's node cost split into its terms (eviction rate after the preemption, weighted lost GPU
+    # time), None for selectors whose cost is not that sum.
+    terms: tuple[float, float] | None = None
+    # Losing candidates the selector compared this plan with (at most MAX_ALTERNATIVES, cheapest
+    # first) and how many candidates it compared in all (this plan included). Explanation only.
+    alternatives: tuple[PreemptionPlan, ...] = ()
+    considered: int = 1
+
+
+def with_alternatives(best: PreemptionPlan, plans: list[PreemptionPlan]) -> PreemptionPlan:
+    """`best` carrying the cheapest of the other `plans` as its losing candidates."""
+    if len(plans) <= 1:
+        return best
+    losers = heapq.nsmallest(
+        MAX_ALTERNATIVES, (p for p in plans if p is not best), key=lambda p: (p.cost, p.node, p.slot)
+    )
+    return replace(best, alternatives=tuple(losers), considered=len(plans))
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,13 +102,33 @@ def two_pointer(
     return victims, g
 
 
-def node_cost(victim_cost: float, n_victims: int, pool: PoolState, ctx: PreemptionContext) -> float:
-    """(F + R) / (F + S + R) + w * sum(c_j) / (C_v * T_win): eviction rate after this preemption
-    dominates; the lost GPU time breaks near-ties."""
+def node_cost_terms(
+    victim_cost: float, n_victims: int, pool: PoolState, ctx: PreemptionContext
+) -> tuple[float, float]:
+    """The two terms of the node cost: (F + R) / (F + S + R), the pool's eviction rate after this
+    preemption, and w * sum(c_j) / (C_v * T_win), the weighted lost GPU time."""
     f, s = ctx.failed_periods, ctx.succeeded_periods
     denominator = f + s + n_victims
     rate = (f + n_victims) / denominator if denominator > 0 else 0.0
-    return rate + ctx.cost_weight * victim_cost / (pool.capacity * ctx.t_win_s)
+    return rate, ctx.cost_weight * victim_cost / (pool.capacity * ctx.t_win_s)
+
+
+def node_cost(victim_cost: float, n_victims: int, pool: PoolState, ctx: PreemptionContext) -> float:
+    """Eviction rate after this preemption dominates; the lost GPU time breaks near-ties."""
+    rate, lost = node_cost_terms(victim_cost, n_victims, pool, ctx)
+    return rate + lost
+
+
+def _gfs_plan(
+    node: int,
+    victims: tuple[TaskId, ...],
+    victim_cost: float,
+    pool: PoolState,
+    ctx: PreemptionContext,
+    slot: int = -1,
+) -> PreemptionPlan:
+    rate, lost = node_cost_terms(victim_cost, len(victims), pool, ctx)
+    return PreemptionPlan(node, victims, rate + lost, slot, terms=(rate, lost))
 
 
 class GfsVictims:
@@ -111,11 +150,13 @@ class GfsVictims:
             return None
         least = int(non_hp[feasible].min())
         best: PreemptionPlan | None = None
+        plans: list[PreemptionPlan] = []
         for node in np.flatnonzero(non_hp == least).tolist():
             plan = self._plan_node(pool, int(node), k, ctx)
+            plans.append(plan)
             if best is None or plan.cost < best.cost:
                 best = plan
-        return best
+        return None if best is None else with_alternatives(best, plans)
 
     def _plan_node(self, pool: PoolState, node: int, k: int, ctx: PreemptionContext) -> PreemptionPlan:
         whole = pool.spot_whole[node]
@@ -123,8 +164,7 @@ class GfsVictims:
         idle = int(pool.free[node])
         if not slots and len(whole) == 1 and idle < k:  # fast path: the only spot task must go
             (tid,) = whole
-            c = lost_gpu_seconds(pool, tid, ctx.now)
-            return PreemptionPlan(node, (tid,), node_cost(c, 1, pool, ctx))
+            return _gfs_plan(node, (tid,), lost_gpu_seconds(pool, tid, ctx.now), pool, ctx)
         # Virtual GPU ids: idle GPUs, then each whole holding, then each spot-only shared GPU.
         next_id = idle
         holdings: dict[TaskId, set[int]] = {}
@@ -139,7 +179,7 @@ class GfsVictims:
         costs = {t: lost_gpu_seconds(pool, t, ctx.now) for t in frozen}
         victims, _ = two_pointer(frozen, frozenset(range(next_id)), costs, k)
         total = sum(costs[t] for t in victims)
-        return PreemptionPlan(node, tuple(victims), node_cost(total, len(victims), pool, ctx))
+        return _gfs_plan(node, tuple(victims), total, pool, ctx)
 
     def _plan_fractional(self, pool: PoolState, g: float, ctx: PreemptionContext) -> PreemptionPlan | None:
         """Shared GPUs already holding some HP with room for g once their spot work is evicted;
@@ -150,17 +190,17 @@ class GfsVictims:
             return None
         fullest = float(hp[ok].max())
         best: PreemptionPlan | None = None
+        plans: list[PreemptionPlan] = []
         for slot in np.flatnonzero(ok & (hp >= fullest - _EPS)).tolist():
             occupants = pool.slot_tasks.get(int(slot), {})
             costs = {t: lost_gpu_seconds(pool, t, ctx.now) for t in occupants}
             victims = fraction_two_pointer(occupants, 1.0 - float(hp[slot]), costs, g)
             total = sum(costs[t] for t in victims)
-            plan = PreemptionPlan(
-                int(pool.gpu_node[slot]), tuple(victims), node_cost(total, len(victims), pool, ctx), int(slot)
-            )
+            plan = _gfs_plan(int(pool.gpu_node[slot]), tuple(victims), total, pool, ctx, int(slot))
+            plans.append(plan)
             if best is None or plan.cost < best.cost:
                 best = plan
-        return best
+        return None if best is None else with_alternatives(best, plans)
 
 
 def fraction_two_pointer(

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from services.core.ids import TaskId
 from services.core.placement_fgd import frag_growth
 from services.core.pool import PoolState
 from services.core.task import TaskSpec
-from services.core.victim_sets import node_holdings, reprieve
-from services.core.victims import PreemptionContext, PreemptionPlan, lost_gpu_seconds, node_cost
+from services.core.victim_sets import NodeHoldings, best_node_plan, reprieve
+from services.core.victims import PreemptionContext, PreemptionPlan
 
 
 class FgdVictims:
@@ -23,16 +24,13 @@ class FgdVictims:
 
     def plan(self, pool: PoolState, spec: TaskSpec, ctx: PreemptionContext) -> PreemptionPlan | None:
         k = spec.whole_gpus_per_worker
-        best: tuple[tuple[int, int, int], PreemptionPlan] | None = None
-        for node in np.flatnonzero(pool.non_hp >= k).tolist():
-            holdings = node_holdings(pool, node)
-            victims = reprieve(holdings, list(holdings.tasks), k)
+
+        def choose(holdings: NodeHoldings) -> list[TaskId]:
+            return reprieve(holdings, list(holdings.tasks), k)
+
+        def rank(holdings: NodeHoldings, victims: list[TaskId]) -> tuple[float, ...]:
             freed = holdings.freed(victims)
-            if freed < k:
-                continue
             growth = int(frag_growth(np.array([holdings.idle]), np.array([freed - k]))[0])
-            key = (growth, len(victims), node)
-            if best is None or key < best[0]:
-                lost = sum(lost_gpu_seconds(pool, t, ctx.now) for t in victims)
-                best = (key, PreemptionPlan(node, tuple(victims), node_cost(lost, len(victims), pool, ctx)))
-        return None if best is None else best[1]
+            return (growth, len(victims), holdings.node)
+
+        return best_node_plan(pool, k, ctx, choose, rank)

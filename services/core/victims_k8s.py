@@ -12,28 +12,23 @@ from __future__ import annotations
 
 import numpy as np
 
+from services.core.ids import TaskId
 from services.core.pool import PoolState
 from services.core.task import TaskSpec
-from services.core.victim_sets import node_holdings, reprieve
-from services.core.victims import PreemptionContext, PreemptionPlan, lost_gpu_seconds, node_cost
+from services.core.victim_sets import NodeHoldings, best_node_plan, reprieve
+from services.core.victims import PreemptionContext, PreemptionPlan
 
 
 class K8sVictims:
     name = "k8s-reprieve"
 
     def plan(self, pool: PoolState, spec: TaskSpec, ctx: PreemptionContext) -> PreemptionPlan | None:
-        k = spec.whole_gpus_per_worker
-        best: tuple[tuple[int, float, int], PreemptionPlan] | None = None
-        for node in np.flatnonzero(pool.non_hp >= k).tolist():
-            holdings = node_holdings(pool, node)
+        def choose(holdings: NodeHoldings) -> list[TaskId]:
             important_first = sorted(holdings.tasks, key=lambda t: (pool.running[t].start_s, t))
-            victims = reprieve(holdings, important_first, k)
-            if holdings.freed(victims) < k:
-                continue
+            return reprieve(holdings, important_first, spec.whole_gpus_per_worker)
+
+        def rank(holdings: NodeHoldings, victims: list[TaskId]) -> tuple[float, ...]:
             earliest = min((pool.running[t].start_s for t in victims), default=np.inf)
-            key = (len(victims), -earliest, node)
-            if best is None or key < best[0]:
-                lost = sum(lost_gpu_seconds(pool, t, ctx.now) for t in victims)
-                plan = PreemptionPlan(node, tuple(victims), node_cost(lost, len(victims), pool, ctx))
-                best = (key, plan)
-        return None if best is None else best[1]
+            return (len(victims), -earliest, holdings.node)
+
+        return best_node_plan(pool, spec.whole_gpus_per_worker, ctx, choose, rank)

@@ -15,13 +15,11 @@ preemptible capacity as GFS does.
 
 from __future__ import annotations
 
-import numpy as np
-
 from services.core.ids import TaskId
 from services.core.pool import PoolState
 from services.core.task import TaskSpec
-from services.core.victim_sets import NodeHoldings, node_holdings, reprieve
-from services.core.victims import PreemptionContext, PreemptionPlan, lost_gpu_seconds, node_cost
+from services.core.victim_sets import NodeHoldings, best_node_plan, reprieve
+from services.core.victims import PreemptionContext, PreemptionPlan
 
 
 def server_cost(pool: PoolState, task_id: TaskId) -> int:
@@ -49,14 +47,8 @@ class LyraVictims:
 
     def plan(self, pool: PoolState, spec: TaskSpec, ctx: PreemptionContext) -> PreemptionPlan | None:
         k = spec.whole_gpus_per_worker
-        best: tuple[tuple[int, int, int], PreemptionPlan] | None = None
-        for node in np.flatnonzero(pool.non_hp >= k).tolist():
-            holdings = node_holdings(pool, node)
-            victims = greedy_victims(pool, holdings, k)
-            if victims is None:
-                continue
-            key = (sum(server_cost(pool, t) for t in victims), len(victims), node)
-            if best is None or key < best[0]:
-                lost = sum(lost_gpu_seconds(pool, t, ctx.now) for t in victims)
-                best = (key, PreemptionPlan(node, tuple(victims), node_cost(lost, len(victims), pool, ctx)))
-        return None if best is None else best[1]
+
+        def rank(holdings: NodeHoldings, victims: list[TaskId]) -> tuple[float, ...]:
+            return (sum(server_cost(pool, t) for t in victims), len(victims), holdings.node)
+
+        return best_node_plan(pool, k, ctx, lambda h: greedy_victims(pool, h, k), rank)

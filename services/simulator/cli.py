@@ -31,6 +31,10 @@ def simulate(
     ] = None,
     json_out: Annotated[Path | None, typer.Option("--json", help="write metrics JSON here")] = None,
     report: Annotated[Path | None, typer.Option("--report", help="write report.md + PNG plots here")] = None,
+    decisions: Annotated[
+        Path | None,
+        typer.Option("--decisions", help="write every decision, in order, as JSON lines here"),
+    ] = None,
 ) -> None:
     """Simulate policies on a trace (HP warm-up, evaluation window, drain) and compare them."""
     from rich.console import Console
@@ -69,7 +73,7 @@ def simulate(
         def progress(name: str, t: float) -> None:
             bar.update(tasks[name], completed=t / 86400.0)
 
-        result = run_policies(loaded, policy, settings, progress)
+        result = run_policies(loaded, policy, settings, progress, decisions)
         for name in policy:
             bar.update(tasks[name], completed=horizon / 86400.0)
     payload = result.to_json()

@@ -3,7 +3,9 @@
 Events: arrivals (merged from the sorted task list), finishes, guarantee-period boundaries,
 quota refresh (300 s) and state samples (60 s) inside the window, window start / end, stop.
 All events at one timestamp are applied first; then every pool that changed runs one scheduling
-pass (the core's `schedule_pool`) and the simulator applies the returned decisions.
+pass. Everything per pool (queues, applying decisions, guarantee ledger, eviction scores, quota
+inputs, leases) is the core's `PoolRuntime`, the same one the live preemption service drives: the
+engine keeps only events, timing and recording (task lives, useful GPU time, samples).
 """
 
 from __future__ import annotations
@@ -11,35 +13,29 @@ from __future__ import annotations
 import heapq
 import math
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import cast
 
 import numpy as np
 
-from services.core.cycle import CycleContext, schedule_pool
-from services.core.decisions import EvictTask, StartTask
-from services.core.eviction_score import eviction_scores, recent_counts
 from services.core.forecast import DemandForecast, Forecaster
 from services.core.guarantee import (
     GUARANTEE_PERIOD_S,
     remaining_after_eviction,
-    successes_before_eviction,
-    successes_on_finish,
+    useful_seconds_before_eviction,
 )
 from services.core.ids import PoolId, TaskId
 from services.core.policies.protocols import SchedulingPolicy
-from services.core.pool import PoolState, RunningTask
-from services.core.queues import BucketQueue
-from services.core.quota import QuotaInputs
+from services.core.reasons import EvictionReason
+from services.core.runtime import PassResult, PoolRuntime, RuntimeSettings, Started, Stopped
 from services.core.task import TaskClass, TaskSpec
-from services.core.victims import PreemptionContext
+from services.core.victims_lease import RELEASE_OVERHEAD_S
 from services.simulator.lifecycle import Life, overlap
 from services.simulator.recording import Recorder
 from services.simulator.workload import Workload
 
-FINISH, PERIOD, QUOTA, SAMPLE, WINDOW_START, WINDOW_END = range(6)
+FINISH, PERIOD, QUOTA, SAMPLE, WINDOW_START, WINDOW_END, LEASE = range(7)
 QUOTA_PERIOD_S = 300.0
 SAMPLE_PERIOD_S = 60.0
 HORIZON_H = 4
@@ -60,24 +56,7 @@ class DemandInput:
     pools: tuple[str, ...]
 
 
-class PoolRuntime:
-    """A pool plus its queues and the simulator-side counters around it."""
-
-    def __init__(self, state: PoolState, policy: SchedulingPolicy, max_hours: int) -> None:
-        self.state = state
-        self.hp = BucketQueue(policy.hp_order)
-        self.spot = BucketQueue(policy.spot_order)
-        self.version = 0
-        self.quota: dict[int, float] = dict.fromkeys(range(1, max_hours + 1), float(state.capacity))
-        self.eta = 1.0
-        self.failed_total = 0
-        self.succeeded_total = 0
-        self.recent_success: deque[float] = deque()
-        self.recent_failure: deque[float] = deque()
-        self.evict_times: list[float] = []
-        self.evict_nodes: list[int] = []
-        self.useful_gpu_s = 0.0
-        self.scores_set = False  # eviction scores differ from the default (recent evictions)
+DecisionSink = Callable[["Simulation", PoolRuntime, PassResult], None]
 
 
 class Simulation:
@@ -88,16 +67,19 @@ class Simulation:
         forecaster: Forecaster,
         demand: DemandInput,
         settings: SimSettings = SimSettings(),
+        decision_sink: DecisionSink | None = None,
     ) -> None:
         self.w = workload
         self.policy = policy
         self.forecaster = forecaster
         self.demand = demand
         self.settings = settings
-        max_h = policy.quota.settings.max_guarantee_hours
+        self.decision_sink = decision_sink
+        rs = RuntimeSettings(t_win_s=settings.t_win_s, cost_weight=settings.cost_weight)
         self.pools: dict[PoolId, PoolRuntime] = {
-            p.pool: PoolRuntime(p.build(), policy, max_h) for p in workload.pools
+            p.pool: PoolRuntime(p.build(), policy, rs) for p in workload.pools
         }
+        self.useful_gpu_s: dict[PoolId, float] = dict.fromkeys(self.pools, 0.0)
         self.lives: dict[TaskId, Life] = {}
         self.heap: list[tuple[float, int, int, object]] = []
         self.seq = 0
@@ -110,6 +92,11 @@ class Simulation:
         self.last_fit_day = -1
         self.recorder = Recorder(workload, tuple(self.pools))
         self.stop_s = workload.window_end_s + workload.drain_s
+        # Lease-based policies (Chronus): every `lease_s` inside the window each pool's runtime
+        # releases its running tasks and the next pass renews or stops them.
+        self.lease_s = float(policy.lease_s or 0.0)
+        self.lease_renewals = 0
+        self.lease_stops = 0
 
     # ----- event plumbing -------------------------------------------------------------------
     def push(self, t: float, kind: int, payload: object) -> None:
@@ -181,14 +168,18 @@ class Simulation:
             self._touch_all()
             self.push(self.now, QUOTA, None)
             self.push(self.now, SAMPLE, None)
+            if self.lease_s > 0:
+                self.push(self.now + self.lease_s, LEASE, None)
         elif kind == WINDOW_END:
             self.in_window = False
             self._touch_all()
+        elif kind == LEASE:
+            self._renew_leases()
         return False
 
     def _touch_all(self) -> None:
         for pool_id, rt in self.pools.items():
-            rt.version += 1
+            rt.invalidate()  # preemption and the quota switch on or off: every memo is stale
             self.dirty.add(pool_id)
 
     # ----- task events --------------------------------------------------------------------------
@@ -199,8 +190,9 @@ class Simulation:
         self.lives[spec.task_id] = life
         if in_window:
             self.outstanding_window += 1
-        rt = self.pools[spec.pool]
-        (rt.hp if spec.task_class is TaskClass.HP else rt.spot).push(spec, self.now)
+        rejection = self.pools[spec.pool].submit(spec, self.now)
+        if rejection is not None:  # the workload already dropped infeasible jobs
+            raise ValueError(f"task {spec.task_id}: {rejection.message}")
         self.dirty.add(spec.pool)
 
     def _finish(self, tid: TaskId, epoch: int) -> None:
@@ -208,36 +200,25 @@ class Simulation:
         if life.epoch != epoch:
             return
         spec = life.spec
-        rt = self.pools[spec.pool]
-        rt.state.remove_task(tid)
-        run = self.now - life.start
+        done = self.pools[spec.pool].finish(tid, self.now)
         life.end = self.now
         life.remaining = 0.0
         life.epoch += 1
-        if spec.task_class is TaskClass.SPOT:
-            self._log_success(rt, life, successes_on_finish(run) - life.logged)
-        rt.useful_gpu_s += spec.total_gpus * overlap(life.start, self.now, *self._window())
+        life.succeeded += done.successes
+        self.useful_gpu_s[spec.pool] += spec.total_gpus * overlap(life.start, self.now, *self._window())
         if life.in_window:
             self.outstanding_window -= 1
-        rt.version += 1
         self.dirty.add(spec.pool)
 
     def _period(self, tid: TaskId, epoch: int) -> None:
         life = self.lives[tid]
         if life.epoch != epoch:
             return
-        rt = self.pools[life.spec.pool]
-        self._log_success(rt, life, 1)
+        if self.pools[life.spec.pool].period_tick(tid, self.now):
+            life.succeeded += 1
         nxt = self.now + GUARANTEE_PERIOD_S
         if nxt < life.start + life.remaining:
             self.push(nxt, PERIOD, (tid, epoch))
-
-    def _log_success(self, rt: PoolRuntime, life: Life, count: int) -> None:
-        for _ in range(max(0, count)):
-            rt.recent_success.append(self.now)
-        life.logged += max(0, count)
-        life.succeeded += max(0, count)
-        rt.succeeded_total += max(0, count)
 
     def _window(self) -> tuple[float, float]:
         return self.w.window_start_s, self.w.window_end_s
@@ -245,76 +226,92 @@ class Simulation:
     # ----- scheduling ---------------------------------------------------------------------------
     def _schedule(self, pool_id: PoolId) -> None:
         rt = self.pools[pool_id]
-        if not len(rt.hp) and not len(rt.spot):
-            return
-        ctx = CycleContext(
-            now=self.now,
-            preemption_enabled=self.in_window,
-            quota_enabled=self.in_window,
-            quota=rt.quota,
-            preemption=PreemptionContext(
-                now=self.now,
-                failed_periods=rt.failed_total,
-                succeeded_periods=rt.succeeded_total,
-                t_win_s=self.settings.t_win_s,
-                cost_weight=self.settings.cost_weight,
-            ),
-            version=rt.version,
-        )
-        outcome = schedule_pool(rt.state, rt.hp, rt.spot, self.policy, ctx)
-        for d in outcome.decisions:
-            if isinstance(d, EvictTask):
-                self._evict(rt, d)
+        result = rt.schedule(self.now, preemption_enabled=self.in_window, quota_enabled=self.in_window)
+        for o in result.outcomes:
+            if isinstance(o, Started):
+                self._start(o)
+            elif o.reason is EvictionReason.LEASE_NOT_RENEWED:
+                self._lease_stop(o)
             else:
-                self._start(rt, d)
-        for cls, bucket, memo in outcome.blocked:
-            queue = rt.hp if cls is TaskClass.HP else rt.spot
-            if memo.head in queue:
-                queue.blocked[bucket] = memo
+                self._evict(o)
+        if self.decision_sink is not None and result.outcomes:
+            self.decision_sink(self, rt, result)
 
-    def _start(self, rt: PoolRuntime, d: StartTask) -> None:
-        life = self.lives[d.task_id]
+    def _start(self, o: Started) -> None:
+        if o.renewed:
+            return  # the lease was renewed: same run, same events
+        life = self.lives[o.task_id]
         spec = life.spec
-        queue = rt.hp if spec.task_class is TaskClass.HP else rt.spot
-        queue.remove(d.task_id)
-        rt.state.add_task(RunningTask(spec, self.now, d.placements))
         life.wait += self.now - life.entered
         if math.isnan(life.first_start):
             life.first_start = self.now
-        if d.preempted:
+        if o.preempted:
             life.remaining += spec.restart_overhead_s
         life.start = self.now
         life.epoch += 1
-        life.logged = 0
-        self.push(self.now + life.remaining, FINISH, (d.task_id, life.epoch))
+        self.push(self.now + life.remaining, FINISH, (o.task_id, life.epoch))
         if spec.task_class is TaskClass.SPOT and life.remaining > GUARANTEE_PERIOD_S:
-            self.push(self.now + GUARANTEE_PERIOD_S, PERIOD, (d.task_id, life.epoch))
+            self.push(self.now + GUARANTEE_PERIOD_S, PERIOD, (o.task_id, life.epoch))
 
-    def _evict(self, rt: PoolRuntime, d: EvictTask) -> None:
-        life = self.lives[d.task_id]
+    def _evict(self, o: Stopped) -> None:
+        life = self.lives[o.task_id]
         spec = life.spec
-        rt.state.remove_task(d.task_id)
-        run = self.now - life.start
-        self._log_success(rt, life, successes_before_eviction(run) - life.logged)
-        rt.useful_gpu_s += spec.total_gpus * overlap(
-            life.start, life.start + successes_before_eviction(run) * GUARANTEE_PERIOD_S, *self._window()
+        life.succeeded += o.successes
+        self.useful_gpu_s[spec.pool] += spec.total_gpus * overlap(
+            life.start, life.start + useful_seconds_before_eviction(o.run_s), *self._window()
         )
         life.remaining = remaining_after_eviction(
-            life.remaining, run, spec.checkpoint_interval_s, spec.restart_overhead_s
+            life.remaining, o.run_s, spec.checkpoint_interval_s, spec.restart_overhead_s
         )
         life.failed += 1
         life.evictions += 1
         life.epoch += 1
-        rt.failed_total += 1
-        rt.recent_failure.append(self.now)
-        rt.evict_times.append(self.now)
-        rt.evict_nodes.append(d.node)
         life.entered = self.now
-        rt.spot.push(spec, self.now)
-        rt.version += 1
         self.dirty.add(spec.pool)
 
-    # ----- quota, forecasts, eviction scores ---------------------------------------------------
+    # ----- leases -------------------------------------------------------------------------------
+    def _renew_leases(self) -> None:
+        """Every running task gives its GPUs back (spec 6.2, 8 #7); the pass at this instant decides
+        who holds GPUs for the next lease. Tasks finishing right now keep theirs: their finish events
+        handle them."""
+        if not self.in_window:
+            return
+        if self.now + self.lease_s < self.w.window_end_s:
+            self.push(self.now + self.lease_s, LEASE, None)
+        self.lease_renewals += 1
+        lives = self.lives
+        for pool_id, rt in self.pools.items():
+            finishing = frozenset(
+                tid for tid in rt.state.running if lives[tid].start + lives[tid].remaining <= self.now
+            )
+            rt.release_leases(self.now, keep=finishing)
+            self.dirty.add(pool_id)
+
+    def _lease_stop(self, o: Stopped) -> None:
+        """A lease not renewed: work since the last checkpoint is lost plus the re-lease overhead; a
+        spot task stopped inside a guarantee period failed it (the runtime logged it)."""
+        life = self.lives[o.task_id]
+        spec = life.spec
+        self.lease_stops += 1
+        life.succeeded += o.successes
+        # HP work counts up to now; spot work only for its completed guarantee periods.
+        if spec.task_class is TaskClass.SPOT:
+            end = life.start + useful_seconds_before_eviction(o.run_s)
+        else:
+            end = self.now
+        self.useful_gpu_s[spec.pool] += spec.total_gpus * overlap(life.start, end, *self._window())
+        if o.failed_period:
+            life.failed += 1
+            life.evictions += 1
+        life.remaining = remaining_after_eviction(
+            life.remaining, o.run_s, spec.checkpoint_interval_s, RELEASE_OVERHEAD_S
+        )
+        life.epoch += 1  # its finish / period events are stale now
+        life.entered = self.now
+        if math.isnan(life.first_start):
+            life.first_start = life.start
+
+    # ----- quota, forecasts ---------------------------------------------------------------------
     def _forecast(self) -> DemandForecast | None:
         hour = int(self.now // 3600)
         if self.forecast_cache[0] == hour:
@@ -339,69 +336,32 @@ class Simulation:
             self.push(nxt, QUOTA, None)
         fc = self._forecast() if self.policy.quota.uses_forecast else None
         p = self.policy.quota.settings.guarantee_rate
-        horizon = self.now - 4 * 3600.0
         for pool_id, rt in self.pools.items():
-            for dq in (rt.recent_success, rt.recent_failure):
-                while dq and dq[0] <= horizon:
-                    dq.popleft()
-            head = rt.spot.head()
             quantile = None
             if fc is not None:
                 try:
                     quantile = fc.pool_quantile(pool_id, p)
                 except KeyError:  # a pool without HP history has no demand series
                     quantile = np.zeros(HORIZON_H)
-            out = self.policy.quota.refresh(
-                QuotaInputs(
-                    capacity=rt.state.capacity,
-                    idle_gpus=int(rt.state.free.sum()),
-                    spot_in_use=rt.state.spot_in_use,
-                    hp_quantile=quantile,
-                    eta=rt.eta,
-                    failed_recent=len(rt.recent_failure),
-                    succeeded_recent=len(rt.recent_success),
-                    head_wait_s=None if head is None else self.now - rt.spot.entered_s[head],
-                )
-            )
-            rt.eta = out.eta
-            if dict(out.quota) != rt.quota:
-                rt.quota = dict(out.quota)
-                rt.version += 1
+            if rt.refresh_quota(self.now, quantile):
                 self.dirty.add(pool_id)
-            if self.policy.use_eviction_scores:
-                self._refresh_scores(rt)
-
-    def _refresh_scores(self, rt: PoolRuntime) -> None:
-        if not rt.evict_times and not rt.scores_set:
-            return  # no eviction in the last day and the scores are already the default
-        n = len(rt.state.node_cap)
-        times = np.asarray(rt.evict_times, dtype=np.float64)
-        nodes = np.asarray(rt.evict_nodes, dtype=np.int64)
-        keep = times > self.now - 86400.0
-        rt.evict_times = times[keep].tolist()
-        rt.evict_nodes = nodes[keep].tolist()
-        n1h = recent_counts(times, nodes, self.now, 3600.0, n)
-        n1d = recent_counts(times, nodes, self.now, 86400.0, n)
-        rt.state.eviction_score = eviction_scores(n1h, n1d)
-        rt.scores_set = bool(rt.evict_times)
 
     # ----- stop ---------------------------------------------------------------------------------
     def _close(self) -> None:
         """Tasks still queued or running at the stop: queued ones have waited until the stop;
         running ones keep their completed guarantee periods as useful time."""
         stop = self.stop_s
-        for rt in self.pools.values():
-            for queue in (rt.hp, rt.spot):
-                for tid in queue.task_ids():
-                    life = self.lives[tid]
-                    life.wait += stop - life.entered
+        for pool_id, rt in self.pools.items():
+            for tid in rt.queued_ids():
+                life = self.lives[tid]
+                life.wait += stop - life.entered
             for tid, running in rt.state.running.items():
                 life = self.lives[tid]
                 run = stop - life.start
                 if running.spec.task_class is TaskClass.HP:
-                    rt.useful_gpu_s += running.spec.total_gpus * overlap(life.start, stop, *self._window())
+                    end = stop
                 else:
-                    done = successes_before_eviction(run) * GUARANTEE_PERIOD_S
-                    rt.useful_gpu_s += running.spec.total_gpus * overlap(
-                        life.start, life.start + done, *self._window()
-                    )
+                    end = life.start + useful_seconds_before_eviction(run)
+                self.useful_gpu_s[pool_id] += running.spec.total_gpus * overlap(
+                    life.start, end, *self._window()
+                )

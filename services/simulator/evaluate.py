@@ -20,10 +20,9 @@ import numpy as np
 
 from services.core.policies.registry import build_policy
 from services.core.quota import QuotaSettings
-from services.simulator.engine import SimSettings
+from services.simulator.engine import SimSettings, Simulation
 from services.simulator.evaluate_config import EvaluateConfig, resolve_nodes
 from services.simulator.evaluate_trace import cell_trace, scaled_nodes, with_guarantee_hours
-from services.simulator.lease import simulation_class
 from services.simulator.result import build_policy_result
 from services.simulator.runner import ForecastSource, RunSettings, build_forecaster, prepare
 from services.simulator.traces.gfs_format import read_nodes
@@ -103,7 +102,7 @@ def run_cell(cfg: EvaluateConfig, cell: Cell) -> dict[str, Any]:
     workload, demand, pool_hourly = prepare(trace, settings)
     quota_settings = dataclasses.replace(QuotaSettings(), guarantee_rate=cell.guarantee_rate)
     policy = build_policy(cell.policy, quota_settings)
-    sim = simulation_class(policy.lease_s)(
+    sim = Simulation(
         workload,
         policy,
         build_forecaster(settings, demand, pool_hourly),

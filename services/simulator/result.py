@@ -86,7 +86,7 @@ def build_policy_result(sim: Simulation, hp_pool_hourly: dict[str, np.ndarray]) 
             _outcomes(sim, TaskClass.HP, pool),
             _outcomes(sim, TaskClass.SPOT, pool),
             alloc[:, i] / caps[i] if len(alloc) else np.zeros(0),
-            sim.pools[rec.pools[i]].useful_gpu_s,
+            sim.useful_gpu_s[rec.pools[i]],
             int(caps[i]),
             window_s,
         )
@@ -96,7 +96,7 @@ def build_policy_result(sim: Simulation, hp_pool_hourly: dict[str, np.ndarray]) 
         hp_all,
         spot_all,
         alloc.sum(axis=1) / caps.sum() if len(alloc) else np.zeros(0),
-        sum(rt.useful_gpu_s for rt in sim.pools.values()),
+        sum(sim.useful_gpu_s.values()),
         int(caps.sum()),
         window_s,
     )

@@ -17,10 +17,10 @@ import numpy as np
 
 from services.core.forecast import DemandForecast, Forecaster, SeriesKey
 from services.core.policies.registry import build_policy
+from services.simulator.decision_log import DecisionLog
 from services.simulator.demand import hp_demand_series, pool_totals
-from services.simulator.engine import DemandInput, SimSettings
+from services.simulator.engine import DemandInput, SimSettings, Simulation
 from services.simulator.forecast_sources import Oracle, Persistence, SeasonalNaive
-from services.simulator.lease import simulation_class
 from services.simulator.result import PolicyResult, SimulationResult, build_policy_result
 from services.simulator.traces.records import Trace
 from services.simulator.workload import Workload, build_workload
@@ -101,6 +101,7 @@ def run_policies(
     policies: Sequence[str],
     settings: RunSettings,
     progress: Callable[[str, float], None] | None = None,
+    decisions: Path | None = None,
 ) -> SimulationResult:
     workload, demand, pool_hourly = prepare(trace, settings)
     pool_series = {p: pool_hourly[:, i] for i, p in enumerate(demand.pools)}
@@ -121,8 +122,13 @@ def run_policies(
             "jobs_rejected_infeasible": workload.rejected_infeasible,
         },
     )
+    if decisions is not None:
+        decisions.parent.mkdir(parents=True, exist_ok=True)
+        decisions.write_text("")
     for name in policies:
-        result.policies[name] = run_one(workload, demand, pool_hourly, pool_series, name, settings, progress)
+        result.policies[name] = run_one(
+            workload, demand, pool_hourly, pool_series, name, settings, progress, decisions
+        )
     return result
 
 
@@ -134,12 +140,18 @@ def run_one(
     name: str,
     settings: RunSettings,
     progress: Callable[[str, float], None] | None = None,
+    decisions: Path | None = None,
 ) -> PolicyResult:
+    """One policy on the workload; `decisions`: append its decision log (JSON lines) to this file."""
     policy = build_policy(name)
     forecaster = build_forecaster(settings, demand, pool_hourly)
-    # Lease-based policies (chronus) need the engine's lease-renewal hook; the rest the plain engine.
-    sim = simulation_class(policy.lease_s)(
-        workload, policy, forecaster, demand, SimSettings(t_win_s=settings.t_win_days * 86400.0)
-    )
-    sim.run(None if progress is None else (lambda t: progress(name, t)))
+    sim_settings = SimSettings(t_win_s=settings.t_win_days * 86400.0)
+    on_progress = None if progress is None else (lambda t: progress(name, t))
+    if decisions is None:
+        sim = Simulation(workload, policy, forecaster, demand, sim_settings)
+        sim.run(on_progress)
+    else:
+        with decisions.open("a", encoding="utf-8") as out:
+            sim = Simulation(workload, policy, forecaster, demand, sim_settings, DecisionLog(out, name))
+            sim.run(on_progress)
     return build_policy_result(sim, pool_series)

@@ -6,10 +6,10 @@ so spot jobs submitted before the window are dropped (the authors keep only Augu
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from dataclasses import dataclass
 
+from services.core.feasibility import PoolFeasibility
 from services.core.ids import PoolId, TaskId, TenantId
 from services.core.pool import PoolState
 from services.core.task import TaskClass, TaskSpec
@@ -58,14 +58,13 @@ def build_workload(trace: Trace, *, window_days: float = 31.0, drain_days: float
     start = max(0.0, end - window_days * DAY_S)
     tasks: list[TaskSpec] = []
     seen: dict[str, int] = {}
-    pool_gpus = {p: tuple(g for _, g in nodes) for p, nodes in by_pool.items()}
-    slot_cache: dict[tuple[int, int], int] = {}
+    feasibility = {p: PoolFeasibility(tuple(g for _, g in nodes)) for p, nodes in by_pool.items()}
     dropped_spot = dropped_pool = infeasible = 0
     for job in trace.jobs:
         if job.gpu_model not in by_pool:
             dropped_pool += 1
             continue
-        if not _fits(pool_gpus[job.gpu_model], job.gpus_per_worker, job.workers, slot_cache):
+        if feasibility[job.gpu_model].check(job.gpus_per_worker, job.workers) is not None:
             infeasible += 1
             continue
         cls = TaskClass.HP if job.job_class == "HP" else TaskClass.SPOT
@@ -104,21 +103,5 @@ def build_workload(trace: Trace, *, window_days: float = 31.0, drain_days: float
 
 
 def fits_empty_pool(node_gpus: tuple[int, ...], gpus_per_worker: float, workers: int) -> bool:
-    """Could the job run at all on its pool when the pool is empty? A job that never can (more
-    GPUs per worker than any node has, or a gang larger than the pool) is rejected at submission:
-    queued, it would block its queue forever (head-of-line or the `failed` threshold)."""
-    return _fits(node_gpus, gpus_per_worker, workers, {})
-
-
-def _fits(
-    node_gpus: tuple[int, ...], gpus_per_worker: float, workers: int, cache: dict[tuple[int, int], int]
-) -> bool:
-    # k = 0 caches the pool's GPU total (fractional workers can share any GPU)
-    k = 0 if gpus_per_worker < 1.0 else math.ceil(gpus_per_worker - 1e-9)
-    key = (id(node_gpus), k)  # one tuple object per pool, alive for the whole build
-    slots = cache.get(key)
-    if slots is None:
-        slots = cache[key] = sum(node_gpus) if k == 0 else sum(g // k for g in node_gpus)
-    if k == 0:
-        return workers * gpus_per_worker <= slots + 1e-9
-    return slots >= workers
+    """Could the job run at all on its pool when the pool is empty? (the core's feasibility check)"""
+    return PoolFeasibility(node_gpus).check(gpus_per_worker, workers) is None

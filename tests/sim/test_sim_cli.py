@@ -74,3 +74,45 @@ def test_simulate_fixture_writes_json_and_report(tmp_path: Path) -> None:
     ):
         assert (report / name).stat().st_size > 0
     assert "| lp_eviction_rate |" in (report / "report.md").read_text()
+
+
+def _simulate_decisions(tmp_path: Path, name: str) -> Path:
+    log = tmp_path / name
+    args = ["simulate", "--trace", str(FIXTURE), "--policy", "gfs", "--policy", "fifo", "--policy", "chronus"]
+    result = CliRunner().invoke(build_app(), [*args, "--window-days", "2", "--decisions", str(log)])
+    assert result.exit_code == 0, result.output
+    return log
+
+
+def test_simulate_decision_log_is_ordered_complete_and_deterministic(tmp_path: Path) -> None:
+    log = _simulate_decisions(tmp_path, "a.jsonl")
+    assert log.read_bytes() == _simulate_decisions(tmp_path, "b.jsonl").read_bytes()
+    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    gpus = {}
+    for row in (FIXTURE / "node_info_df.csv").read_text().splitlines()[1:]:
+        cells = row.split(",")
+        gpus[cells[3]] = int(cells[1])
+    by_policy: dict[str, list[dict[str, object]]] = {}
+    for line in lines:
+        by_policy.setdefault(str(line["policy"]), []).append(line)
+    assert set(by_policy) == {"gfs", "fifo", "chronus"}
+    for policy, rows in by_policy.items():
+        times = [float(r["t"]) for r in rows]  # type: ignore[arg-type]
+        assert times == sorted(times), policy
+        started = {r["task"] for r in rows if r["action"] == "start"}
+        assert len(started) == 20, policy  # every fixture job starts at least once
+        for i, r in enumerate(rows):
+            if r["action"] in ("start", "renew"):
+                for p in r["placements"]:  # type: ignore[attr-defined]
+                    devices = p["gpus"] if "gpus" in p else [p["gpu"]]
+                    assert all(0 <= d < gpus[p["node"]] for d in devices), (policy, r)
+                    assert len(set(devices)) == len(devices)
+            if r["action"] == "evict":
+                # the preemptor starts right after its victims, in the same pass, naming them
+                later = [q for q in rows[i + 1 :] if q["pass"] == r["pass"] and q["pool"] == r["pool"]]
+                start = next(q for q in later if q["task"] == r["preemptor"])
+                assert start["action"] == "start" and start["preempted"] is True
+                assert r["task"] in start["victims"]  # type: ignore[operator]
+                assert r["reason"] == "PREEMPTED_BY_HP" and r["node"] in gpus
+    assert any(r["action"] == "evict" for r in by_policy["gfs"])
+    assert any(r["action"] == "renew" for r in by_policy["chronus"])

@@ -13,26 +13,18 @@ from __future__ import annotations
 from services.core.placement import BestFit
 from services.core.policies.protocols import SchedulingPolicy
 from services.core.queues import LargestFirstFewWorkers
-from services.core.quota import ForecastQuota, QuotaPolicy, QuotaSettings, ReactiveQuota
+from services.core.quota import QuotaSettings, ReactiveQuota
 from services.core.victims_lease import LEASE_PERIOD_S, NoMidLeasePreemption
 
 
-def _chronus(name: str, quota: QuotaPolicy) -> SchedulingPolicy:
+def build_chronus(settings: QuotaSettings | None = None) -> SchedulingPolicy:
     return SchedulingPolicy(
-        name=name,
+        name="chronus",
         hp_order=LargestFirstFewWorkers(),
         spot_order=LargestFirstFewWorkers(),
         placement=BestFit(),
         victims=NoMidLeasePreemption(),
-        quota=quota,
+        quota=ReactiveQuota(settings=settings or QuotaSettings()),
         use_eviction_scores=False,
         lease_s=LEASE_PERIOD_S,
     )
-
-
-def build_chronus(settings: QuotaSettings | None = None) -> SchedulingPolicy:
-    return _chronus("chronus", ReactiveQuota(settings=settings or QuotaSettings()))
-
-
-def build_chronus_gfs_quota(settings: QuotaSettings | None = None) -> SchedulingPolicy:
-    return _chronus("chronus+gfs-quota", ForecastQuota(settings=settings or QuotaSettings()))

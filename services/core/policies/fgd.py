@@ -7,25 +7,17 @@ from __future__ import annotations
 from services.core.placement_fgd import FgdPlacement
 from services.core.policies.protocols import SchedulingPolicy
 from services.core.queues import Fifo
-from services.core.quota import ForecastQuota, QuotaPolicy, QuotaSettings, ReactiveQuota
+from services.core.quota import QuotaSettings, ReactiveQuota
 from services.core.victims_fgd import FgdVictims
 
 
-def _fgd(name: str, quota: QuotaPolicy) -> SchedulingPolicy:
+def build_fgd(settings: QuotaSettings | None = None) -> SchedulingPolicy:
     return SchedulingPolicy(
-        name=name,
+        name="fgd",
         hp_order=Fifo(),
         spot_order=Fifo(),
         placement=FgdPlacement(),
         victims=FgdVictims(),
-        quota=quota,
+        quota=ReactiveQuota(settings=settings or QuotaSettings()),
         use_eviction_scores=False,
     )
-
-
-def build_fgd(settings: QuotaSettings | None = None) -> SchedulingPolicy:
-    return _fgd("fgd", ReactiveQuota(settings=settings or QuotaSettings()))
-
-
-def build_fgd_gfs_quota(settings: QuotaSettings | None = None) -> SchedulingPolicy:
-    return _fgd("fgd+gfs-quota", ForecastQuota(settings=settings or QuotaSettings()))

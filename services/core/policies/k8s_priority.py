@@ -12,25 +12,17 @@ from __future__ import annotations
 from services.core.placement_spread import LeastAllocated
 from services.core.policies.protocols import SchedulingPolicy
 from services.core.queues import Fifo
-from services.core.quota import ForecastQuota, QuotaPolicy, QuotaSettings, ReactiveQuota
+from services.core.quota import QuotaSettings, ReactiveQuota
 from services.core.victims_k8s import K8sVictims
 
 
-def _k8s(name: str, quota: QuotaPolicy) -> SchedulingPolicy:
+def build_k8s_priority(settings: QuotaSettings | None = None) -> SchedulingPolicy:
     return SchedulingPolicy(
-        name=name,
+        name="k8s-priority",
         hp_order=Fifo(),
         spot_order=Fifo(),
         placement=LeastAllocated(),
         victims=K8sVictims(),
-        quota=quota,
+        quota=ReactiveQuota(settings=settings or QuotaSettings()),
         use_eviction_scores=False,
     )
-
-
-def build_k8s_priority(settings: QuotaSettings | None = None) -> SchedulingPolicy:
-    return _k8s("k8s-priority", ReactiveQuota(settings=settings or QuotaSettings()))
-
-
-def build_k8s_priority_gfs_quota(settings: QuotaSettings | None = None) -> SchedulingPolicy:
-    return _k8s("k8s-priority+gfs-quota", ForecastQuota(settings=settings or QuotaSettings()))

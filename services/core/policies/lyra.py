@@ -11,25 +11,17 @@ from __future__ import annotations
 from services.core.placement_spread import PackFree
 from services.core.policies.protocols import SchedulingPolicy
 from services.core.queue_blocking import LargestFirstBlocking
-from services.core.quota import ForecastQuota, QuotaPolicy, QuotaSettings, ReactiveQuota
+from services.core.quota import QuotaSettings, ReactiveQuota
 from services.core.victims_lyra import LyraVictims
 
 
-def _lyra(name: str, quota: QuotaPolicy) -> SchedulingPolicy:
+def build_lyra(settings: QuotaSettings | None = None) -> SchedulingPolicy:
     return SchedulingPolicy(
-        name=name,
+        name="lyra",
         hp_order=LargestFirstBlocking(),
         spot_order=LargestFirstBlocking(),
         placement=PackFree(),
         victims=LyraVictims(),
-        quota=quota,
+        quota=ReactiveQuota(settings=settings or QuotaSettings()),
         use_eviction_scores=False,
     )
-
-
-def build_lyra(settings: QuotaSettings | None = None) -> SchedulingPolicy:
-    return _lyra("lyra", ReactiveQuota(settings=settings or QuotaSettings()))
-
-
-def build_lyra_gfs_quota(settings: QuotaSettings | None = None) -> SchedulingPolicy:
-    return _lyra("lyra+gfs-quota", ForecastQuota(settings=settings or QuotaSettings()))

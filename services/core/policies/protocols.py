@@ -11,11 +11,11 @@ that builds a `SchedulingPolicy` from existing or new pieces, plus one line in t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from services.core.placement import NodeChooser
 from services.core.queues import QueueOrder
-from services.core.quota import QuotaPolicy
+from services.core.quota import ForecastQuota, QuotaPolicy, QuotaSettings
 from services.core.victims import VictimSelector
 
 
@@ -31,3 +31,10 @@ class SchedulingPolicy:
     # Lease-based policies (Chronus): every `lease_s` all running tasks give their GPUs back and are
     # scheduled again (services/simulator/lease.py). None: no leases.
     lease_s: float | None = None
+
+
+def with_gfs_quota(policy: SchedulingPolicy, settings: QuotaSettings | None = None) -> SchedulingPolicy:
+    """`<baseline>+gfs-quota`: the baseline unchanged except for GFS's forecast spot quota (spec
+    6.2), to separate what the quota does from what the rest of GFS does."""
+    quota = ForecastQuota(settings=settings or QuotaSettings())
+    return replace(policy, name=f"{policy.name}+gfs-quota", quota=quota)

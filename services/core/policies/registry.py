@@ -10,16 +10,23 @@ from services.core.policies.ablations import (
     build_gfs_no_feedback,
     build_gfs_no_forecast,
 )
-from services.core.policies.chronus import build_chronus, build_chronus_gfs_quota
-from services.core.policies.fgd import build_fgd, build_fgd_gfs_quota
+from services.core.policies.chronus import build_chronus
+from services.core.policies.fgd import build_fgd
 from services.core.policies.fifo import build_fifo
 from services.core.policies.gfs import build_gfs
-from services.core.policies.k8s_priority import build_k8s_priority, build_k8s_priority_gfs_quota
-from services.core.policies.lyra import build_lyra, build_lyra_gfs_quota
-from services.core.policies.protocols import SchedulingPolicy
+from services.core.policies.k8s_priority import build_k8s_priority
+from services.core.policies.lyra import build_lyra
+from services.core.policies.protocols import SchedulingPolicy, with_gfs_quota
 from services.core.quota import QuotaSettings
 
 PolicyFactory = Callable[[QuotaSettings | None], SchedulingPolicy]
+
+
+def _gfs_quota(build: PolicyFactory) -> PolicyFactory:
+    def factory(settings: QuotaSettings | None = None) -> SchedulingPolicy:
+        return with_gfs_quota(build(settings), settings)
+
+    return factory
 
 
 def build_registry() -> Mapping[str, PolicyFactory]:
@@ -30,13 +37,13 @@ def build_registry() -> Mapping[str, PolicyFactory]:
         "fifo": build_fifo,
         # Baselines (spec 6.2) with a reactive quota, and with GFS's forecast quota.
         "k8s-priority": build_k8s_priority,
-        "k8s-priority+gfs-quota": build_k8s_priority_gfs_quota,
+        "k8s-priority+gfs-quota": _gfs_quota(build_k8s_priority),
         "lyra": build_lyra,
-        "lyra+gfs-quota": build_lyra_gfs_quota,
+        "lyra+gfs-quota": _gfs_quota(build_lyra),
         "fgd": build_fgd,
-        "fgd+gfs-quota": build_fgd_gfs_quota,
+        "fgd+gfs-quota": _gfs_quota(build_fgd),
         "chronus": build_chronus,
-        "chronus+gfs-quota": build_chronus_gfs_quota,
+        "chronus+gfs-quota": _gfs_quota(build_chronus),
         # GFS ablations (spec 6.5).
         "gfs-no-forecast": build_gfs_no_forecast,
         "gfs-no-feedback": build_gfs_no_feedback,

@@ -1,4 +1,4 @@
-"""Chronus's lease renewal in the simulator (services/simulator/lease.py), next to GFS on the same
+"""Chronus's lease renewal (the runtime's lease step, driven by the simulator), next to GFS on the same
 tiny traces. Expected outcomes worked out by hand in the comments (lease 1200 s, re-lease overhead
 120 s, checkpoints every 3600 s, guarantee period 3600 s, GFS restart overhead 40 s)."""
 
@@ -9,8 +9,7 @@ from typing import Any
 import pytest
 
 from services.core.policies.registry import build_policy
-from services.simulator.engine import SimSettings
-from services.simulator.lease import LeasedSimulation, simulation_class
+from services.simulator.engine import SimSettings, Simulation
 from services.simulator.runner import RunSettings, build_forecaster, prepare
 from services.simulator.traces.records import Trace, TraceJob, TraceNode
 
@@ -36,9 +35,7 @@ def _run(policy_name: str, node_gpus: int, jobs: list[TraceJob]) -> tuple[Any, d
     settings = RunSettings(window_days=HORIZON_S / 86400.0, drain_days=1.0)
     workload, demand, pool_hourly = prepare(trace, settings)
     policy = build_policy(policy_name)
-    sim = simulation_class(policy.lease_s)(
-        workload, policy, build_forecaster(settings, demand, pool_hourly), demand, SimSettings()
-    )
+    sim = Simulation(workload, policy, build_forecaster(settings, demand, pool_hourly), demand, SimSettings())
     sim.run()
     return sim, {"hp_wait": {tid: life.wait for tid, life in sim.lives.items()}}
 
@@ -78,7 +75,7 @@ def test_chronus_hp_queue_time_accumulates_across_leases() -> None:
     assert out["hp_wait"]["H2"] == pytest.approx(1100.0)
     # H1 lost 1200 s since its last checkpoint plus 120 s: it ends at 1800 + 5000 + 120.
     assert sim.lives["H1"].end == pytest.approx(6920.0)
-    assert isinstance(sim, LeasedSimulation) and sim.lease_stops == 1
+    assert sim.lease_stops == 1
 
 
 def test_a_lone_task_is_renewed_without_loss() -> None:
@@ -87,4 +84,4 @@ def test_a_lone_task_is_renewed_without_loss() -> None:
     sim, _ = _run("chronus", 1, [_job("S", "SPOT", 1, 0.0, 5000.0)])
     s = sim.lives["S"]
     assert (s.end, s.failed, s.succeeded) == (pytest.approx(5000.0), 0, 2)
-    assert isinstance(sim, LeasedSimulation) and sim.lease_renewals >= 4 and sim.lease_stops == 0
+    assert sim.lease_renewals >= 4 and sim.lease_stops == 0

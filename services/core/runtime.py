@@ -1,0 +1,500 @@
+"""One pool at run time: the state both the simulator and the live preemption service drive.
+
+A `PoolRuntime` holds the pool's allocation state, its HP and spot queues, the guarantee ledger,
+the eviction log behind node scores, the quota in force, GPU device indices and what explanations
+need. Drivers feed it events (submit, cancel, finish, period tick, node down/up, quota update,
+lease renewal) and ask it to schedule; it returns what happened so the driver can record it
+(simulator) or emit it (service). Time always comes in as an argument and never goes back; the
+runtime reads no clock and does no I/O.
+
+Rules the drivers rely on (docs/core-api.md):
+- `schedule` runs one pass of the core's `schedule_pool` and applies its decisions in order:
+  evictions requeue their victims at the back of the spot queue (a failed guarantee period each),
+  starts bind device indices.
+- The capacity `version` changes whenever GPUs are freed, the quota changes, or a node goes down
+  or up: queue memos from an older version are retried.
+- A node going down stops every task with a worker on it (a gang cannot run in part): HP tasks go
+  back to the HP queue, spot tasks to the spot queue. Completed guarantee periods count as
+  successes; the interrupted period counts as neither success nor failure, since the eviction
+  feedback and the node cost measure preemptions, not hardware. The down node offers no GPUs to
+  placement or preemption until it is up again.
+- A cancelled task leaves its queue, or stops if running (completed periods count, the
+  interrupted one is void, as for a node loss).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from services.core.cycle import CycleContext, schedule_pool
+from services.core.decisions import EvictTask, StartTask, WorkerPlacement
+from services.core.devices import DeviceAllocator, DeviceBinding
+from services.core.eviction_log import EvictionLog
+from services.core.explain import (
+    CandidateNode,
+    EvictionRecord,
+    Explanation,
+    PreemptionRecord,
+    QueueStatus,
+)
+from services.core.feasibility import PoolFeasibility
+from services.core.guarantee import GUARANTEE_PERIOD_S, successes_before_eviction, successes_on_finish
+from services.core.guarantee_ledger import GuaranteeLedger
+from services.core.ids import TaskId
+from services.core.policies.protocols import SchedulingPolicy
+from services.core.pool import PoolState, RunningTask
+from services.core.queues import BucketQueue
+from services.core.quota import QuotaInputs
+from services.core.reasons import EvictionReason, Rejection, Unschedulable
+from services.core.task import TaskClass, TaskSpec
+from services.core.victims import PreemptionContext, PreemptionPlan
+
+_EPS = 1e-9
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeSettings:
+    t_win_s: float = 31 * 86400.0  # node-cost normaliser T_win (spec 5.2)
+    cost_weight: float = 5.0  # w of the node cost
+
+
+@dataclass(frozen=True, slots=True)
+class Started:
+    task_id: TaskId
+    placements: tuple[WorkerPlacement, ...]
+    devices: tuple[DeviceBinding, ...]
+    preempted: bool  # it needed evictions (pays the restart overhead, spec 5.4)
+    renewed: bool = False  # a lease renewal: the task keeps running, on these GPUs now
+
+
+@dataclass(frozen=True, slots=True)
+class Stopped:
+    """A running task that lost its GPUs: evicted, its node went down, or its lease ended."""
+
+    task_id: TaskId
+    task_class: TaskClass
+    node: int  # the node that caused it (-1: the whole pool, a lease renewal)
+    reason: EvictionReason
+    preemptor: TaskId | None
+    run_s: float  # since its (re)start
+    successes: int  # guarantee periods logged as successes now
+    failed_period: bool  # one failed guarantee period was logged
+
+
+@dataclass(frozen=True, slots=True)
+class Finished:
+    task_id: TaskId
+    run_s: float
+    successes: int
+
+
+Outcome = Started | Stopped
+
+
+@dataclass(frozen=True, slots=True)
+class PassResult:
+    number: int  # the pool's pass counter
+    at_s: float
+    outcomes: tuple[Outcome, ...]  # in decision order, then lease stops
+
+
+class _Run:
+    """A running task's guarantee bookkeeping: when its current run started and how many of its
+    periods are already logged."""
+
+    __slots__ = ("logged", "start_s")
+
+    def __init__(self, start_s: float) -> None:
+        self.start_s = start_s
+        self.logged = 0
+
+
+class PoolRuntime:
+    def __init__(
+        self,
+        state: PoolState,
+        policy: SchedulingPolicy,
+        settings: RuntimeSettings = RuntimeSettings(),
+    ) -> None:
+        self.state = state
+        self.policy = policy
+        self.settings = settings
+        self.hp = BucketQueue(policy.hp_order)
+        self.spot = BucketQueue(policy.spot_order)
+        self.version = 0
+        qs = policy.quota.settings
+        self.quota: dict[int, float] = dict.fromkeys(
+            range(1, qs.max_guarantee_hours + 1), float(state.capacity)
+        )
+        self.eta = 1.0
+        self.ledger = GuaranteeLedger(qs.feedback_window_s)
+        self.evictions = EvictionLog()
+        self.devices = DeviceAllocator(tuple(int(g) for g in state.node_cap))
+        self.feasibility = PoolFeasibility(tuple(int(g) for g in state.node_cap))
+        self.passes = 0
+        self.now = -math.inf
+        self._runs: dict[TaskId, _Run] = {}
+        self._released: dict[TaskId, RunningTask] = {}  # lease released, not yet renewed or stopped
+        self._skipped: frozenset[tuple[TaskClass, tuple[float, ...]]] = frozenset()
+        self._skipped_pass = 0
+        self._preemptions: dict[TaskId, tuple[float, tuple[PreemptionPlan, ...]]] = {}
+        # Victim -> (time, node, reason, preemptor, the plan that chose it): its last stop.
+        self._evicted: dict[
+            TaskId, tuple[float, int, EvictionReason, TaskId | None, PreemptionPlan | None]
+        ] = {}
+
+    # ----- time -------------------------------------------------------------------------------
+    def _at(self, now: float) -> None:
+        if now < self.now:
+            raise ValueError(f"time went back: {now} < {self.now}")
+        self.now = now
+
+    def _queue(self, cls: TaskClass) -> BucketQueue:
+        return self.hp if cls is TaskClass.HP else self.spot
+
+    # ----- submit / cancel ----------------------------------------------------------------------
+    def check(self, spec: TaskSpec) -> Rejection | None:
+        """Why `spec` could never run here, or None."""
+        if spec.pool != self.state.pool:
+            return Rejection.UNKNOWN_POOL
+        return self.feasibility.check(spec.gpus_per_worker, spec.workers)
+
+    def submit(self, spec: TaskSpec, now: float) -> Rejection | None:
+        """Queue a task, or return why it is rejected (nothing changes then)."""
+        rejection = self.check(spec)
+        if rejection is not None:
+            return rejection
+        self._at(now)
+        tid = spec.task_id
+        if tid in self.hp or tid in self.spot or tid in self.state.running:
+            raise ValueError(f"task {tid} is already known")
+        self._queue(spec.task_class).push(spec, now)
+        return None
+
+    def cancel(self, task_id: TaskId, now: float) -> Stopped | None:
+        """Withdraw a task: out of its queue, or stopped if running. Returns the stop (None if it
+        was queued); unknown ids raise KeyError."""
+        self._at(now)
+        for queue in (self.hp, self.spot):
+            if task_id in queue:
+                queue.remove(task_id)
+                if self._released.pop(task_id, None) is not None:
+                    self._runs.pop(task_id, None)
+                self._forget(task_id)
+                return None
+        stop = self._stop(task_id, now, -1, EvictionReason.CANCELLED, None, void_partial=True, requeue=False)
+        self._forget(task_id)
+        self.version += 1
+        return stop
+
+    # ----- finishes and guarantee periods -----------------------------------------------------------
+    def finish(self, task_id: TaskId, now: float) -> Finished:
+        self._at(now)
+        running = self.state.remove_task(task_id)
+        self.devices.release(task_id)
+        run = self._runs.pop(task_id)
+        run_s = now - run.start_s
+        logged = 0
+        if running.spec.task_class is TaskClass.SPOT:
+            logged = self.ledger.success(now, successes_on_finish(run_s) - run.logged)
+        self._forget(task_id)
+        self.version += 1
+        return Finished(task_id, run_s, logged)
+
+    def period_tick(self, task_id: TaskId, now: float) -> bool:
+        """One guarantee period of a running spot task closed without eviction: one success.
+        False (nothing logged) if the task no longer runs."""
+        self._at(now)
+        run = self._runs.get(task_id)
+        if run is None:
+            return False
+        self.ledger.success(now, 1)
+        run.logged += 1
+        return True
+
+    def next_period_end(self, task_id: TaskId) -> float | None:
+        """When the running task's next guarantee period closes (spot only)."""
+        run = self._runs.get(task_id)
+        if run is None:
+            return None
+        return run.start_s + (run.logged + 1) * GUARANTEE_PERIOD_S
+
+    # ----- scheduling ---------------------------------------------------------------------------
+    def schedule(
+        self, now: float, *, preemption_enabled: bool = True, quota_enabled: bool = True
+    ) -> PassResult:
+        """One scheduling pass with its decisions applied (a pool with empty queues is not passed)."""
+        self._at(now)
+        if not len(self.hp) and not len(self.spot):
+            return PassResult(self.passes, now, tuple(self._stop_unrenewed(now)))
+        self.passes += 1
+        ctx = CycleContext(
+            now=now,
+            preemption_enabled=preemption_enabled,
+            quota_enabled=quota_enabled,
+            quota=self.quota,
+            preemption=PreemptionContext(
+                now=now,
+                failed_periods=self.ledger.failed_total,
+                succeeded_periods=self.ledger.succeeded_total,
+                t_win_s=self.settings.t_win_s,
+                cost_weight=self.settings.cost_weight,
+            ),
+            version=self.version,
+        )
+        outcome = schedule_pool(self.state, self.hp, self.spot, self.policy, ctx)
+        chosen_by = {  # victim -> the plan that chose it (explanations)
+            v: plan
+            for d in outcome.decisions
+            if isinstance(d, StartTask)
+            for plan in d.plans
+            for v in plan.victims
+        }
+        outcomes: list[Outcome] = []
+        for d in outcome.decisions:
+            if isinstance(d, EvictTask):
+                outcomes.append(self._evict(d, now, chosen_by.get(d.task_id)))
+            else:
+                outcomes.append(self._start(d, now))
+        for cls, bucket, memo in outcome.blocked:
+            queue = self._queue(cls)
+            if memo.head in queue:
+                queue.blocked[bucket] = memo
+        self._skipped = frozenset(outcome.skipped)
+        self._skipped_pass = self.passes
+        outcomes.extend(self._stop_unrenewed(now))
+        return PassResult(self.passes, now, tuple(outcomes))
+
+    def _start(self, d: StartTask, now: float) -> Started:
+        tid = d.task_id
+        before = self._released.pop(tid, None)
+        if before is not None:  # lease renewed: same run, possibly other GPUs
+            self._queue(before.spec.task_class).remove(tid)
+            self.state.add_task(RunningTask(before.spec, before.start_s, d.placements))
+            return Started(tid, d.placements, self.devices.assign(tid, d.placements), False, renewed=True)
+        spec = self._queue(TaskClass.HP if tid in self.hp else TaskClass.SPOT).remove(tid)
+        self.state.add_task(RunningTask(spec, now, d.placements))
+        self._runs[tid] = _Run(now)
+        if d.plans:
+            self._preemptions[tid] = (now, d.plans)
+        return Started(tid, d.placements, self.devices.assign(tid, d.placements), d.preempted)
+
+    def _evict(self, d: EvictTask, now: float, plan: PreemptionPlan | None) -> Stopped:
+        stop = self._stop(d.task_id, now, d.node, d.reason, d.preemptor, void_partial=False, requeue=True)
+        self._evicted[d.task_id] = (now, d.node, d.reason, d.preemptor, plan)
+        if self.policy.use_eviction_scores:
+            self.evictions.record(now, d.node)
+        self.version += 1
+        return stop
+
+    def _stop(
+        self,
+        tid: TaskId,
+        now: float,
+        node: int,
+        reason: EvictionReason,
+        preemptor: TaskId | None,
+        *,
+        void_partial: bool,
+        requeue: bool,
+    ) -> Stopped:
+        """Take a running task off its GPUs: completed periods are successes; the interrupted one
+        is a failure unless `void_partial`."""
+        running = self.state.remove_task(tid)
+        self.devices.release(tid)
+        run = self._runs.pop(tid)
+        run_s = now - run.start_s
+        spec = running.spec
+        logged, failed = 0, False
+        if spec.task_class is TaskClass.SPOT:
+            logged = self.ledger.success(now, successes_before_eviction(run_s) - run.logged)
+            if not void_partial:
+                self.ledger.failure(now)
+                failed = True
+        self._evicted[tid] = (now, node, reason, preemptor, None)
+        if requeue:
+            self._queue(spec.task_class).push(spec, now)
+        return Stopped(tid, spec.task_class, node, reason, preemptor, run_s, logged, failed)
+
+    def _forget(self, tid: TaskId) -> None:
+        self._preemptions.pop(tid, None)
+        self._evicted.pop(tid, None)
+
+    def invalidate(self) -> None:
+        """A new capacity version: the next pass retries every queue memo (the driver calls it when
+        what a pass may do changes, e.g. preemption or the quota switched on or off)."""
+        self.version += 1
+
+    # ----- nodes ----------------------------------------------------------------------------------
+    def node_down(self, node: int, now: float) -> list[Stopped]:
+        """Stop every task with a worker on `node` and take the node out of service (module doc)."""
+        self._at(now)
+        if not self.state.is_online(node):
+            return []
+        hit = sorted(
+            tid for tid, r in self.state.running.items() if any(p.node == node for p in r.placements)
+        )
+        stops = [
+            self._stop(tid, now, node, EvictionReason.NODE_DOWN, None, void_partial=True, requeue=True)
+            for tid in hit
+        ]
+        self.state.set_online(node, False)
+        self.version += 1
+        return stops
+
+    def node_up(self, node: int, now: float) -> bool:
+        self._at(now)
+        if self.state.is_online(node):
+            return False
+        self.state.set_online(node, True)
+        self.version += 1
+        return True
+
+    # ----- leases (lease-based policies: Chronus) --------------------------------------------------
+    def release_leases(self, now: float, keep: frozenset[TaskId] = frozenset()) -> list[TaskId]:
+        """Every running task except `keep` gives its GPUs back and is queued again; the next
+        `schedule` renews the lease of those it places (same run) and stops the rest (work since
+        the last checkpoint is the driver's to charge; a spot task stopped inside a guarantee period
+        logs a failed period). `keep`: tasks finishing at this instant."""
+        self._at(now)
+        released = []
+        for running in self.state.release_all(keep=keep):
+            tid = running.spec.task_id
+            self.devices.release(tid)
+            self._released[tid] = running
+            self._queue(running.spec.task_class).push(running.spec, now)
+            released.append(tid)
+        self.version += 1
+        return released
+
+    def _stop_unrenewed(self, now: float) -> list[Outcome]:
+        if not self._released:
+            return []
+        out: list[Outcome] = []
+        for tid, running in list(self._released.items()):
+            del self._released[tid]
+            spec = running.spec
+            run = self._runs.pop(tid)
+            run_s = now - run.start_s
+            logged, failed = 0, False
+            if spec.task_class is TaskClass.SPOT:
+                done = successes_before_eviction(run_s)
+                logged = self.ledger.success(now, done - run.logged)
+                if run_s - done * GUARANTEE_PERIOD_S > _EPS:  # stopped inside a guarantee period
+                    self.ledger.failure(now)
+                    failed = True
+            self._evicted[tid] = (now, -1, EvictionReason.LEASE_NOT_RENEWED, None, None)
+            out.append(
+                Stopped(
+                    tid, spec.task_class, -1, EvictionReason.LEASE_NOT_RENEWED, None, run_s, logged, failed
+                )
+            )
+        return out
+
+    # ----- quota and eviction scores --------------------------------------------------------------
+    def quota_inputs(self, now: float, hp_quantile: np.ndarray | None) -> QuotaInputs:
+        """What the quota policy needs at `now`: online capacity, idle GPUs, spot in use, the
+        forecast quantile given, eta, and the outcomes inside the settings' feedback window."""
+        self._at(now)
+        failed, succeeded = self.ledger.recent(now)
+        head = self.spot.head()
+        return QuotaInputs(
+            capacity=self.state.online_capacity,
+            idle_gpus=int(self.state.free.sum()),
+            spot_in_use=self.state.spot_in_use,
+            hp_quantile=hp_quantile,
+            eta=self.eta,
+            failed_recent=failed,
+            succeeded_recent=succeeded,
+            head_wait_s=None if head is None else now - self.spot.entered_s[head],
+        )
+
+    def update_quota(self, quota: Mapping[int, float], eta: float) -> bool:
+        """Put a quota in force; True if it changed (a new capacity version)."""
+        self.eta = eta
+        if dict(quota) == self.quota:
+            return False
+        self.quota = dict(quota)
+        self.version += 1
+        return True
+
+    def refresh_quota(self, now: float, hp_quantile: np.ndarray | None) -> bool:
+        """The policy's quota from `quota_inputs`, put in force; then the eviction scores. True if
+        the quota changed."""
+        out = self.policy.quota.refresh(self.quota_inputs(now, hp_quantile))
+        changed = self.update_quota(out.quota, out.eta)
+        self.refresh_eviction_scores(now)
+        return changed
+
+    def refresh_eviction_scores(self, now: float) -> None:
+        """Node eviction scores from the last hour's and day's evictions (policies that use them)."""
+        if not self.policy.use_eviction_scores:
+            return
+        scores = self.evictions.refresh(now, len(self.state.node_cap))
+        if scores is not None:
+            self.state.eviction_score = scores
+
+    # ----- explanations ---------------------------------------------------------------------------
+    def explain(self, task_id: TaskId) -> Explanation:
+        if task_id in self.hp or task_id in self.spot:
+            state = "queued"
+        elif task_id in self.state.running:
+            state = "running"
+        else:
+            state = "unknown"
+        queued = self._queue_status(task_id) if state == "queued" else None
+        preemptions: tuple[PreemptionRecord, ...] = ()
+        if task_id in self._preemptions:
+            at, plans = self._preemptions[task_id]
+            preemptions = tuple(self._record(at, task_id, p) for p in plans)
+        last = None
+        if task_id in self._evicted:
+            at, node, reason, preemptor, plan = self._evicted[task_id]
+            record = None if plan is None or preemptor is None else self._record(at, preemptor, plan)
+            name = self.state.node_names[node] if node >= 0 else "(pool)"
+            last = EvictionRecord(at, task_id, name, reason, preemptor, record)
+        return Explanation(task_id, state, queued, preemptions, last)
+
+    def _candidate(self, p: PreemptionPlan) -> CandidateNode:
+        rate, lost = p.terms if p.terms is not None else (None, None)
+        return CandidateNode(self.state.node_names[p.node], p.victims, p.cost, rate, lost, p.slot)
+
+    def _record(self, at: float, preemptor: TaskId, p: PreemptionPlan) -> PreemptionRecord:
+        losers = tuple(self._candidate(a) for a in p.alternatives)
+        return PreemptionRecord(at, preemptor, self._candidate(p), losers, p.considered)
+
+    def _queue_status(self, task_id: TaskId) -> QueueStatus:
+        cls = TaskClass.HP if task_id in self.hp else TaskClass.SPOT
+        queue = self._queue(cls)
+        bucket = queue.bucket_of(task_id)
+        memo = queue.blocked.get(bucket)
+        if memo is not None and memo.head in queue:
+            if memo.head == task_id:
+                return QueueStatus(memo.reason, None, self._skipped_pass)
+            if _behind(queue, bucket, memo.head, task_id):
+                return QueueStatus(Unschedulable.HEAD_OF_LINE, memo.head, self._skipped_pass)
+        if (cls, bucket) in self._skipped:
+            return QueueStatus(Unschedulable.THRESHOLD, None, self._skipped_pass)
+        return QueueStatus(Unschedulable.NOT_YET_CONSIDERED, None, self._skipped_pass)
+
+    # ----- views ------------------------------------------------------------------------------------
+    def run_start(self, task_id: TaskId) -> float | None:
+        run = self._runs.get(task_id)
+        return None if run is None else run.start_s
+
+    def queued_ids(self) -> list[TaskId]:
+        return self.hp.task_ids() + self.spot.task_ids()
+
+
+def _behind(queue: BucketQueue, bucket: tuple[float, ...], head: TaskId, task_id: TaskId) -> bool:
+    """Is `task_id` after `head` in its bucket's order?"""
+    for _, tid in next(entries for b, entries in queue.buckets() if b == bucket):
+        if tid == head:
+            return True
+        if tid == task_id:
+            return False
+    return False
