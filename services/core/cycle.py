@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from services.core.decisions import Decision, EvictTask, StartTask, WorkerPlacement
 from services.core.placement import place_task, place_worker, release, reserve
@@ -29,8 +29,7 @@ from services.core.victims import PreemptionContext, PreemptionPlan
 _EPS = 1e-9
 
 
-@dataclass(frozen=True, slots=True)
-class CycleContext:
+class CycleContext(NamedTuple):
     now: float
     preemption_enabled: bool
     quota_enabled: bool
@@ -39,8 +38,7 @@ class CycleContext:
     version: int  # the pool's capacity version (bumped whenever GPUs are freed or quota changes)
 
 
-@dataclass(frozen=True, slots=True)
-class CycleOutcome:
+class CycleOutcome(NamedTuple):
     decisions: tuple[Decision, ...]
     blocked: tuple[tuple[TaskClass, SortKey, Blocked], ...]
     # Buckets the pass skipped because their size was at or above the `failed` threshold

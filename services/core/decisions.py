@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from services.core.ids import TaskId
 from services.core.reasons import EvictionReason
@@ -12,8 +11,7 @@ if TYPE_CHECKING:
     from services.core.victims import PreemptionPlan
 
 
-@dataclass(frozen=True, slots=True)
-class WorkerPlacement:
+class WorkerPlacement(NamedTuple):
     """A task's share of one node: `gpus` whole GPUs (one or more of its whole-GPU workers, all
     on this node), or one fractional worker holding `fraction` of shared GPU `slot`.
 
@@ -26,8 +24,7 @@ class WorkerPlacement:
     fraction: float = 0.0
 
 
-@dataclass(frozen=True, slots=True)
-class StartTask:
+class StartTask(NamedTuple):
     task_id: TaskId
     placements: tuple[WorkerPlacement, ...]
     preempted: bool = False  # the HP task needed evictions (it pays the restart overhead, spec 5.4)
@@ -36,8 +33,7 @@ class StartTask:
     plans: tuple[PreemptionPlan, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
-class EvictTask:
+class EvictTask(NamedTuple):
     task_id: TaskId
     preemptor: TaskId
     node: int

@@ -14,7 +14,7 @@ on a journaled state and rolls back, so deciding never changes the caller's stat
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -26,8 +26,7 @@ _EPS = 1e-9
 DEFAULT_EVICTION_SCORE = 9900  # spec 5.5 with no recent evictions: 10000 * (1 - 0.01 * 2^0)
 
 
-@dataclass(frozen=True, slots=True)
-class RunningTask:
+class RunningTask(NamedTuple):
     spec: TaskSpec
     start_s: float
     placements: tuple[WorkerPlacement, ...]
@@ -54,6 +53,7 @@ class PoolState:
         # GPUs per node that can be used at all: node_cap, or 0 while the node is down. A down node
         # has no free GPUs and nothing preemptible, so neither placement nor preemption picks it.
         self.online_cap = self.node_cap.copy()
+        self.online_capacity = self.capacity  # GPUs on nodes that are up (`capacity`: installed)
         self._empty()
         self._journal: list[tuple[str, RunningTask]] | None = None
 
@@ -169,11 +169,6 @@ class PoolState:
         """GPUs per node with no HP allocation (idle or spot only): what preemption can free."""
         return self.online_cap - self.hp_gpus
 
-    @property
-    def online_capacity(self) -> int:
-        """GPUs on nodes that are up (`capacity` stays the installed total)."""
-        return int(self.online_cap.sum())
-
     def is_online(self, node: int) -> bool:
         return bool(self.online_cap[node] == self.node_cap[node])
 
@@ -189,6 +184,7 @@ class PoolState:
             raise ValueError(f"node {self.node_names[node]} still holds tasks")
         delta = cap if online else -cap
         self.online_cap[node] = cap if online else 0
+        self.online_capacity += delta
         self.free[node] += delta
         if self._fit_keys:
             self._shift_fit_keys(node, delta, None, 0)

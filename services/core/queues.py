@@ -14,8 +14,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from services.core.ids import TaskId
 from services.core.reasons import Unschedulable
@@ -35,8 +34,7 @@ class QueueOrder(Protocol):
     def size(self, spec: TaskSpec) -> float: ...
 
 
-@dataclass(frozen=True, slots=True)
-class Blocked:
+class Blocked(NamedTuple):
     """A bucket whose head failed while the pool was at `version`: until the pool frees GPUs or
     the quota changes (a new version) and while the same task is head, it cannot succeed."""
 
@@ -51,16 +49,17 @@ class BucketQueue:
         self.order = order
         self._buckets: dict[SortKey, list[tuple[SortKey, TaskId]]] = {}
         self._bucket_keys: list[SortKey] = []
-        self._where: dict[TaskId, tuple[SortKey, SortKey]] = {}
+        # task id -> (bucket, key): read it (cheap membership and emptiness tests), do not change it
+        self.index: dict[TaskId, tuple[SortKey, SortKey]] = {}
         self.entered_s: dict[TaskId, float] = {}
         self.specs: dict[TaskId, TaskSpec] = {}
         self.blocked: dict[SortKey, Blocked] = {}
 
     def __len__(self) -> int:
-        return len(self._where)
+        return len(self.index)
 
     def __contains__(self, task_id: object) -> bool:
-        return task_id in self._where
+        return task_id in self.index
 
     def push(self, spec: TaskSpec, now: float) -> None:
         bucket = self.order.bucket(spec)
@@ -70,12 +69,12 @@ class BucketQueue:
             entries = self._buckets[bucket] = []
             bisect.insort(self._bucket_keys, bucket)
         bisect.insort(entries, (key, spec.task_id))
-        self._where[spec.task_id] = (bucket, key)
+        self.index[spec.task_id] = (bucket, key)
         self.entered_s[spec.task_id] = now
         self.specs[spec.task_id] = spec
 
     def remove(self, task_id: TaskId) -> TaskSpec:
-        bucket, key = self._where.pop(task_id)
+        bucket, key = self.index.pop(task_id)
         entries = self._buckets[bucket]
         i = bisect.bisect_left(entries, (key, task_id))
         del entries[i]
@@ -92,7 +91,7 @@ class BucketQueue:
             yield b, self._buckets[b]
 
     def bucket_of(self, task_id: TaskId) -> SortKey:
-        return self._where[task_id][0]
+        return self.index[task_id][0]
 
     def bucket_head(self, bucket: SortKey) -> TaskId | None:
         entries = self._buckets.get(bucket)
@@ -104,7 +103,7 @@ class BucketQueue:
         return self._buckets[self._bucket_keys[0]][0][1]
 
     def task_ids(self) -> list[TaskId]:
-        return list(self._where)
+        return list(self.index)
 
 
 class LargestFirst:

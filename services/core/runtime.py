@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -62,8 +63,7 @@ class RuntimeSettings:
     cost_weight: float = 5.0  # w of the node cost
 
 
-@dataclass(frozen=True, slots=True)
-class Started:
+class Started(NamedTuple):
     task_id: TaskId
     placements: tuple[WorkerPlacement, ...]
     devices: tuple[DeviceBinding, ...]
@@ -71,8 +71,7 @@ class Started:
     renewed: bool = False  # a lease renewal: the task keeps running, on these GPUs now
 
 
-@dataclass(frozen=True, slots=True)
-class Stopped:
+class Stopped(NamedTuple):
     """A running task that lost its GPUs: evicted, its node went down, or its lease ended."""
 
     task_id: TaskId
@@ -85,8 +84,7 @@ class Stopped:
     failed_period: bool  # one failed guarantee period was logged
 
 
-@dataclass(frozen=True, slots=True)
-class Finished:
+class Finished(NamedTuple):
     task_id: TaskId
     run_s: float
     successes: int
@@ -95,22 +93,10 @@ class Finished:
 Outcome = Started | Stopped
 
 
-@dataclass(frozen=True, slots=True)
-class PassResult:
+class PassResult(NamedTuple):
     number: int  # the pool's pass counter
     at_s: float
     outcomes: tuple[Outcome, ...]  # in decision order, then lease stops
-
-
-class _Run:
-    """A running task's guarantee bookkeeping: when its current run started and how many of its
-    periods are already logged."""
-
-    __slots__ = ("logged", "start_s")
-
-    def __init__(self, start_s: float) -> None:
-        self.start_s = start_s
-        self.logged = 0
 
 
 class PoolRuntime:
@@ -135,11 +121,15 @@ class PoolRuntime:
         self.evictions = EvictionLog()
         self.devices = DeviceAllocator(tuple(int(g) for g in state.node_cap))
         self.feasibility = PoolFeasibility(tuple(int(g) for g in state.node_cap))
+        self._verdicts: dict[tuple[float, int], Rejection | None] = {}  # by (gpus per worker, workers)
         self.passes = 0
         self.now = -math.inf
-        self._runs: dict[TaskId, _Run] = {}
+        self.tasks: dict[TaskId, TaskSpec] = {}  # every task queued or running here
+        # Guarantee periods already logged (period ticks) in a running task's current run; its start
+        # is its RunningTask's (kept across lease renewals). Absent = 0: most tasks never tick.
+        self._logged: dict[TaskId, int] = {}
         self._released: dict[TaskId, RunningTask] = {}  # lease released, not yet renewed or stopped
-        self._skipped: frozenset[tuple[TaskClass, tuple[float, ...]]] = frozenset()
+        self._skipped: tuple[tuple[TaskClass, tuple[float, ...]], ...] = ()
         self._skipped_pass = 0
         self._preemptions: dict[TaskId, tuple[float, tuple[PreemptionPlan, ...]]] = {}
         # Victim -> (time, node, reason, preemptor, the plan that chose it): its last stop.
@@ -161,31 +151,44 @@ class PoolRuntime:
         """Why `spec` could never run here, or None."""
         if spec.pool != self.state.pool:
             return Rejection.UNKNOWN_POOL
-        return self.feasibility.check(spec.gpus_per_worker, spec.workers)
+        shape = (spec.gpus_per_worker, spec.workers)
+        try:
+            return self._verdicts[shape]
+        except KeyError:
+            verdict = self._verdicts[shape] = self.feasibility.check(*shape)
+            return verdict
 
     def submit(self, spec: TaskSpec, now: float) -> Rejection | None:
-        """Queue a task, or return why it is rejected (nothing changes then)."""
-        rejection = self.check(spec)
+        """Queue a task, or return why it is rejected (nothing changes then). A task id already
+        known (queued or running) raises: the driver deduplicates events before this."""
+        if spec.pool != self.state.pool:
+            return Rejection.UNKNOWN_POOL
+        shape = (spec.gpus_per_worker, spec.workers)
+        rejection = self._verdicts[shape] if shape in self._verdicts else self.check(spec)
         if rejection is not None:
             return rejection
-        self._at(now)
+        if now < self.now:
+            self._at(now)
+        self.now = now
         tid = spec.task_id
-        if tid in self.hp or tid in self.spot or tid in self.state.running:
+        if tid in self.tasks:
             raise ValueError(f"task {tid} is already known")
-        self._queue(spec.task_class).push(spec, now)
+        self.tasks[tid] = spec
+        (self.hp if spec.task_class is TaskClass.HP else self.spot).push(spec, now)
         return None
 
     def cancel(self, task_id: TaskId, now: float) -> Stopped | None:
         """Withdraw a task: out of its queue, or stopped if running. Returns the stop (None if it
         was queued); unknown ids raise KeyError."""
         self._at(now)
-        for queue in (self.hp, self.spot):
-            if task_id in queue:
-                queue.remove(task_id)
-                if self._released.pop(task_id, None) is not None:
-                    self._runs.pop(task_id, None)
-                self._forget(task_id)
-                return None
+        spec = self.tasks[task_id]
+        queue = self._queue(spec.task_class)
+        if task_id in queue:
+            queue.remove(task_id)
+            if self._released.pop(task_id, None) is not None:
+                self._logged.pop(task_id, None)
+            self._forget(task_id)
+            return None
         stop = self._stop(task_id, now, -1, EvictionReason.CANCELLED, None, void_partial=True, requeue=False)
         self._forget(task_id)
         self.version += 1
@@ -193,45 +196,56 @@ class PoolRuntime:
 
     # ----- finishes and guarantee periods -----------------------------------------------------------
     def finish(self, task_id: TaskId, now: float) -> Finished:
-        self._at(now)
+        if now < self.now:
+            self._at(now)
+        self.now = now
         running = self.state.remove_task(task_id)
         self.devices.release(task_id)
-        run = self._runs.pop(task_id)
-        run_s = now - run.start_s
+        run_s = now - running.start_s
         logged = 0
         if running.spec.task_class is TaskClass.SPOT:
-            logged = self.ledger.success(now, successes_on_finish(run_s) - run.logged)
-        self._forget(task_id)
+            before = self._logged.pop(task_id, 0) if self._logged else 0
+            logged = self.ledger.success(now, successes_on_finish(run_s) - before)
+        del self.tasks[task_id]
+        if self._preemptions:
+            self._preemptions.pop(task_id, None)
+        if self._evicted:
+            self._evicted.pop(task_id, None)
         self.version += 1
         return Finished(task_id, run_s, logged)
 
     def period_tick(self, task_id: TaskId, now: float) -> bool:
         """One guarantee period of a running spot task closed without eviction: one success.
         False (nothing logged) if the task no longer runs."""
-        self._at(now)
-        run = self._runs.get(task_id)
-        if run is None:
+        if now < self.now:
+            self._at(now)
+        self.now = now
+        running = self.state.running.get(task_id) or self._released.get(task_id)
+        if running is None or running.spec.task_class is not TaskClass.SPOT:
             return False
         self.ledger.success(now, 1)
-        run.logged += 1
+        self._logged[task_id] = self._logged.get(task_id, 0) + 1
         return True
 
     def next_period_end(self, task_id: TaskId) -> float | None:
         """When the running task's next guarantee period closes (spot only)."""
-        run = self._runs.get(task_id)
-        if run is None:
+        start = self.run_start(task_id)
+        if start is None:
             return None
-        return run.start_s + (run.logged + 1) * GUARANTEE_PERIOD_S
+        return start + (self._logged.get(task_id, 0) + 1) * GUARANTEE_PERIOD_S
 
     # ----- scheduling ---------------------------------------------------------------------------
     def schedule(
         self, now: float, *, preemption_enabled: bool = True, quota_enabled: bool = True
     ) -> PassResult:
         """One scheduling pass with its decisions applied (a pool with empty queues is not passed)."""
-        self._at(now)
-        if not len(self.hp) and not len(self.spot):
-            return PassResult(self.passes, now, tuple(self._stop_unrenewed(now)))
+        if now < self.now:
+            raise ValueError(f"time went back: {now} < {self.now}")
+        self.now = now
+        if not self.hp.index and not self.spot.index:
+            return PassResult(self.passes, now, tuple(self._stop_unrenewed(now)) if self._released else ())
         self.passes += 1
+        ledger = self.ledger
         ctx = CycleContext(
             now=now,
             preemption_enabled=preemption_enabled,
@@ -239,53 +253,50 @@ class PoolRuntime:
             quota=self.quota,
             preemption=PreemptionContext(
                 now=now,
-                failed_periods=self.ledger.failed_total,
-                succeeded_periods=self.ledger.succeeded_total,
+                failed_periods=ledger.failed_total,
+                succeeded_periods=ledger.succeeded_total,
                 t_win_s=self.settings.t_win_s,
                 cost_weight=self.settings.cost_weight,
             ),
             version=self.version,
         )
         outcome = schedule_pool(self.state, self.hp, self.spot, self.policy, ctx)
-        chosen_by = {  # victim -> the plan that chose it (explanations)
-            v: plan
-            for d in outcome.decisions
-            if isinstance(d, StartTask)
-            for plan in d.plans
-            for v in plan.victims
-        }
         outcomes: list[Outcome] = []
         for d in outcome.decisions:
             if isinstance(d, EvictTask):
-                outcomes.append(self._evict(d, now, chosen_by.get(d.task_id)))
+                outcomes.append(self._evict(d, now))
             else:
                 outcomes.append(self._start(d, now))
         for cls, bucket, memo in outcome.blocked:
-            queue = self._queue(cls)
+            queue = self.hp if cls is TaskClass.HP else self.spot
             if memo.head in queue:
                 queue.blocked[bucket] = memo
-        self._skipped = frozenset(outcome.skipped)
+        self._skipped = outcome.skipped
         self._skipped_pass = self.passes
-        outcomes.extend(self._stop_unrenewed(now))
+        if self._released:
+            outcomes.extend(self._stop_unrenewed(now))
         return PassResult(self.passes, now, tuple(outcomes))
 
     def _start(self, d: StartTask, now: float) -> Started:
         tid = d.task_id
-        before = self._released.pop(tid, None)
-        if before is not None:  # lease renewed: same run, possibly other GPUs
-            self._queue(before.spec.task_class).remove(tid)
-            self.state.add_task(RunningTask(before.spec, before.start_s, d.placements))
-            return Started(tid, d.placements, self.devices.assign(tid, d.placements), False, renewed=True)
-        spec = self._queue(TaskClass.HP if tid in self.hp else TaskClass.SPOT).remove(tid)
+        if self._released:
+            before = self._released.pop(tid, None)
+            if before is not None:  # lease renewed: same run, possibly other GPUs
+                self._queue(before.spec.task_class).remove(tid)
+                self.state.add_task(RunningTask(before.spec, before.start_s, d.placements))
+                return Started(tid, d.placements, self.devices.assign(tid, d.placements), False, renewed=True)
+        spec = (self.hp if self.tasks[tid].task_class is TaskClass.HP else self.spot).remove(tid)
         self.state.add_task(RunningTask(spec, now, d.placements))
-        self._runs[tid] = _Run(now)
         if d.plans:
             self._preemptions[tid] = (now, d.plans)
+            for plan in d.plans:  # each victim remembers the plan that chose it (explanations)
+                for victim in plan.victims:
+                    at, node, reason, preemptor, _ = self._evicted[victim]
+                    self._evicted[victim] = (at, node, reason, preemptor, plan)
         return Started(tid, d.placements, self.devices.assign(tid, d.placements), d.preempted)
 
-    def _evict(self, d: EvictTask, now: float, plan: PreemptionPlan | None) -> Stopped:
+    def _evict(self, d: EvictTask, now: float) -> Stopped:
         stop = self._stop(d.task_id, now, d.node, d.reason, d.preemptor, void_partial=False, requeue=True)
-        self._evicted[d.task_id] = (now, d.node, d.reason, d.preemptor, plan)
         if self.policy.use_eviction_scores:
             self.evictions.record(now, d.node)
         self.version += 1
@@ -306,12 +317,12 @@ class PoolRuntime:
         is a failure unless `void_partial`."""
         running = self.state.remove_task(tid)
         self.devices.release(tid)
-        run = self._runs.pop(tid)
-        run_s = now - run.start_s
+        run_s = now - running.start_s
         spec = running.spec
         logged, failed = 0, False
         if spec.task_class is TaskClass.SPOT:
-            logged = self.ledger.success(now, successes_before_eviction(run_s) - run.logged)
+            before = self._logged.pop(tid, 0)
+            logged = self.ledger.success(now, successes_before_eviction(run_s) - before)
             if not void_partial:
                 self.ledger.failure(now)
                 failed = True
@@ -321,8 +332,12 @@ class PoolRuntime:
         return Stopped(tid, spec.task_class, node, reason, preemptor, run_s, logged, failed)
 
     def _forget(self, tid: TaskId) -> None:
-        self._preemptions.pop(tid, None)
-        self._evicted.pop(tid, None)
+        """The task is done with this pool (finished or cancelled)."""
+        del self.tasks[tid]
+        if self._preemptions:
+            self._preemptions.pop(tid, None)
+        if self._evicted:
+            self._evicted.pop(tid, None)
 
     def invalidate(self) -> None:
         """A new capacity version: the next pass retries every queue memo (the driver calls it when
@@ -378,12 +393,11 @@ class PoolRuntime:
         for tid, running in list(self._released.items()):
             del self._released[tid]
             spec = running.spec
-            run = self._runs.pop(tid)
-            run_s = now - run.start_s
+            run_s = now - running.start_s
             logged, failed = 0, False
             if spec.task_class is TaskClass.SPOT:
                 done = successes_before_eviction(run_s)
-                logged = self.ledger.success(now, done - run.logged)
+                logged = self.ledger.success(now, done - self._logged.pop(tid, 0))
                 if run_s - done * GUARANTEE_PERIOD_S > _EPS:  # stopped inside a guarantee period
                     self.ledger.failure(now)
                     failed = True
@@ -399,7 +413,9 @@ class PoolRuntime:
     def quota_inputs(self, now: float, hp_quantile: np.ndarray | None) -> QuotaInputs:
         """What the quota policy needs at `now`: online capacity, idle GPUs, spot in use, the
         forecast quantile given, eta, and the outcomes inside the settings' feedback window."""
-        self._at(now)
+        if now < self.now:
+            self._at(now)
+        self.now = now
         failed, succeeded = self.ledger.recent(now)
         head = self.spot.head()
         return QuotaInputs(
@@ -427,7 +443,8 @@ class PoolRuntime:
         the quota changed."""
         out = self.policy.quota.refresh(self.quota_inputs(now, hp_quantile))
         changed = self.update_quota(out.quota, out.eta)
-        self.refresh_eviction_scores(now)
+        if self.policy.use_eviction_scores:
+            self.refresh_eviction_scores(now)
         return changed
 
     def refresh_eviction_scores(self, now: float) -> None:
@@ -440,10 +457,10 @@ class PoolRuntime:
 
     # ----- explanations ---------------------------------------------------------------------------
     def explain(self, task_id: TaskId) -> Explanation:
-        if task_id in self.hp or task_id in self.spot:
-            state = "queued"
-        elif task_id in self.state.running:
+        if task_id in self.state.running:
             state = "running"
+        elif task_id in self.tasks:
+            state = "queued"
         else:
             state = "unknown"
         queued = self._queue_status(task_id) if state == "queued" else None
@@ -468,7 +485,7 @@ class PoolRuntime:
         return PreemptionRecord(at, preemptor, self._candidate(p), losers, p.considered)
 
     def _queue_status(self, task_id: TaskId) -> QueueStatus:
-        cls = TaskClass.HP if task_id in self.hp else TaskClass.SPOT
+        cls = self.tasks[task_id].task_class
         queue = self._queue(cls)
         bucket = queue.bucket_of(task_id)
         memo = queue.blocked.get(bucket)
@@ -483,8 +500,9 @@ class PoolRuntime:
 
     # ----- views ------------------------------------------------------------------------------------
     def run_start(self, task_id: TaskId) -> float | None:
-        run = self._runs.get(task_id)
-        return None if run is None else run.start_s
+        """When the task's current run started (a lease renewal keeps it), None if not running."""
+        running = self.state.running.get(task_id) or self._released.get(task_id)
+        return None if running is None else running.start_s
 
     def queued_ids(self) -> list[TaskId]:
         return self.hp.task_ids() + self.spot.task_ids()

@@ -10,7 +10,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import numpy as np
 
@@ -47,8 +47,7 @@ def with_alternatives(best: PreemptionPlan, plans: list[PreemptionPlan]) -> Pree
     return replace(best, alternatives=tuple(losers), considered=len(plans))
 
 
-@dataclass(frozen=True, slots=True)
-class PreemptionContext:
+class PreemptionContext(NamedTuple):
     """What the node cost needs besides the pool: time and the pool's guarantee history."""
 
     now: float

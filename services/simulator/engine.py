@@ -226,6 +226,8 @@ class Simulation:
     # ----- scheduling ---------------------------------------------------------------------------
     def _schedule(self, pool_id: PoolId) -> None:
         rt = self.pools[pool_id]
+        if not rt.hp.index and not rt.spot.index:
+            return  # nothing queued (lease-released tasks are queued too): no pass
         result = rt.schedule(self.now, preemption_enabled=self.in_window, quota_enabled=self.in_window)
         for o in result.outcomes:
             if isinstance(o, Started):
