@@ -19,6 +19,7 @@ from typing import cast
 
 import numpy as np
 
+from services.core.feasibility import rejection_message
 from services.core.forecast import DemandForecast, Forecaster
 from services.core.guarantee import (
     GUARANTEE_PERIOD_S,
@@ -192,7 +193,8 @@ class Simulation:
             self.outstanding_window += 1
         rejection = self.pools[spec.pool].submit(spec, self.now)
         if rejection is not None:  # the workload already dropped infeasible jobs
-            raise ValueError(f"task {spec.task_id}: {rejection.message}")
+            detail = rejection_message(rejection, spec.gpus_per_worker, spec.workers, spec.pool)
+            raise ValueError(f"task {spec.task_id}: {detail}")
         self.dirty.add(spec.pool)
 
     def _finish(self, tid: TaskId, epoch: int) -> None:

@@ -120,6 +120,7 @@ def run_policies(
             "jobs_dropped_no_pool": workload.dropped_no_pool,
             "tasks": len(workload.tasks),
             "jobs_rejected_infeasible": workload.rejected_infeasible,
+            "jobs_rejected_by_reason": workload.rejected_by_reason,
         },
     )
     if decisions is not None:

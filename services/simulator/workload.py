@@ -38,6 +38,7 @@ class Workload:
     dropped_spot: int
     dropped_no_pool: int
     rejected_infeasible: int
+    rejected_by_reason: dict[str, int]  # `reasons.Rejection` name -> jobs (the core's feasibility check)
     source: str
 
     @property
@@ -60,12 +61,15 @@ def build_workload(trace: Trace, *, window_days: float = 31.0, drain_days: float
     seen: dict[str, int] = {}
     feasibility = {p: PoolFeasibility(tuple(g for _, g in nodes)) for p, nodes in by_pool.items()}
     dropped_spot = dropped_pool = infeasible = 0
+    by_reason: dict[str, int] = {}
     for job in trace.jobs:
         if job.gpu_model not in by_pool:
             dropped_pool += 1
             continue
-        if feasibility[job.gpu_model].check(job.gpus_per_worker, job.workers) is not None:
+        rejection = feasibility[job.gpu_model].check(job.gpus_per_worker, job.workers)
+        if rejection is not None:
             infeasible += 1
+            by_reason[rejection.name] = by_reason.get(rejection.name, 0) + 1
             continue
         cls = TaskClass.HP if job.job_class == "HP" else TaskClass.SPOT
         if cls is TaskClass.SPOT and job.submit_s < start:
@@ -98,6 +102,7 @@ def build_workload(trace: Trace, *, window_days: float = 31.0, drain_days: float
         dropped_spot=dropped_spot,
         dropped_no_pool=dropped_pool,
         rejected_infeasible=infeasible,
+        rejected_by_reason=dict(sorted(by_reason.items())),
         source=trace.source,
     )
 

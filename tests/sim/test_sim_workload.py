@@ -47,6 +47,7 @@ def test_fits_empty_pool(gpus: float, workers: int, fits: bool) -> None:
 
 
 def test_infeasible_jobs_are_rejected_and_counted() -> None:
-    trace = a_trace([a_node("n0", gpus=8)], [a_job("ok", gpus=8), a_job("never", gpus=8, workers=2)])
-    w = build_workload(trace)
-    assert [t.task_id for t in w.tasks] == ["ok"] and w.rejected_infeasible == 1
+    jobs = [a_job("ok", gpus=8), a_job("never", gpus=8, workers=2), a_job("huge", gpus=16)]
+    w = build_workload(a_trace([a_node("n0", gpus=8)], jobs))
+    assert [t.task_id for t in w.tasks] == ["ok"] and w.rejected_infeasible == 2
+    assert w.rejected_by_reason == {"GANG_LARGER_THAN_POOL": 1, "WORKER_LARGER_THAN_NODE": 1}
