@@ -61,6 +61,9 @@ _EPS = 1e-9
 class RuntimeSettings:
     t_win_s: float = 31 * 86400.0  # node-cost normaliser T_win (spec 5.2)
     cost_weight: float = 5.0  # w of the node cost
+    # GPU device indices per placement (node agents need them). No decision depends on them, so a
+    # driver that never reads them (a simulation that only measures) may turn them off.
+    device_indices: bool = True
 
 
 class Started(NamedTuple):
@@ -120,6 +123,7 @@ class PoolRuntime:
         self.ledger = GuaranteeLedger(qs.feedback_window_s)
         self.evictions = EvictionLog()
         self.devices = DeviceAllocator(tuple(int(g) for g in state.node_cap))
+        self._track_devices = settings.device_indices
         self.feasibility = PoolFeasibility(tuple(int(g) for g in state.node_cap))
         self._verdicts: dict[tuple[float, int], Rejection | None] = {}  # by (gpus per worker, workers)
         self.passes = 0
@@ -200,7 +204,8 @@ class PoolRuntime:
             self._at(now)
         self.now = now
         running = self.state.remove_task(task_id)
-        self.devices.release(task_id)
+        if self._track_devices:
+            self.devices.release(task_id)
         run_s = now - running.start_s
         logged = 0
         if running.spec.task_class is TaskClass.SPOT:
@@ -284,7 +289,8 @@ class PoolRuntime:
             if before is not None:  # lease renewed: same run, possibly other GPUs
                 self._queue(before.spec.task_class).remove(tid)
                 self.state.add_task(RunningTask(before.spec, before.start_s, d.placements))
-                return Started(tid, d.placements, self.devices.assign(tid, d.placements), False, renewed=True)
+                devices = self.devices.assign(tid, d.placements) if self._track_devices else ()
+                return Started(tid, d.placements, devices, False, renewed=True)
         spec = (self.hp if self.tasks[tid].task_class is TaskClass.HP else self.spot).remove(tid)
         self.state.add_task(RunningTask(spec, now, d.placements))
         if d.plans:
@@ -293,7 +299,8 @@ class PoolRuntime:
                 for victim in plan.victims:
                     at, node, reason, preemptor, _ = self._evicted[victim]
                     self._evicted[victim] = (at, node, reason, preemptor, plan)
-        return Started(tid, d.placements, self.devices.assign(tid, d.placements), d.preempted)
+        devices = self.devices.assign(tid, d.placements) if self._track_devices else ()
+        return Started(tid, d.placements, devices, d.preempted)
 
     def _evict(self, d: EvictTask, now: float) -> Stopped:
         stop = self._stop(d.task_id, now, d.node, d.reason, d.preemptor, void_partial=False, requeue=True)
@@ -316,7 +323,8 @@ class PoolRuntime:
         """Take a running task off its GPUs: completed periods are successes; the interrupted one
         is a failure unless `void_partial`."""
         running = self.state.remove_task(tid)
-        self.devices.release(tid)
+        if self._track_devices:
+            self.devices.release(tid)
         run_s = now - running.start_s
         spec = running.spec
         logged, failed = 0, False
@@ -379,7 +387,8 @@ class PoolRuntime:
         released = []
         for running in self.state.release_all(keep=keep):
             tid = running.spec.task_id
-            self.devices.release(tid)
+            if self._track_devices:
+                self.devices.release(tid)
             self._released[tid] = running
             self._queue(running.spec.task_class).push(running.spec, now)
             released.append(tid)

@@ -48,6 +48,7 @@ class SimSettings:
     quota_period_s: float = QUOTA_PERIOD_S
     sample_period_s: float = SAMPLE_PERIOD_S
     cost_weight: float = 5.0
+    device_indices: bool = False  # track GPU indices even without a decision log
 
 
 @dataclass(frozen=True, eq=False)
@@ -76,7 +77,12 @@ class Simulation:
         self.demand = demand
         self.settings = settings
         self.decision_sink = decision_sink
-        rs = RuntimeSettings(t_win_s=settings.t_win_s, cost_weight=settings.cost_weight)
+        # Device indices change no decision and no metric: tracked when a decision log reads them.
+        rs = RuntimeSettings(
+            t_win_s=settings.t_win_s,
+            cost_weight=settings.cost_weight,
+            device_indices=decision_sink is not None or settings.device_indices,
+        )
         self.pools: dict[PoolId, PoolRuntime] = {
             p.pool: PoolRuntime(p.build(), policy, rs) for p in workload.pools
         }
