@@ -167,8 +167,10 @@ class PoolRuntime:
         known (queued or running) raises: the driver deduplicates events before this."""
         if spec.pool != self.state.pool:
             return Rejection.UNKNOWN_POOL
-        shape = (spec.gpus_per_worker, spec.workers)
-        rejection = self._verdicts[shape] if shape in self._verdicts else self.check(spec)
+        try:
+            rejection = self._verdicts[(spec.gpus_per_worker, spec.workers)]
+        except KeyError:  # a request shape seen for the first time
+            rejection = self.check(spec)
         if rejection is not None:
             return rejection
         if now < self.now:
