@@ -12,7 +12,7 @@ from baseline_builders import hp, make_pool, spot
 from services.core.placement_fgd import fragmentation
 from services.core.policies.registry import build_policy
 from services.core.pool import PoolState
-from services.core.quota import QuotaInputs
+from services.core.quota import ForecastQuota, QuotaInputs, ReactiveQuota
 from services.core.task import TaskClass
 
 
@@ -150,3 +150,15 @@ def test_gang_fill(policy: str, expected: list[tuple[int, int]]) -> None:
     pool = make_pool(8, 8)
     assert build_policy(policy).placement.fill(pool, 4, TaskClass.SPOT, 2) == expected
     assert pool.free.tolist() == [8, 8]  # tentative reservations undone
+
+
+@pytest.mark.parametrize("base", ["k8s-priority", "lyra", "fgd", "chronus"])
+def test_gfs_quota_variant_changes_only_the_quota(base: str) -> None:
+    plain, variant = build_policy(base), build_policy(f"{base}+gfs-quota")
+    assert variant.name == f"{base}+gfs-quota"
+    assert isinstance(plain.quota, ReactiveQuota) and isinstance(variant.quota, ForecastQuota)
+    assert variant.quota.uses_forecast and variant.quota.feedback
+    for piece in ("hp_order", "spot_order", "placement", "victims", "use_eviction_scores", "lease_s"):
+        assert type(getattr(variant, piece)) is type(getattr(plain, piece)), piece
+        if piece in ("use_eviction_scores", "lease_s"):
+            assert getattr(variant, piece) == getattr(plain, piece)
