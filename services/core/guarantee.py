@@ -32,6 +32,28 @@ def remaining_after_eviction(
     return remaining_s - run_s + lost + restart_overhead_s
 
 
+def periods_ended_by(
+    start_s: float,
+    now_s: float,
+    total: int,
+    new: int,
+    limit_s: float,
+    *,
+    finished: bool,
+    period_s: float = GUARANTEE_PERIOD_S,
+) -> int:
+    """Of the `new` periods just logged for a run that started at `start_s` and has `total`
+    periods at `now_s` (the last `new` of them), how many ended by `limit_s`. Full periods end at
+    start + k x period; a finished run's last period ends at the finish. For the in-window measure:
+    a period that ends after the window (in the drain) is not counted."""
+    count = 0
+    for k in range(total - new + 1, total + 1):
+        end = now_s if finished and k == total else start_s + k * period_s
+        if end <= limit_s:
+            count += 1
+    return count
+
+
 def useful_seconds_before_eviction(run_s: float, period_s: float = GUARANTEE_PERIOD_S) -> float:
     """GPU time of an evicted run that counts as useful: only its completed periods (spec 6.3)."""
     return successes_before_eviction(run_s, period_s) * period_s

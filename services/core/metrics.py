@@ -27,11 +27,16 @@ class ClassOutcomes:
     failed_periods: np.ndarray
     succeeded_periods: np.ndarray
     evictions: np.ndarray
+    # The in-window measure: periods that ended by the window's end, tasks finished by then.
+    failed_in_window: np.ndarray
+    succeeded_in_window: np.ndarray
+    finished_in_window: np.ndarray  # bool
 
     @staticmethod
     def empty() -> ClassOutcomes:
         z = np.zeros(0)
-        return ClassOutcomes(z, z, np.zeros(0, dtype=bool), z, z, z, z, z, z)
+        b = np.zeros(0, dtype=bool)
+        return ClassOutcomes(z, z, b, z, z, z, z, z, z, z, z, b)
 
     def select(self, mask: np.ndarray) -> ClassOutcomes:
         return ClassOutcomes(
@@ -44,6 +49,9 @@ class ClassOutcomes:
             self.failed_periods[mask],
             self.succeeded_periods[mask],
             self.evictions[mask],
+            self.failed_in_window[mask],
+            self.succeeded_in_window[mask],
+            self.finished_in_window[mask],
         )
 
 
@@ -71,6 +79,10 @@ def metric_block(
     within = hp_started & (np.nan_to_num(hp.first_wait_s, nan=np.inf) <= HP_SLO_START_S)
     spot_done = spot.finished
     unfinished = int((~hp.finished).sum() + (~spot.finished).sum())
+    failed_iw = float(spot.failed_in_window.sum())
+    periods_iw = failed_iw + float(spot.succeeded_in_window.sum())
+    done_iw = spot.finished_in_window
+    gpu_h_iw = float((spot.gpus[done_iw] * spot.duration_s[done_iw]).sum() / 3600.0)
     return {
         "lp_eviction_rate": failed / periods if periods else 0.0,
         "lp_queue_delay_mean_s": _mean(spot.wait_s),
@@ -88,4 +100,10 @@ def metric_block(
         "lp_tasks": float(len(spot.wait_s)),
         "hp_tasks": float(len(hp.wait_s)),
         "lp_guarantee_periods": periods,
+        # The in-window measure (docs/decisions.md): only guarantee periods that ended by the end of
+        # the window, where preemption is on, and spot work finished by then.
+        "lp_eviction_rate_in_window": failed_iw / periods_iw if periods_iw else 0.0,
+        "lp_guarantee_periods_in_window": periods_iw,
+        "lp_gpu_hours_completed_in_window": gpu_h_iw,
+        "lp_evictions_per_kgpuh_in_window": 1000.0 * failed_iw / gpu_h_iw if gpu_h_iw > 0 else 0.0,
     }

@@ -23,7 +23,10 @@ from services.core.feasibility import rejection_message
 from services.core.forecast import DemandForecast, Forecaster
 from services.core.guarantee import (
     GUARANTEE_PERIOD_S,
+    periods_ended_by,
     remaining_after_eviction,
+    successes_before_eviction,
+    successes_on_finish,
     useful_seconds_before_eviction,
 )
 from services.core.ids import PoolId, TaskId
@@ -212,7 +215,10 @@ class Simulation:
         life.end = self.now
         life.remaining = 0.0
         life.epoch += 1
-        life.succeeded += done.successes
+        if done.successes:
+            life.succeeded += done.successes
+            total = successes_on_finish(done.run_s)
+            life.succeeded_in_window += self._in_window(life, total, done.successes, finished=True)
         self.useful_gpu_s[spec.pool] += spec.total_gpus * overlap(life.start, self.now, *self._window())
         if life.in_window:
             self.outstanding_window -= 1
@@ -224,12 +230,18 @@ class Simulation:
             return
         if self.pools[life.spec.pool].period_tick(tid, self.now):
             life.succeeded += 1
+            life.succeeded_in_window += self.now <= self.w.window_end_s
         nxt = self.now + GUARANTEE_PERIOD_S
         if nxt < life.start + life.remaining:
             self.push(nxt, PERIOD, (tid, epoch))
 
     def _window(self) -> tuple[float, float]:
         return self.w.window_start_s, self.w.window_end_s
+
+    def _in_window(self, life: Life, total: int, new: int, *, finished: bool) -> int:
+        """How many of the `new` periods just logged (the last of `total`) ended by the window's end."""
+        end = self.w.window_end_s
+        return periods_ended_by(life.start, self.now, total, new, end, finished=finished)
 
     # ----- scheduling ---------------------------------------------------------------------------
     def _schedule(self, pool_id: PoolId) -> None:
@@ -266,18 +278,27 @@ class Simulation:
     def _evict(self, o: Stopped) -> None:
         life = self.lives[o.task_id]
         spec = life.spec
-        life.succeeded += o.successes
+        self._log_stop(life, o)
         self.useful_gpu_s[spec.pool] += spec.total_gpus * overlap(
             life.start, life.start + useful_seconds_before_eviction(o.run_s), *self._window()
         )
         life.remaining = remaining_after_eviction(
             life.remaining, o.run_s, spec.checkpoint_interval_s, spec.restart_overhead_s
         )
-        life.failed += 1
         life.evictions += 1
         life.epoch += 1
         life.entered = self.now
         self.dirty.add(spec.pool)
+
+    def _log_stop(self, life: Life, o: Stopped) -> None:
+        """The guarantee periods a stop logged: its completed ones, and the failed one if any."""
+        if o.successes:
+            life.succeeded += o.successes
+            total = successes_before_eviction(o.run_s)
+            life.succeeded_in_window += self._in_window(life, total, o.successes, finished=False)
+        if o.failed_period:
+            life.failed += 1
+            life.failed_in_window += self.now <= self.w.window_end_s
 
     # ----- leases -------------------------------------------------------------------------------
     def _renew_leases(self) -> None:
@@ -303,7 +324,7 @@ class Simulation:
         life = self.lives[o.task_id]
         spec = life.spec
         self.lease_stops += 1
-        life.succeeded += o.successes
+        self._log_stop(life, o)
         # HP work counts up to now; spot work only for its completed guarantee periods.
         if spec.task_class is TaskClass.SPOT:
             end = life.start + useful_seconds_before_eviction(o.run_s)
@@ -311,7 +332,6 @@ class Simulation:
             end = self.now
         self.useful_gpu_s[spec.pool] += spec.total_gpus * overlap(life.start, end, *self._window())
         if o.failed_period:
-            life.failed += 1
             life.evictions += 1
         life.remaining = remaining_after_eviction(
             life.remaining, o.run_s, spec.checkpoint_interval_s, RELEASE_OVERHEAD_S

@@ -33,6 +33,9 @@ METRICS: tuple[str, ...] = (
     "hp_queue_delay_p99_s", "hp_slo_attainment", "gpu_allocation_rate", "useful_gpu_time_rate",
     "lp_gpu_hours_completed", "lp_jct_mean_s", "evictions", "tasks_finished", "tasks_unfinished",
     "lp_tasks", "hp_tasks", "lp_guarantee_periods",
+    # The in-window measure (issue 10): periods that ended by the window's end, spot work finished by then.
+    "lp_eviction_rate_in_window", "lp_evictions_per_kgpuh_in_window", "lp_gpu_hours_completed_in_window",
+    "lp_guarantee_periods_in_window",
 )  # fmt: skip
 # Derived per cell at aggregation time (so reports of earlier runs can be rebuilt): evictions per
 # 1,000 completed spot GPU-hours. Why: the eviction rate per guarantee period rewards a policy that
@@ -45,6 +48,7 @@ DERIVED: dict[str, Callable[[dict[str, float]], float]] = {
 REPORT_METRICS: tuple[str, ...] = METRICS + tuple(DERIVED)
 POOL_METRICS: tuple[str, ...] = (
     "lp_eviction_rate",
+    "lp_eviction_rate_in_window",
     "lp_queue_delay_mean_s",
     "gpu_allocation_rate",
     "hp_queue_delay_mean_s",
@@ -178,8 +182,11 @@ def relative_change(ours: float, theirs: float) -> float:
 
 
 def with_derived(result: dict[str, Any]) -> dict[str, Any]:
-    m = result["metrics"]
-    return {**result, "metrics": {**m, **{k: f(m) for k, f in DERIVED.items()}}}
+    """The cell with the derived metrics; a metric the cell predates (cells written before it was
+    measured, e.g. the in-window measure) is NaN, so old reports can still be rebuilt."""
+    m = {k: math.nan for k in METRICS} | result["metrics"]
+    pools = {p: {k: math.nan for k in POOL_METRICS} | v for p, v in result.get("pools", {}).items()}
+    return {**result, "metrics": {**m, **{k: f(m) for k, f in DERIVED.items()}}, "pools": pools}
 
 
 def aggregate(cfg: EvaluateConfig, results: Sequence[dict[str, Any]]) -> dict[str, Any]:

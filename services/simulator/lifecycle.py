@@ -16,6 +16,7 @@ class Life:
         "epoch",
         "evictions",
         "failed",
+        "failed_in_window",
         "first_start",
         "in_window",
         "logged",
@@ -23,6 +24,7 @@ class Life:
         "spec",
         "start",
         "succeeded",
+        "succeeded_in_window",
         "wait",
     )
 
@@ -39,6 +41,10 @@ class Life:
         self.logged = 0  # guarantee successes already logged for the current run
         self.failed = 0
         self.succeeded = 0
+        # Guarantee periods that ended by the window's end (the in-window measure: a period that
+        # ends in the drain, where preemption is off, is not counted).
+        self.failed_in_window = 0
+        self.succeeded_in_window = 0
         self.evictions = 0
 
 

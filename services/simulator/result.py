@@ -71,6 +71,9 @@ def _outcomes(sim: Simulation, cls: TaskClass, pool: str | None) -> ClassOutcome
         failed_periods=np.array([life.failed for life in lives], dtype=np.float64),
         succeeded_periods=np.array([life.succeeded for life in lives], dtype=np.float64),
         evictions=np.array([life.evictions for life in lives], dtype=np.float64),
+        failed_in_window=np.array([life.failed_in_window for life in lives], dtype=np.float64),
+        succeeded_in_window=np.array([life.succeeded_in_window for life in lives], dtype=np.float64),
+        finished_in_window=np.nan_to_num(end, nan=np.inf) <= sim.w.window_end_s,
     )
 
 

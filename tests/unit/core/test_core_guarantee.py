@@ -7,6 +7,7 @@ import pytest
 
 from services.core.eviction_score import eviction_scores
 from services.core.guarantee import (
+    periods_ended_by,
     remaining_after_eviction,
     successes_before_eviction,
     successes_on_finish,
@@ -23,6 +24,23 @@ def test_successes_on_finish(run: float, expected: int) -> None:
 def test_successes_before_eviction(run: float, expected: int) -> None:
     assert successes_before_eviction(run) == expected
     assert useful_seconds_before_eviction(run) == expected * 3600
+
+
+@pytest.mark.parametrize(
+    ("start", "now", "total", "new", "finished", "limit", "expected"),
+    [
+        (0, 5000, 1, 1, False, 9000, 1),  # evicted at 5000: period 0-3600 ended in the window
+        (0, 5000, 1, 1, False, 3000, 0),  # ... but not if the window ended at 3000
+        (7040, 12480, 2, 1, True, 9000, 0),  # finished in the drain: its last period ends at 12480
+        (0, 8000, 3, 3, True, 7200, 2),  # ends 3600, 7200 (in), 8000 (the finish, out)
+        (0, 8000, 3, 1, True, 9000, 1),  # two already logged by ticks: only the last is new
+        (0, 7200, 2, 0, False, 9000, 0),  # nothing new
+    ],
+)
+def test_periods_ended_by(
+    start: float, now: float, total: int, new: int, finished: bool, limit: float, expected: int
+) -> None:
+    assert periods_ended_by(start, now, total, new, limit, finished=finished) == expected
 
 
 def test_eviction_loses_work_since_checkpoint_plus_overhead() -> None:
