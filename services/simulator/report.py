@@ -11,6 +11,8 @@ from services.simulator.result import SimulationResult
 
 TABLE_METRICS: tuple[tuple[str, str], ...] = (
     ("lp_eviction_rate", "{:.4f}"),
+    ("lp_eviction_rate_in_window", "{:.4f}"),
+    ("lp_evictions_per_kgpuh_in_window", "{:.3f}"),
     ("lp_queue_delay_mean_s", "{:.0f}"),
     ("lp_queue_delay_p99_s", "{:.0f}"),
     ("hp_queue_delay_mean_s", "{:.0f}"),
