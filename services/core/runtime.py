@@ -26,14 +26,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import NamedTuple
 
 import numpy as np
 
 from services.core.cycle import CycleContext, schedule_pool
-from services.core.decisions import EvictTask, StartTask, WorkerPlacement
-from services.core.devices import DeviceAllocator, DeviceBinding
+from services.core.decisions import EvictTask, StartTask
+from services.core.devices import DeviceAllocator
 from services.core.eviction_log import EvictionLog
 from services.core.explain import (
     CandidateNode,
@@ -46,6 +44,7 @@ from services.core.feasibility import PoolFeasibility
 from services.core.guarantee import GUARANTEE_PERIOD_S, successes_before_eviction, successes_on_finish
 from services.core.guarantee_ledger import GuaranteeLedger
 from services.core.ids import TaskId
+from services.core.outcomes import Finished, Outcome, PassResult, RuntimeSettings, Started, Stopped
 from services.core.policies.protocols import SchedulingPolicy
 from services.core.pool import PoolState, RunningTask
 from services.core.queues import BucketQueue
@@ -54,52 +53,9 @@ from services.core.reasons import EvictionReason, Rejection, Unschedulable
 from services.core.task import TaskClass, TaskSpec
 from services.core.victims import PreemptionContext, PreemptionPlan
 
+__all__ = ["Finished", "Outcome", "PassResult", "PoolRuntime", "RuntimeSettings", "Started", "Stopped"]
+
 _EPS = 1e-9
-
-
-@dataclass(frozen=True, slots=True)
-class RuntimeSettings:
-    t_win_s: float = 31 * 86400.0  # node-cost normaliser T_win (spec 5.2)
-    cost_weight: float = 5.0  # w of the node cost
-    # GPU device indices per placement (node agents need them). No decision depends on them, so a
-    # driver that never reads them (a simulation that only measures) may turn them off.
-    device_indices: bool = True
-
-
-class Started(NamedTuple):
-    task_id: TaskId
-    placements: tuple[WorkerPlacement, ...]
-    devices: tuple[DeviceBinding, ...]
-    preempted: bool  # it needed evictions (pays the restart overhead, spec 5.4)
-    renewed: bool = False  # a lease renewal: the task keeps running, on these GPUs now
-
-
-class Stopped(NamedTuple):
-    """A running task that lost its GPUs: evicted, its node went down, or its lease ended."""
-
-    task_id: TaskId
-    task_class: TaskClass
-    node: int  # the node that caused it (-1: the whole pool, a lease renewal)
-    reason: EvictionReason
-    preemptor: TaskId | None
-    run_s: float  # since its (re)start
-    successes: int  # guarantee periods logged as successes now
-    failed_period: bool  # one failed guarantee period was logged
-
-
-class Finished(NamedTuple):
-    task_id: TaskId
-    run_s: float
-    successes: int
-
-
-Outcome = Started | Stopped
-
-
-class PassResult(NamedTuple):
-    number: int  # the pool's pass counter
-    at_s: float
-    outcomes: tuple[Outcome, ...]  # in decision order, then lease stops
 
 
 class PoolRuntime:
@@ -107,8 +63,9 @@ class PoolRuntime:
         self,
         state: PoolState,
         policy: SchedulingPolicy,
-        settings: RuntimeSettings = RuntimeSettings(),
+        settings: RuntimeSettings | None = None,
     ) -> None:
+        settings = settings or RuntimeSettings()
         self.state = state
         self.policy = policy
         self.settings = settings
