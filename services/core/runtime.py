@@ -284,18 +284,35 @@ class PoolRuntime:
         running = self.state.remove_task(tid)
         if self._track_devices:
             self.devices.release(tid)
+        stop = self._end_run(running, now, node, reason, preemptor, fails=not void_partial, inside_only=False)
+        if requeue:
+            self._queue(running.spec.task_class).push(running.spec, now)
+        return stop
+
+    def _end_run(
+        self,
+        running: RunningTask,
+        now: float,
+        node: int,
+        reason: EvictionReason,
+        preemptor: TaskId | None,
+        *,
+        fails: bool,
+        inside_only: bool,
+    ) -> Stopped:
+        """The guarantee accounting of a run that stops (spec 4.2): its completed periods are
+        successes; the interrupted one fails if `fails` (and, with `inside_only`, only when the
+        stop really falls inside a period, as for a lease not renewed)."""
+        tid, spec = running.spec.task_id, running.spec
         run_s = now - running.start_s
-        spec = running.spec
         logged, failed = 0, False
         if spec.task_class is TaskClass.SPOT:
-            before = self._logged.pop(tid, 0)
-            logged = self.ledger.success(now, successes_before_eviction(run_s) - before)
-            if not void_partial:
+            done = successes_before_eviction(run_s)
+            logged = self.ledger.success(now, done - self._logged.pop(tid, 0))
+            if fails and (not inside_only or run_s - done * GUARANTEE_PERIOD_S > _EPS):
                 self.ledger.failure(now)
                 failed = True
         self._evicted[tid] = (now, node, reason, preemptor, None)
-        if requeue:
-            self._queue(spec.task_class).push(spec, now)
         return Stopped(tid, spec.task_class, node, reason, preemptor, run_s, logged, failed)
 
     def _forget(self, tid: TaskId) -> None:
@@ -360,21 +377,8 @@ class PoolRuntime:
         out: list[Outcome] = []
         for tid, running in list(self._released.items()):
             del self._released[tid]
-            spec = running.spec
-            run_s = now - running.start_s
-            logged, failed = 0, False
-            if spec.task_class is TaskClass.SPOT:
-                done = successes_before_eviction(run_s)
-                logged = self.ledger.success(now, done - self._logged.pop(tid, 0))
-                if run_s - done * GUARANTEE_PERIOD_S > _EPS:  # stopped inside a guarantee period
-                    self.ledger.failure(now)
-                    failed = True
-            self._evicted[tid] = (now, -1, EvictionReason.LEASE_NOT_RENEWED, None, None)
-            out.append(
-                Stopped(
-                    tid, spec.task_class, -1, EvictionReason.LEASE_NOT_RENEWED, None, run_s, logged, failed
-                )
-            )
+            reason = EvictionReason.LEASE_NOT_RENEWED
+            out.append(self._end_run(running, now, -1, reason, None, fails=True, inside_only=True))
         return out
 
     # ----- quota and eviction scores --------------------------------------------------------------
