@@ -54,6 +54,7 @@ class BucketQueue:
         self.entered_s: dict[TaskId, float] = {}
         self.specs: dict[TaskId, TaskSpec] = {}
         self.blocked: dict[SortKey, Blocked] = {}
+        self.gpus = 0.0  # g x w summed over the queued tasks (observed demand, quota inputs)
 
     def __len__(self) -> int:
         return len(self.index)
@@ -72,6 +73,7 @@ class BucketQueue:
         self.index[spec.task_id] = (bucket, key)
         self.entered_s[spec.task_id] = now
         self.specs[spec.task_id] = spec
+        self.gpus += spec.total_gpus
 
     def remove(self, task_id: TaskId) -> TaskSpec:
         bucket, key = self.index.pop(task_id)
@@ -83,7 +85,10 @@ class BucketQueue:
             self._bucket_keys.remove(bucket)
             self.blocked.pop(bucket, None)
         del self.entered_s[task_id]
-        return self.specs.pop(task_id)
+        spec = self.specs.pop(task_id)
+        # An empty queue holds exactly 0: float sums of fractional requests would otherwise drift.
+        self.gpus = self.gpus - spec.total_gpus if self.index else 0.0
+        return spec
 
     def buckets(self) -> Iterator[tuple[SortKey, list[tuple[SortKey, TaskId]]]]:
         """Buckets in processing order; each list is sorted (read it, do not change it)."""

@@ -1,8 +1,19 @@
 """Spot quota per pool (spec 4.1 with the eta fix of spec 8 #2) and the reactive alternative.
 
 A `QuotaPolicy` turns what is known at a refresh (capacity, idle GPUs, the forecast quantile of
-HP demand, recent guarantee outcomes) into the quota per guarantee duration and the next eta.
-The quota caps the pool's total concurrent spot GPUs: admit j only if S_v + g_j w_j <= Q_v(H_j).
+HP demand, the HP running and queued now, recent guarantee outcomes) into the quota per guarantee
+duration and the next eta. The quota caps the pool's total concurrent spot GPUs: admit j only if
+S_v + g_j w_j <= Q_v(H_j).
+
+Issue 10 (docs/decisions.md, "Observed demand and a bounded feedback") changed three defaults,
+each kept as a setting so its ablation can switch it back alone:
+- the forecast is of *observed* HP demand (running plus queued HP GPUs), and the HP usage the
+  quota assumes for every hour ahead is never below what is running plus queued right now
+  (`observed_floor`): HP work the scheduler can already see will claim its GPUs first;
+- eta never lifts the quota above the p-quantile spare (`eta_max` = 1): a larger eta promises
+  spot GPUs the forecast itself expects HP to take back;
+- eta grows only when spot work was held back by the quota (`grow_only_when_quota_binds`): when
+  placement blocks the queue, a larger quota admits nothing and only raises later evictions.
 """
 
 from __future__ import annotations
@@ -13,18 +24,44 @@ from typing import Protocol
 
 import numpy as np
 
+DEMAND_SOURCES = ("observed", "trace")
+
 
 @dataclass(frozen=True, slots=True)
 class QuotaSettings:
-    guarantee_rate: float = 0.9  # p; target eviction rate eps = 1 - p
+    guarantee_rate: float = 0.9  # p
+    # Target eviction rate eps of the feedback; None: 1 - p, the promise the quota is sized for.
+    target_eviction_rate: float | None = None
     eta_min: float = 0.1
-    eta_max: float = 1.5
+    eta_max: float = 1.0  # 1.5 before issue 10 (ablation gfs-eta-unbounded)
     min_periods: int = 20  # guarantee outcomes needed in the feedback window before reacting
     shrink_at: float = 1.5  # x eps
     grow_at: float = 0.5  # x eps
     head_wait_s: float = 3600.0  # grow only if the head spot task waited longer than this
     feedback_window_s: float = 4 * 3600.0
     max_guarantee_hours: int = 4
+    # Which HP-demand series the forecast is of: "observed" (running + queued HP, what a live
+    # forecaster sees) or "trace" (every HP job as if started on submission, the paper's setting).
+    demand_source: str = "observed"
+    observed_floor: bool = True  # HP usage per hour ahead >= running + queued HP now
+    grow_only_when_quota_binds: bool = True  # False: grow whenever the queue head waited long
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.guarantee_rate < 1.0:
+            raise ValueError(f"guarantee_rate must be in (0, 1), got {self.guarantee_rate}")
+        if self.target_eviction_rate is not None and not 0.0 < self.target_eviction_rate < 1.0:
+            raise ValueError(f"target_eviction_rate must be in (0, 1), got {self.target_eviction_rate}")
+        if not 0.0 < self.eta_min <= self.eta_max:
+            raise ValueError(f"need 0 < eta_min <= eta_max, got {self.eta_min}, {self.eta_max}")
+        if self.demand_source not in DEMAND_SOURCES:
+            raise ValueError(
+                f"demand_source must be one of {', '.join(DEMAND_SOURCES)}, got {self.demand_source!r}"
+            )
+
+    @property
+    def target(self) -> float:
+        """The eviction rate the feedback steers to."""
+        return 1.0 - self.guarantee_rate if self.target_eviction_rate is None else self.target_eviction_rate
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +74,10 @@ class QuotaInputs:
     failed_recent: int  # failed guarantee periods in the pool in the feedback window
     succeeded_recent: int
     head_wait_s: float | None  # how long the spot queue's head has waited (None: empty queue)
+    hp_observed: float = 0.0  # HP GPUs running plus queued in the pool now (g x w)
+    # The longest wait of a spot task that the last pass held back because of the quota (the
+    # head of a bucket whose attempt was over quota); None if the quota held nobody back.
+    quota_held_wait_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,19 +115,28 @@ def quota_per_hours(spare: np.ndarray, eta: float, max_hours: int) -> dict[int, 
 
 
 def next_eta(eta: float, inputs: QuotaInputs, s: QuotaSettings) -> float:
-    """Eviction feedback: shrink by eps/ER when ER >= 1.5 eps; grow by (1.5 - ER/eps) (the fix of
-    spec 8 #2, a factor in [1, 1.5]) when ER <= 0.5 eps and spot work has waited over an hour;
-    nothing until `min_periods` outcomes are logged. Clamped to [eta_min, eta_max]."""
+    """Eviction feedback toward the target rate eps: shrink by eps/ER when ER >= 1.5 eps; grow by
+    (1.5 - ER/eps) (the fix of spec 8 #2, a factor in [1, 1.5]) when ER <= 0.5 eps and spot work
+    has waited over `head_wait_s` (held back by the quota, by default); nothing until
+    `min_periods` outcomes are logged. Clamped to [eta_min, eta_max]."""
     total = inputs.failed_recent + inputs.succeeded_recent
     if total < s.min_periods:
         return eta
-    eps = 1.0 - s.guarantee_rate
+    eps = s.target
     rate = inputs.failed_recent / total
+    waited = inputs.quota_held_wait_s if s.grow_only_when_quota_binds else inputs.head_wait_s
     if rate >= s.shrink_at * eps:
         eta = eta * eps / rate
-    elif rate <= s.grow_at * eps and inputs.head_wait_s is not None and inputs.head_wait_s > s.head_wait_s:
+    elif rate <= s.grow_at * eps and waited is not None and waited > s.head_wait_s:
         eta = eta * (1.5 - rate / eps)
     return min(s.eta_max, max(s.eta_min, eta))
+
+
+def hp_usage_ahead(hp_quantile: np.ndarray, inputs: QuotaInputs, s: QuotaSettings) -> np.ndarray:
+    """U_v(h): the forecast p-quantile, floored (by default) at the HP running plus queued now."""
+    if not s.observed_floor:
+        return hp_quantile
+    return np.asarray(np.maximum(hp_quantile, inputs.hp_observed), dtype=np.float64)
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,7 +153,9 @@ class ForecastQuota:
         if inputs.hp_quantile is None or len(inputs.hp_quantile) == 0:
             # No forecast yet (or none to be had): fall back to what is idle now.
             return QuotaOutcome(reactive_quota(inputs, self.settings.max_guarantee_hours), eta)
-        spare = spare_from_quantile(inputs.hp_quantile, inputs.capacity)
+        spare = spare_from_quantile(
+            hp_usage_ahead(inputs.hp_quantile, inputs, self.settings), inputs.capacity
+        )
         return QuotaOutcome(quota_per_hours(spare, eta, self.settings.max_guarantee_hours), eta)
 
 

@@ -58,17 +58,16 @@ def bench_sim(
     if generated is not None:
         shutil.rmtree(generated, ignore_errors=True)
     settings = RunSettings(forecast=ForecastSource(forecast), seed=seed)
-    workload, demand, pool_hourly = prepare(loaded, settings)
+    workload, demand = prepare(loaded, settings)
     load_s = time.perf_counter() - t0
     gpus = sum(n.gpus for n in loaded.nodes)
     typer.echo(
         f"trace: {len(loaded.jobs):,} jobs, {len(loaded.nodes):,} nodes, {gpus:,} GPUs; "
         f"load + demand series {load_s:.1f}s; simulated tasks {len(workload.tasks):,}"
     )
-    pool_series = {p: pool_hourly[:, i] for i, p in enumerate(demand.pools)}
     for name in policy:
         t1 = time.perf_counter()
-        result = run_one(workload, demand, pool_hourly, pool_series, name, settings)
+        result = run_one(workload, demand, name, settings)
         sim_s = time.perf_counter() - t1
         events = int(result.metrics["events"])
         typer.echo(

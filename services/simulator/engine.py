@@ -30,6 +30,7 @@ from services.core.guarantee import (
     useful_seconds_before_eviction,
 )
 from services.core.ids import PoolId, TaskId
+from services.core.observed_demand import ObservedDemand
 from services.core.policies.protocols import SchedulingPolicy
 from services.core.reasons import EvictionReason
 from services.core.runtime import PassResult, PoolRuntime, RuntimeSettings, Started, Stopped
@@ -56,9 +57,20 @@ class SimSettings:
 
 @dataclass(frozen=True, eq=False)
 class DemandInput:
+    """The HP-demand series the forecaster reads: hourly peaks per (pool, tenant) series and per
+    pool. With `observed`, they are that tracker's arrays, filled as the simulation runs (the
+    forecaster only ever reads completed hours); without it, the trace-defined series, known in
+    advance."""
+
     keys: tuple[tuple[str, str], ...]
-    hourly: np.ndarray
+    hourly: np.ndarray  # [hours, series]
     pools: tuple[str, ...]
+    pool_hourly: np.ndarray  # [hours, pools]
+    observed: ObservedDemand | None = None
+
+    @staticmethod
+    def tracking(observed: ObservedDemand) -> DemandInput:
+        return DemandInput(observed.keys, observed.hourly, observed.pools, observed.pool_hourly, observed)
 
 
 DecisionSink = Callable[["Simulation", PoolRuntime, PassResult], None]
@@ -78,6 +90,7 @@ class Simulation:
         self.policy = policy
         self.forecaster = forecaster
         self.demand = demand
+        self.observed = demand.observed
         self.settings = settings
         self.decision_sink = decision_sink
         # Device indices change no decision and no metric: tracked when a decision log reads them.
@@ -204,6 +217,8 @@ class Simulation:
         if rejection is not None:  # the workload already dropped infeasible jobs
             detail = rejection_message(rejection, spec.gpus_per_worker, spec.workers, spec.pool)
             raise ValueError(f"task {spec.task_id}: {detail}")
+        if self.observed is not None and spec.task_class is TaskClass.HP:
+            self.observed.add(self.now, (spec.pool, spec.tenant), spec.total_gpus)
         self.dirty.add(spec.pool)
 
     def _finish(self, tid: TaskId, epoch: int) -> None:
@@ -212,6 +227,8 @@ class Simulation:
             return
         spec = life.spec
         done = self.pools[spec.pool].finish(tid, self.now)
+        if self.observed is not None and spec.task_class is TaskClass.HP:
+            self.observed.remove(self.now, (spec.pool, spec.tenant), spec.total_gpus)
         life.end = self.now
         life.remaining = 0.0
         life.epoch += 1
@@ -347,6 +364,8 @@ class Simulation:
         if self.forecast_cache[0] == hour:
             return self.forecast_cache[1]
         day = int(self.now // 86400)
+        if self.observed is not None:
+            self.observed.advance(self.now)  # the hours before this one are final now
         keys, hourly = self.demand.keys, self.demand.hourly
         if day != self.last_fit_day:
             self.last_fit_day = day

@@ -20,11 +20,10 @@ import numpy as np
 
 from services.core.policies.registry import build_policy
 from services.core.quota import QuotaSettings
-from services.simulator.engine import SimSettings, Simulation
 from services.simulator.evaluate_config import EvaluateConfig, resolve_nodes
 from services.simulator.evaluate_trace import cell_trace, scaled_nodes, with_guarantee_hours
 from services.simulator.result import build_policy_result
-from services.simulator.runner import ForecastSource, RunSettings, build_forecaster, prepare
+from services.simulator.runner import ForecastSource, RunSettings, build_simulation, prepare
 from services.simulator.traces.gfs_format import read_nodes
 
 # The cluster-wide metrics (services/core/metrics.metric_block) the report aggregates.
@@ -58,7 +57,8 @@ MAX_JOB_SHARE = 0.5  # evaluate_trace.narrow_gangs
 
 @dataclass(frozen=True, slots=True)
 class Cell:
-    """One simulation: `study` is "grid", "p" (guarantee rate) or "hours" (guarantee hours)."""
+    """One simulation: `study` is "grid", "p" (guarantee rate), "hours" (guarantee hours) or
+    "target" (the feedback's target eviction rate; 0 = the default, 1 - p)."""
 
     study: str
     policy: str
@@ -66,11 +66,13 @@ class Cell:
     load: float
     guarantee_rate: float = 0.9
     guarantee_hours: int = 1
+    target_rate: float = 0.0
 
     @property
     def key(self) -> str:
         rate, hours = f"{self.guarantee_rate:g}", self.guarantee_hours
-        return f"{self.study}|{self.policy}|s{self.seed}|L{self.load:g}|p{rate}|H{hours}"
+        target = f"|e{self.target_rate:g}" if self.target_rate else ""  # keeps older keys unchanged
+        return f"{self.study}|{self.policy}|s{self.seed}|L{self.load:g}|p{rate}|H{hours}{target}"
 
 
 def grid_cells(cfg: EvaluateConfig) -> list[Cell]:
@@ -78,16 +80,22 @@ def grid_cells(cfg: EvaluateConfig) -> list[Cell]:
     cells = [Cell("grid", p, s, load) for s in cfg.seeds for load in cfg.loads for p in cfg.policies]
     sens = cfg.sensitivity
     if sens is not None:
-        cells += [
-            Cell("p", sens.policy, s, sens.load, guarantee_rate=r)
-            for r in sens.guarantee_rates
-            for s in sens.seeds
-        ]
-        cells += [
-            Cell("hours", sens.policy, s, sens.load, guarantee_hours=h)
-            for h in sens.guarantee_hours
-            for s in sens.seeds
-        ]
+        for load in sens.loads:
+            cells += [
+                Cell("p", sens.policy, s, load, guarantee_rate=r)
+                for r in sens.guarantee_rates
+                for s in sens.seeds
+            ]
+            cells += [
+                Cell("hours", sens.policy, s, load, guarantee_hours=h)
+                for h in sens.guarantee_hours
+                for s in sens.seeds
+            ]
+            cells += [
+                Cell("target", sens.policy, s, load, target_rate=e)
+                for e in sens.target_rates
+                for s in sens.seeds
+            ]
     return cells
 
 
@@ -103,18 +111,18 @@ def run_cell(cfg: EvaluateConfig, cell: Cell) -> dict[str, Any]:
         window_days=cfg.window_days,
         drain_days=cfg.drain_days,
     )
-    workload, demand, pool_hourly = prepare(trace, settings)
-    quota_settings = dataclasses.replace(QuotaSettings(), guarantee_rate=cell.guarantee_rate)
+    workload, demand = prepare(trace, settings)
+    quota_settings = dataclasses.replace(
+        QuotaSettings(),
+        guarantee_rate=cell.guarantee_rate,
+        target_eviction_rate=cell.target_rate or None,
+    )
     policy = build_policy(cell.policy, quota_settings)
-    sim = Simulation(
-        workload,
-        policy,
-        build_forecaster(settings, demand, pool_hourly),
-        demand,
-        SimSettings(t_win_s=cfg.window_days * 86400.0),
+    sim = build_simulation(
+        workload, demand, policy, dataclasses.replace(settings, t_win_days=cfg.window_days)
     )
     sim.run()
-    result = build_policy_result(sim, {p: pool_hourly[:, i] for i, p in enumerate(demand.pools)})
+    result = build_policy_result(sim)
     m = result.metrics
     return {
         "key": cell.key,
@@ -163,6 +171,16 @@ def run_grid(
 
 
 # ----- aggregation ------------------------------------------------------------------------------
+SWEEPS = (("p", "guarantee_rate"), ("hours", "guarantee_hours"), ("target", "target_rate"))
+
+
+def _sweep_value(cell: dict[str, Any], field: str) -> float:
+    """The swept setting of a cell; a cell without a target (older cells, the grid's) steers to 1 - p."""
+    if field == "target_rate":
+        return float(cell.get("target_rate") or 1.0 - cell["guarantee_rate"])
+    return float(cell[field])
+
+
 def spread(values: Sequence[float]) -> dict[str, float]:
     a = np.asarray(values, dtype=np.float64)
     return {
@@ -226,23 +244,76 @@ def aggregate(cfg: EvaluateConfig, results: Sequence[dict[str, Any]]) -> dict[st
             for m in REPORT_METRICS
         }
     sens: dict[str, Any] = {}
-    for study, field in (("p", "guarantee_rate"), ("hours", "guarantee_hours")):
-        groups: dict[float, list[dict[str, Any]]] = {}
-        for r in results:
-            c = r["cell"]
-            # The grid's own cells of the swept policy at the sensitivity load are the default
-            # point (p = 0.9, H = 1) of both sweeps.
-            default_point = (
-                cfg.sensitivity is not None
-                and c["study"] == "grid"
-                and c["policy"] == cfg.sensitivity.policy
-                and c["load"] == cfg.sensitivity.load
-                and c["seed"] in cfg.sensitivity.seeds
-            )
-            if c["study"] == study or default_point:
-                groups.setdefault(c[field], []).append(r)
-        sens[study] = {
-            f"{v:g}": {m: spread([r["metrics"][m] for r in rs]) for m in REPORT_METRICS}
-            for v, rs in sorted(groups.items())
+    cfg_sens = cfg.sensitivity
+    for study, field in SWEEPS:
+        per_load: dict[str, Any] = {}
+        if cfg_sens is None:
+            sens[study] = per_load
+            continue
+        for load in cfg_sens.loads:
+            groups: dict[float, list[dict[str, Any]]] = {}
+            for r in results:
+                c = r["cell"]
+                if c["load"] != load or c["policy"] != cfg_sens.policy or c["seed"] not in cfg_sens.seeds:
+                    continue
+                # The grid's own cells of the swept policy are the default point of every sweep.
+                if c["study"] in (study, "grid"):
+                    groups.setdefault(_sweep_value(c, field), []).append(r)
+            if any(r["cell"]["study"] == study for rs in groups.values() for r in rs):
+                per_load[f"{load:g}"] = {
+                    f"{v:g}": {m: spread([r["metrics"][m] for r in rs]) for m in REPORT_METRICS}
+                    for v, rs in sorted(groups.items())
+                }
+        sens[study] = per_load
+    return {
+        "table": table,
+        "pools": pools,
+        "change_vs_reference": changes,
+        "sensitivity": sens,
+        "tradeoff": tradeoff(cfg, table, sens),
+    }
+
+
+TRADEOFF_AXES = ("lp_eviction_rate_in_window", "lp_queue_delay_mean_s")
+
+
+def tradeoff(cfg: EvaluateConfig, table: dict[str, Any], sens: dict[str, Any]) -> dict[str, Any]:
+    """Per HP load: the swept policy's settings (p sweep and target sweep, means over seeds) as
+    points of LP eviction rate (in window) against LP queueing delay, and for every other policy
+    whether the default setting dominates it (lower on both) and which settings do."""
+    if cfg.sensitivity is None:
+        return {}
+    ours = cfg.sensitivity.policy
+    out: dict[str, Any] = {}
+    for load in cfg.loads:
+        lk = f"{load:g}"
+        points: dict[str, tuple[float, float]] = {}
+        for study, label in (("p", "p={}"), ("target", "target={}")):
+            for value, row in sens.get(study, {}).get(lk, {}).items():
+                rate, wait = (float(row[m]["mean"]) for m in TRADEOFF_AXES)
+                points[label.format(value)] = (rate, wait)
+        default_row = table.get(f"{ours}|{lk}")
+        if default_row is None:
+            continue
+        default = tuple(default_row[m]["mean"] for m in TRADEOFF_AXES)
+        versus: dict[str, Any] = {}
+        for policy in cfg.policies:
+            row = table.get(f"{policy}|{lk}")
+            if policy == ours or row is None:
+                continue
+            theirs = tuple(row[m]["mean"] for m in TRADEOFF_AXES)
+            versus[policy] = {
+                "point": list(theirs),
+                "default_dominates": _dominates(default, theirs),
+                "dominating_settings": sorted(k for k, pt in points.items() if _dominates(pt, theirs)),
+            }
+        out[lk] = {
+            "default": list(default),
+            "points": {k: list(v) for k, v in points.items()},
+            "versus": versus,
         }
-    return {"table": table, "pools": pools, "change_vs_reference": changes, "sensitivity": sens}
+    return out
+
+
+def _dominates(a: Sequence[float], b: Sequence[float]) -> bool:
+    return all(x < y for x, y in zip(a, b, strict=True))

@@ -25,6 +25,14 @@ def evaluate(
     report_only: Annotated[
         bool, typer.Option("--report-only", help="write the report from OUT/cells.jsonl, run nothing")
     ] = False,
+    only: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--only",
+            help="run only this policy's cells of the grid now (repeatable; implies --resume): "
+            "e.g. the baselines while the reference is still being developed",
+        ),
+    ] = None,
 ) -> None:
     """Run policies x seeds x HP load levels (+ GFS sensitivity) and write the report."""
     import dataclasses
@@ -34,6 +42,13 @@ def evaluate(
     from services.simulator.evaluate_report import build_report, write_report
 
     cfg = load_config(config).frozen()
+    if only:
+        unknown = sorted(
+            set(only) - set(cfg.policies) - ({cfg.sensitivity.policy} if cfg.sensitivity else set())
+        )
+        if unknown:
+            raise typer.BadParameter(f"--only {', '.join(unknown)}: not a policy of this grid")
+        resume = True
     if workers is not None:
         cfg = dataclasses.replace(cfg, workers=workers)
     out.mkdir(parents=True, exist_ok=True)
@@ -42,6 +57,7 @@ def evaluate(
     if not (resume or report_only):
         cells_file.write_text("")
     cells = grid_cells(cfg)
+    runnable = [c for c in cells if not only or c.policy in only]
     started = time.perf_counter()
 
     def record(result: dict[str, Any]) -> None:
@@ -52,14 +68,20 @@ def evaluate(
     if report_only:
         keys = {c.key for c in cells}
         results = sorted((r for r in done if r["key"] in keys), key=lambda r: r["key"])
-        wall = sum(r["wall_s"] for r in results) / max(1, cfg.workers)
+        wall = 0.0
         typer.echo(f"report from {len(results)} of {len(cells)} cells")
     else:
-        results = run_grid(cfg, cells, progress=record, done=done)
+        results = run_grid(cfg, runnable, progress=record, done=done)
+        results += [r for r in done if r["key"] not in {c.key for c in runnable}]
+        results.sort(key=lambda r: r["key"])
         wall = time.perf_counter() - started
+    # Cells from several runs (--resume, --only): the grid's wall time is estimated from theirs.
+    estimate = report_only or bool(done)
+    if estimate:
+        wall = sum(r["wall_s"] for r in results) / max(1, cfg.workers)
     report = build_report(cfg, results, aggregate(cfg, results), wall)
     report["header"]["cells_finished"] = f"{len(results)} of {len(cells)}"
-    report["timing"]["wall_is_estimate"] = report_only
+    report["timing"]["wall_is_estimate"] = estimate
     write_report(out, report, cfg)
     typer.echo(
         f"{len(results)} cells, {wall:.0f} s; config sha256 {cfg.digest()[:12]}; report in {out}/report.md"

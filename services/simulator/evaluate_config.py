@@ -25,13 +25,16 @@ DEFAULT_POLICIES = ("gfs", "fifo", "k8s-priority", "lyra", "fgd", "chronus")
 
 @dataclass(frozen=True, slots=True)
 class Sensitivity:
-    """GFS's sensitivity to the guarantee rate p and the guarantee hours H (spec 6.5)."""
+    """GFS's sensitivity to the guarantee rate p, the guarantee hours H (spec 6.5) and the target
+    eviction rate of the quota feedback (issue 10), at each of `loads`. The grid's own cells of
+    `policy` are the default point (p = 0.9, H = 1, target 1 - p) of every sweep."""
 
     policy: str = "gfs"
-    load: float = 1.0
+    loads: tuple[float, ...] = (1.0,)
     seeds: tuple[int, ...] = (0,)
     guarantee_rates: tuple[float, ...] = (0.8, 0.85, 0.9, 0.95, 0.99)
     guarantee_hours: tuple[int, ...] = (1, 2, 4)
+    target_rates: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,7 +112,9 @@ def parse_config(data: dict[str, Any]) -> EvaluateConfig:
     sens = kwargs.get("sensitivity")
     if sens is not None:
         sens = dict(sens)
-        for key in ("seeds", "guarantee_rates", "guarantee_hours"):
+        if "load" in sens:  # configs written before the sweeps took several loads
+            sens["loads"] = [sens.pop("load")]
+        for key in ("loads", "seeds", "guarantee_rates", "guarantee_hours", "target_rates"):
             if key in sens:
                 sens[key] = tuple(sens[key])
         kwargs["sensitivity"] = Sensitivity(**sens)

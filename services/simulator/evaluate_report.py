@@ -14,14 +14,18 @@ from typing import Any
 from services.simulator.evaluate import REPORT_METRICS
 from services.simulator.evaluate_config import EvaluateConfig
 
+# The in-window measure leads (docs/decisions.md, "In-window measure"); the drain-inclusive
+# figures stay as the last two columns so reports written before it remain comparable.
 HEADLINE = (
-    ("lp_eviction_rate", "LP eviction rate", 1.0, "{:.4f}"),
+    ("lp_eviction_rate_in_window", "LP eviction rate (window)", 1.0, "{:.4f}"),
+    ("lp_evictions_per_kgpuh_in_window", "evictions per 1k spot GPU-h (window)", 1.0, "{:.2f}"),
     ("lp_queue_delay_mean_s", "LP queueing delay (h)", 1 / 3600, "{:.2f}"),
     ("hp_queue_delay_mean_s", "HP queueing delay (h)", 1 / 3600, "{:.2f}"),
     ("gpu_allocation_rate", "GPU allocation", 1.0, "{:.4f}"),
-    ("lp_gpu_hours_completed", "completed spot GPU-h", 1.0, "{:,.0f}"),
-    ("lp_evictions_per_kgpuh", "evictions per 1k spot GPU-h", 1.0, "{:.2f}"),
+    ("lp_eviction_rate", "LP eviction rate (incl. drain)", 1.0, "{:.4f}"),
+    ("lp_evictions_per_kgpuh", "evictions per 1k spot GPU-h (incl. drain)", 1.0, "{:.2f}"),
 )
+SWEEP_LABELS = (("p", "guarantee rate p"), ("hours", "guarantee hours H"), ("target", "target eviction rate"))
 
 
 def build_report(
@@ -119,12 +123,13 @@ def markdown(cfg: EvaluateConfig, report: dict[str, Any]) -> str:
             + " | ".join(f"{row[m]['mean']:.4g} ± {row[m]['std']:.2g}" for m in REPORT_METRICS)
             + " |"
         )
-    for study, label in (("p", "guarantee rate p"), ("hours", "guarantee hours H")):
-        rows = agg["sensitivity"].get(study) or {}
-        if rows:
+    lines += _tradeoff_lines(cfg, agg)
+    policy = cfg.sensitivity.policy if cfg.sensitivity else "gfs"
+    for study, label in SWEEP_LABELS:
+        for load, rows in (agg["sensitivity"].get(study) or {}).items():
             lines += [
                 "",
-                f"## Sensitivity of {cfg.sensitivity.policy if cfg.sensitivity else 'gfs'} to {label}",
+                f"## Sensitivity of {policy} to {label} (HP load {load})",
                 "",
                 *_headline_header(label),
             ]
@@ -136,6 +141,32 @@ def markdown(cfg: EvaluateConfig, report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _tradeoff_lines(cfg: EvaluateConfig, agg: dict[str, Any]) -> list[str]:
+    """Whether the swept policy dominates each other policy (lower LP eviction rate in the window
+    and lower LP queueing delay, means over seeds), at its default and at any swept setting."""
+    rows = agg.get("tradeoff") or {}
+    if not rows or cfg.sensitivity is None:
+        return []
+    ours = cfg.sensitivity.policy
+    lines = [
+        "",
+        f"## Trade-off: does {ours} dominate? (lower LP eviction rate in the window and lower LP queueing)",
+        "",
+        "| HP load | policy | its eviction rate | its LP queueing (h) | "
+        f"{ours} default dominates | settings of {ours} that dominate |",
+        "|---|---|---|---|---|---|",
+    ]
+    for load, row in rows.items():
+        for policy, v in row["versus"].items():
+            rate, wait = v["point"]
+            settings = ", ".join(v["dominating_settings"]) or "none"
+            lines.append(
+                f"| {load} | {policy} | {rate:.4f} | {wait / 3600:.2f} | "
+                f"{'yes' if v['default_dominates'] else 'no'} | {settings} |"
+            )
+    return lines
+
+
 def plot_all(out: Path, cfg: EvaluateConfig, report: dict[str, Any]) -> None:
     import matplotlib
 
@@ -143,21 +174,33 @@ def plot_all(out: Path, cfg: EvaluateConfig, report: dict[str, Any]) -> None:
     import matplotlib.pyplot as plt
 
     agg = report["aggregate"]
-    # 1. Trade-off: LP eviction rate vs LP queueing delay, one marker per policy and load.
-    fig, ax = plt.subplots(figsize=(7, 5))
+    # 1. Trade-off per HP load: the swept policy's settings as a curve, every policy as a point.
+    loads = list(cfg.loads)
+    fig, axes = plt.subplots(1, len(loads), figsize=(5.5 * len(loads), 4.5), squeeze=False)
     markers = "os^Dv<>P*Xh"
-    for i, p in enumerate(cfg.policies):
-        xs, ys = [], []
-        for load in cfg.loads:
+    for ax, load in zip(axes[0], loads, strict=True):
+        for i, p in enumerate(cfg.policies):
             row = agg["table"].get(f"{p}|{load:g}")
             if row:
-                xs.append(row["lp_queue_delay_mean_s"]["mean"] / 3600)
-                ys.append(row["lp_eviction_rate"]["mean"])
-        ax.plot(xs, ys, marker=markers[i % len(markers)], label=p)
-    ax.set_xlabel("mean LP queueing delay (h)")
-    ax.set_ylabel("LP eviction rate")
-    ax.set_title("Eviction vs queueing trade-off (one point per HP load level)")
-    ax.legend(fontsize=7)
+                x, y = row["lp_queue_delay_mean_s"]["mean"] / 3600, row["lp_eviction_rate_in_window"]["mean"]
+                ax.plot([x], [y], marker=markers[i % len(markers)], linestyle="", label=p)
+        curve = (agg.get("tradeoff") or {}).get(f"{load:g}", {}).get("points", {})
+        p_points = sorted((float(k[2:]), v) for k, v in curve.items() if k.startswith("p="))
+        if p_points:
+            ax.plot(
+                [v[1] / 3600 for _, v in p_points], [v[0] for _, v in p_points], "k--", lw=1, label="p sweep"
+            )
+            for r, v in p_points:
+                ax.annotate(f"p={r:g}", (v[1] / 3600, v[0]), fontsize=6)
+        for k, v in curve.items():
+            if k.startswith("target="):
+                ax.plot([v[1] / 3600], [v[0]], "kx")
+                ax.annotate(k, (v[1] / 3600, v[0]), fontsize=6)
+        ax.set_xscale("symlog", linthresh=1.0)
+        ax.set_xlabel("mean LP queueing delay (h)")
+        ax.set_ylabel("LP eviction rate (in window)")
+        ax.set_title(f"HP load {load:g}")
+    axes[0][0].legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(out / "tradeoff.png", dpi=110)
     plt.close(fig)
@@ -179,24 +222,22 @@ def plot_all(out: Path, cfg: EvaluateConfig, report: dict[str, Any]) -> None:
     fig.tight_layout()
     fig.savefig(out / "pools.png", dpi=110)
     plt.close(fig)
-    # 3. Sensitivity to p and H.
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    for ax, study, label in ((axes[0], "p", "guarantee rate p"), (axes[1], "hours", "guarantee hours H")):
-        rows = agg["sensitivity"].get(study) or {}
-        xs = [float(v) for v in rows]
-        ax.plot(xs, [rows[v]["lp_eviction_rate"]["mean"] for v in rows], marker="o", label="LP eviction rate")
-        ax2 = ax.twinx()
-        ax2.plot(
-            xs,
-            [rows[v]["lp_queue_delay_mean_s"]["mean"] / 3600 for v in rows],
-            marker="s",
-            color="tab:red",
-            label="LP queueing delay (h)",
-        )
+    # 3. Sensitivity: one panel per sweep, one line per HP load.
+    fig, axes = plt.subplots(1, len(SWEEP_LABELS), figsize=(5 * len(SWEEP_LABELS), 4))
+    for ax, (study, label) in zip(axes, SWEEP_LABELS, strict=True):
+        for load, rows in (agg["sensitivity"].get(study) or {}).items():
+            xs = [float(v) for v in rows]
+            ax.plot(
+                xs,
+                [rows[v]["lp_eviction_rate_in_window"]["mean"] for v in rows],
+                marker="o",
+                label=f"load {load}",
+            )
         ax.set_xlabel(label)
-        ax.set_ylabel("LP eviction rate")
-        ax2.set_ylabel("LP queueing delay (h)")
+        ax.set_ylabel("LP eviction rate (in window)")
         ax.set_title(f"sensitivity to {label}")
+        if ax.lines:
+            ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(out / "sensitivity.png", dpi=110)
     plt.close(fig)

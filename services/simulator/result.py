@@ -77,7 +77,7 @@ def _outcomes(sim: Simulation, cls: TaskClass, pool: str | None) -> ClassOutcome
     )
 
 
-def build_policy_result(sim: Simulation, hp_pool_hourly: dict[str, np.ndarray]) -> PolicyResult:
+def build_policy_result(sim: Simulation) -> PolicyResult:
     rec = sim.recorder
     pools = tuple(str(p) for p in rec.pools)
     caps = np.array([sim.pools[p].state.capacity for p in rec.pools], dtype=np.float64)
@@ -122,8 +122,11 @@ def build_policy_result(sim: Simulation, hp_pool_hourly: dict[str, np.ndarray]) 
     times = np.asarray(rec.times)
     hours = (times // 3600).astype(np.int64)
     demand = np.zeros((len(times), len(pools)))
+    # The HP demand the policy's quota forecast (observed or trace-defined), per pool.
+    column = {p: j for j, p in enumerate(sim.demand.pools)}
     for i, pool in enumerate(pools):
-        series = hp_pool_hourly.get(pool)
+        j = column.get(pool)
+        series = sim.demand.pool_hourly[:, j] if j is not None else None
         if series is not None and len(series):
             demand[:, i] = series[np.minimum(hours, len(series) - 1)]
     return PolicyResult(

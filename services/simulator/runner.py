@@ -8,6 +8,7 @@ predict is replaced by persistence for that call and the fallback is counted.
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,10 +17,12 @@ from typing import cast
 import numpy as np
 
 from services.core.forecast import DemandForecast, Forecaster, SeriesKey
+from services.core.observed_demand import ObservedDemand
+from services.core.policies.protocols import SchedulingPolicy
 from services.core.policies.registry import build_policy
 from services.simulator.decision_log import DecisionLog
 from services.simulator.demand import hp_demand_series, pool_totals
-from services.simulator.engine import DemandInput, SimSettings, Simulation
+from services.simulator.engine import DecisionSink, DemandInput, SimSettings, Simulation
 from services.simulator.forecast_sources import Oracle, Persistence, SeasonalNaive
 from services.simulator.result import PolicyResult, SimulationResult, build_policy_result
 from services.simulator.traces.records import Trace
@@ -69,9 +72,15 @@ class RunSettings:
     model_artifact: Path | None = None
 
 
-def build_forecaster(settings: RunSettings, demand: DemandInput, pool_hourly: np.ndarray) -> Forecaster:
-    pools = demand.pools
+def build_forecaster(settings: RunSettings, demand: DemandInput) -> Forecaster:
+    pools, pool_hourly = demand.pools, demand.pool_hourly
     if settings.forecast is ForecastSource.ORACLE:
+        if demand.observed is not None:
+            raise ValueError(
+                "the oracle forecast needs the trace-defined demand: observed demand depends on the "
+                "policy's own decisions, so its future is not known in advance (use a policy whose "
+                "quota forecasts the trace series, e.g. gfs-trace-demand)"
+            )
         return Oracle(pools, pool_hourly)
     if settings.forecast is ForecastSource.SEASONAL_NAIVE:
         return SeasonalNaive(pools, pool_hourly)
@@ -87,13 +96,40 @@ def build_forecaster(settings: RunSettings, demand: DemandInput, pool_hourly: np
     return ModelWithFallback(cast(Forecaster, load_forecaster(settings.model_artifact)), persistence)
 
 
-def prepare(trace: Trace, settings: RunSettings) -> tuple[Workload, DemandInput, np.ndarray]:
+def prepare(trace: Trace, settings: RunSettings) -> tuple[Workload, DemandInput]:
+    """The workload and the trace-defined HP demand (what `demand_for` starts from)."""
     workload = build_workload(trace, window_days=settings.window_days, drain_days=settings.drain_days)
     series = hp_demand_series(trace)
     totals = pool_totals(series)
     pools = tuple(sorted(totals))
     pool_hourly = np.stack([totals[p] for p in pools], axis=1) if pools else np.zeros((series.n_hours, 0))
-    return workload, DemandInput(series.keys, series.hourly, pools), pool_hourly
+    return workload, DemandInput(series.keys, series.hourly, pools, pool_hourly)
+
+
+def demand_for(policy: SchedulingPolicy, workload: Workload, trace_demand: DemandInput) -> DemandInput:
+    """The series `policy`'s quota forecasts: the trace-defined one, or (the default) a fresh
+    observed-demand tracker that this policy's own simulation fills."""
+    quota = policy.quota
+    if not quota.uses_forecast or quota.settings.demand_source == "trace":
+        return trace_demand
+    stop_h = math.ceil((workload.window_end_s + workload.drain_s) / 3600.0) + 1
+    n_hours = max(trace_demand.hourly.shape[0], stop_h)
+    return DemandInput.tracking(ObservedDemand(trace_demand.keys, n_hours))
+
+
+def build_simulation(
+    workload: Workload,
+    trace_demand: DemandInput,
+    policy: SchedulingPolicy,
+    settings: RunSettings,
+    decision_sink: DecisionSink | None = None,
+) -> Simulation:
+    """One policy's simulation with its demand series and forecaster (every driver composes it here)."""
+    demand = demand_for(policy, workload, trace_demand)
+    sim_settings = SimSettings(t_win_s=settings.t_win_days * 86400.0)
+    return Simulation(
+        workload, policy, build_forecaster(settings, demand), demand, sim_settings, decision_sink
+    )
 
 
 def run_policies(
@@ -103,8 +139,7 @@ def run_policies(
     progress: Callable[[str, float], None] | None = None,
     decisions: Path | None = None,
 ) -> SimulationResult:
-    workload, demand, pool_hourly = prepare(trace, settings)
-    pool_series = {p: pool_hourly[:, i] for i, p in enumerate(demand.pools)}
+    workload, demand = prepare(trace, settings)
     result = SimulationResult(
         source=trace.source,
         settings={
@@ -127,17 +162,13 @@ def run_policies(
         decisions.parent.mkdir(parents=True, exist_ok=True)
         decisions.write_text("")
     for name in policies:
-        result.policies[name] = run_one(
-            workload, demand, pool_hourly, pool_series, name, settings, progress, decisions
-        )
+        result.policies[name] = run_one(workload, demand, name, settings, progress, decisions)
     return result
 
 
 def run_one(
     workload: Workload,
     demand: DemandInput,
-    pool_hourly: np.ndarray,
-    pool_series: dict[str, np.ndarray],
     name: str,
     settings: RunSettings,
     progress: Callable[[str, float], None] | None = None,
@@ -145,14 +176,12 @@ def run_one(
 ) -> PolicyResult:
     """One policy on the workload; `decisions`: append its decision log (JSON lines) to this file."""
     policy = build_policy(name)
-    forecaster = build_forecaster(settings, demand, pool_hourly)
-    sim_settings = SimSettings(t_win_s=settings.t_win_days * 86400.0)
     on_progress = None if progress is None else (lambda t: progress(name, t))
     if decisions is None:
-        sim = Simulation(workload, policy, forecaster, demand, sim_settings)
+        sim = build_simulation(workload, demand, policy, settings)
         sim.run(on_progress)
     else:
         with decisions.open("a", encoding="utf-8") as out:
-            sim = Simulation(workload, policy, forecaster, demand, sim_settings, DecisionLog(out, name))
+            sim = build_simulation(workload, demand, policy, settings, DecisionLog(out, name))
             sim.run(on_progress)
-    return build_policy_result(sim, pool_series)
+    return build_policy_result(sim)

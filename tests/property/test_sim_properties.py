@@ -8,8 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from services.core.policies.registry import build_policy
-from services.simulator.engine import SimSettings, Simulation
-from services.simulator.runner import RunSettings, build_forecaster, prepare, run_policies
+from services.simulator.runner import RunSettings, build_simulation, prepare, run_policies
 
 JOB = st.tuples(
     st.sampled_from(["HP", "SPOT"]),
@@ -38,10 +37,8 @@ def test_every_task_is_finished_running_or_queued(
 ) -> None:
     trace = _trace(jobs)
     run = RunSettings()
-    workload, demand, pool_hourly = prepare(trace, run)
-    sim = Simulation(
-        workload, build_policy(name), build_forecaster(run, demand, pool_hourly), demand, SimSettings()
-    )
+    workload, demand = prepare(trace, run)
+    sim = build_simulation(workload, demand, build_policy(name), run)
     sim.run()
     running = {t for rt in sim.pools.values() for t in rt.state.running}
     queued = {t for rt in sim.pools.values() for q in (rt.hp, rt.spot) for t in q.task_ids()}

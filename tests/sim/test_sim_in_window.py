@@ -20,9 +20,8 @@ import pytest
 from builders import a_job, a_node, a_trace
 
 from services.core.policies.registry import build_policy
-from services.simulator.engine import SimSettings, Simulation
 from services.simulator.result import build_policy_result
-from services.simulator.runner import RunSettings, build_forecaster, prepare
+from services.simulator.runner import RunSettings, build_simulation, prepare
 
 
 def test_in_window_measure_by_hand() -> None:
@@ -35,16 +34,16 @@ def test_in_window_measure_by_hand() -> None:
         ],
     )
     settings = RunSettings(window_days=1.0, drain_days=1.0)
-    workload, demand, pool_hourly = prepare(trace, settings)
+    workload, demand = prepare(trace, settings)
     assert (workload.window_start_s, workload.window_end_s) == (0.0, 9000.0)
     policy = build_policy("fifo")
-    sim = Simulation(workload, policy, build_forecaster(settings, demand, pool_hourly), demand, SimSettings())
+    sim = build_simulation(workload, demand, policy, settings)
     sim.run()
     s, s2 = sim.lives["S"], sim.lives["S2"]
     assert s.end == pytest.approx(12480.0) and s2.end == pytest.approx(1900.0)
     assert (s.failed, s.succeeded, s.failed_in_window, s.succeeded_in_window) == (1, 3, 1, 1)
     assert (s2.failed, s2.succeeded, s2.failed_in_window, s2.succeeded_in_window) == (0, 1, 0, 1)
-    m = build_policy_result(sim, {}).metrics
+    m = build_policy_result(sim).metrics
     assert m["lp_eviction_rate"] == pytest.approx(1 / 5)
     assert m["lp_eviction_rate_in_window"] == pytest.approx(1 / 3)
     assert m["lp_guarantee_periods_in_window"] == 3

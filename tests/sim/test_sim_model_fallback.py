@@ -11,7 +11,7 @@ from services.core.forecast import DemandForecast, SeriesKey
 from services.core.policies.registry import build_policy
 from services.simulator.engine import SimSettings, Simulation
 from services.simulator.forecast_sources import Persistence
-from services.simulator.runner import ModelWithFallback, RunSettings, prepare
+from services.simulator.runner import ModelWithFallback, RunSettings, demand_for, prepare
 
 
 class BrokenModel:
@@ -38,10 +38,12 @@ def test_broken_model_falls_back_to_persistence_and_counts() -> None:
         [a_job("h", gpus=2, submit=0, duration=3 * 3600), a_job("s", cls="SPOT", gpus=2, submit=60)],
     )
     run = RunSettings()
-    workload, demand, pool_hourly = prepare(trace, run)
+    workload, trace_demand = prepare(trace, run)
+    policy = build_policy("gfs")
+    demand = demand_for(policy, workload, trace_demand)
     model = BrokenModel()
-    forecaster = ModelWithFallback(model, Persistence(demand.pools, pool_hourly))
-    sim = Simulation(workload, build_policy("gfs"), forecaster, demand, SimSettings())
+    forecaster = ModelWithFallback(model, Persistence(demand.pools, demand.pool_hourly))
+    sim = Simulation(workload, policy, forecaster, demand, SimSettings())
     sim.run()
     assert model.fits == 1
     # hours 0, 1, 2 are predicted once each (the drain after the window has no quota)

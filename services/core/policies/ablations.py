@@ -3,11 +3,19 @@
 - gfs-no-forecast: reactive quota (spot may use whatever is idle), no forecast, no eta;
 - gfs-no-feedback: forecast quota with eta fixed at 1 (no eviction feedback);
 - gfs-fifo-victims: GFS quota and placement, but the production-like first-node victims.
+
+Issue 10's quota changes, each switched back alone (and all at once: gfs-paper, the GFS of the
+paper's setting as this project ran it before issue 10):
+- gfs-trace-demand: the forecast is of the trace-defined HP demand, not the observed one;
+- gfs-no-demand-floor: HP usage ahead is the forecast quantile alone (no running + queued floor);
+- gfs-eta-unbounded: eta may lift the quota to 1.5 x the p-quantile spare;
+- gfs-grow-on-wait: eta grows whenever the spot queue's head waited, held back by the quota or not.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 from services.core.policies.gfs import build_gfs
 from services.core.policies.protocols import SchedulingPolicy
@@ -24,6 +32,33 @@ def build_gfs_no_forecast(settings: QuotaSettings | None = None) -> SchedulingPo
 def build_gfs_no_feedback(settings: QuotaSettings | None = None) -> SchedulingPolicy:
     quota = ForecastQuota(settings=settings or QuotaSettings(), feedback=False)
     return dataclasses.replace(build_gfs(settings), name="gfs-no-feedback", quota=quota)
+
+
+def _quota_variant(name: str, **changes: object) -> Callable[[QuotaSettings | None], SchedulingPolicy]:
+    def factory(settings: QuotaSettings | None = None) -> SchedulingPolicy:
+        # The caller's settings (a swept p, say) stay; only the ablated fields change.
+        varied = dataclasses.replace(settings or QuotaSettings(), **changes)  # type: ignore[arg-type]
+        return dataclasses.replace(build_gfs(varied), name=name)
+
+    return factory
+
+
+QUOTA_ABLATIONS: dict[str, dict[str, object]] = {
+    "gfs-trace-demand": {"demand_source": "trace"},
+    "gfs-no-demand-floor": {"observed_floor": False},
+    "gfs-eta-unbounded": {"eta_max": 1.5},
+    "gfs-grow-on-wait": {"grow_only_when_quota_binds": False},
+    "gfs-paper": {
+        "demand_source": "trace",
+        "observed_floor": False,
+        "eta_max": 1.5,
+        "grow_only_when_quota_binds": False,
+    },
+}
+
+
+def build_quota_ablations() -> dict[str, Callable[[QuotaSettings | None], SchedulingPolicy]]:
+    return {name: _quota_variant(name, **changes) for name, changes in QUOTA_ABLATIONS.items()}
 
 
 def build_gfs_fifo_victims(settings: QuotaSettings | None = None) -> SchedulingPolicy:

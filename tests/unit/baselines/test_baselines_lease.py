@@ -9,8 +9,7 @@ from typing import Any
 import pytest
 
 from services.core.policies.registry import build_policy
-from services.simulator.engine import SimSettings, Simulation
-from services.simulator.runner import RunSettings, build_forecaster, prepare
+from services.simulator.runner import RunSettings, build_simulation, prepare
 from services.simulator.traces.records import Trace, TraceJob, TraceNode
 
 HORIZON_S = 20_000.0
@@ -33,9 +32,9 @@ def _job(name: str, cls: str, gpus: float, submit: float, duration: float) -> Tr
 def _run(policy_name: str, node_gpus: int, jobs: list[TraceJob]) -> tuple[Any, dict[str, dict[str, float]]]:
     trace = Trace(nodes=(TraceNode("n0", "P", node_gpus, 8),), jobs=tuple(jobs), horizon_s=HORIZON_S)
     settings = RunSettings(window_days=HORIZON_S / 86400.0, drain_days=1.0)
-    workload, demand, pool_hourly = prepare(trace, settings)
+    workload, demand = prepare(trace, settings)
     policy = build_policy(policy_name)
-    sim = Simulation(workload, policy, build_forecaster(settings, demand, pool_hourly), demand, SimSettings())
+    sim = build_simulation(workload, demand, policy, settings)
     sim.run()
     return sim, {"hp_wait": {tid: life.wait for tid, life in sim.lives.items()}}
 
@@ -58,11 +57,14 @@ def test_chronus_hp_waits_for_the_lease_and_spot_fails_its_period() -> None:
 
 def test_gfs_preempts_at_once_on_the_same_trace() -> None:
     # GFS: H preempts S at 100 (S: 1 failure, 5000 - 100 + 100 + 40 = 5040 s left); H runs 100 ->
-    # 740 with the 40 s overhead and waited 0; S restarts at 740 and finishes at 5780.
+    # 740 with the 40 s overhead and waited 0. The quota refreshes every 300 s: at 300 and 600 the
+    # running H is the HP-usage floor (1 GPU of 1), so the quota is 0; at 900 H is gone and S
+    # restarts, finishing at 900 + 5040 = 5940. Without the floor (gfs-paper) S restarts at 740.
     sim, out = _run("gfs", 1, SPOT_THEN_HP)
     assert out["hp_wait"]["H"] == pytest.approx(0.0)
     assert sim.lives["H"].end == pytest.approx(740.0)
-    assert sim.lives["S"].end == pytest.approx(5780.0)
+    assert sim.lives["S"].end == pytest.approx(5940.0)
+    assert _run("gfs-paper", 1, SPOT_THEN_HP)[0].lives["S"].end == pytest.approx(5780.0)
     assert (sim.lives["S"].failed, sim.lives["S"].succeeded) == (1, 2)
 
 

@@ -26,6 +26,8 @@ def _inputs(
     head_wait: float | None = None,
     quantile: list[float] | None = None,
     capacity: int = 100,
+    hp_observed: float = 0.0,
+    quota_held_wait: float | None = None,
 ) -> QuotaInputs:
     return QuotaInputs(
         capacity=capacity,
@@ -36,6 +38,8 @@ def _inputs(
         failed_recent=failed,
         succeeded_recent=succeeded,
         head_wait_s=head_wait,
+        hp_observed=hp_observed,
+        quota_held_wait_s=quota_held_wait,
     )
 
 
@@ -73,14 +77,87 @@ ETA = [
 ]
 
 
+# The rule as the paper states it (eta up to 1.5, grow on any long head wait): gfs-paper's settings.
+PAPER = QuotaSettings(eta_max=1.5, grow_only_when_quota_binds=False)
+
+
 @pytest.mark.parametrize("case", ETA, ids=[c.id for c in ETA])
 def test_eta_feedback(case: EtaCase) -> None:
     got = next_eta(
         case.eta,
         _inputs(eta=case.eta, failed=case.failed, succeeded=case.succeeded, head_wait=case.head_wait),
-        QuotaSettings(),
+        PAPER,
     )
     assert got == pytest.approx(case.expected)
+
+
+@dataclass(frozen=True)
+class BoundCase:
+    id: str
+    eta: float
+    failed: int
+    succeeded: int
+    head_wait: float | None
+    quota_held_wait: float | None
+    settings: QuotaSettings
+    expected: float
+
+
+BOUNDED = [
+    # Default: eta never above 1, even at zero evictions with spot held back by the quota.
+    BoundCase("bounded-at-one", 1.0, 0, 20, 4000.0, 4000.0, QuotaSettings(), 1.0),
+    BoundCase("grows-below-one", 0.5, 0, 20, 4000.0, 4000.0, QuotaSettings(), 0.75),  # x 1.5
+    BoundCase("grow-capped-at-one", 0.8, 0, 20, 4000.0, 4000.0, QuotaSettings(), 1.0),  # 1.2 -> 1
+    # The head waited 4000 s but placement held it, not the quota: no growth.
+    BoundCase("placement-held-no-grow", 0.5, 0, 20, 4000.0, None, QuotaSettings(), 0.5),
+    BoundCase("quota-held-short-no-grow", 0.5, 0, 20, 4000.0, 3000.0, QuotaSettings(), 0.5),
+    # The old rule grows on the head's wait alone.
+    BoundCase("grow-on-wait-ablation", 0.5, 0, 20, 4000.0, None, PAPER, 0.75),
+    # Target 0.02 instead of 1 - p = 0.1: ER 0.05 is in band for 0.1 but 2.5 x the target: shrink
+    # by 0.02 / 0.05; ER 0.005 <= 0.5 x 0.02 grows by 1.5 - 0.25.
+    BoundCase("target-shrinks", 1.0, 1, 19, None, None, QuotaSettings(target_eviction_rate=0.02), 0.4),
+    BoundCase("target-1-p-in-band", 1.0, 1, 19, None, None, QuotaSettings(), 1.0),
+    BoundCase(
+        "target-grows", 0.5, 1, 199, None, 4000.0, QuotaSettings(target_eviction_rate=0.02), 0.5 * 1.25
+    ),
+]
+
+
+@pytest.mark.parametrize("case", BOUNDED, ids=[c.id for c in BOUNDED])
+def test_bounded_feedback(case: BoundCase) -> None:
+    inputs = _inputs(
+        eta=case.eta,
+        failed=case.failed,
+        succeeded=case.succeeded,
+        head_wait=case.head_wait,
+        quota_held_wait=case.quota_held_wait,
+    )
+    assert next_eta(case.eta, inputs, case.settings) == pytest.approx(case.expected)
+
+
+def test_observed_floor_lifts_hp_usage_ahead() -> None:
+    # Capacity 100; quantile [40.5, 60, 10, 10]; 55 HP GPUs running + queued now.
+    # Floor: usage [55, 60, 55, 55] -> spare [45, 40, 45, 45] -> Q(1) = 45, Q(2..4) = 40.
+    # Without it: spare [60, 40, 90, 90] -> Q(1) = 60, Q(2..4) = 40.
+    inputs = _inputs(quantile=[40.5, 60.0, 10.0, 10.0], hp_observed=55.0)
+    floored = ForecastQuota().refresh(inputs).quota
+    assert floored == {1: 45.0, 2: 40.0, 3: 40.0, 4: 40.0}
+    plain = ForecastQuota(settings=QuotaSettings(observed_floor=False)).refresh(inputs).quota
+    assert plain == {1: 60.0, 2: 40.0, 3: 40.0, 4: 40.0}
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"guarantee_rate": 1.0}, "guarantee_rate"),
+        ({"target_eviction_rate": 0.0}, "target_eviction_rate"),
+        ({"eta_min": 2.0}, "eta_min"),
+        ({"demand_source": "oracle"}, "demand_source"),
+    ],
+)
+def test_bad_quota_settings_are_refused(changes: dict[str, object], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        QuotaSettings(**changes)  # type: ignore[arg-type]
 
 
 def test_forecast_quota_end_to_end() -> None:

@@ -199,3 +199,28 @@ def test_device_indices_whole_and_shared_never_collide() -> None:
     assert rt.devices.in_use(0) == frozenset()
     with pytest.raises(KeyError):
         rt.devices.release(TaskId("G"))  # freed exactly once
+
+
+def test_quota_inputs_tell_quota_held_spot_from_placement_held_spot() -> None:
+    # One 8-GPU node. HP h (6 GPUs) runs from 0; HP q (4 GPUs) queues behind it (2 GPUs free).
+    # Quota 2: spot s (2 GPUs) fits the 2 free GPUs but 0 + 2 > 2 is false -> s starts. Spot u
+    # (2 GPUs) then finds 2 + 2 > 2: over quota (the quota held it, not placement).
+    rt = _runtime(8)
+    _submit(rt, a_task("h", gpus=6, submit=0.0, duration=10_000.0))
+    rt.schedule(0.0)
+    _submit(rt, a_task("q", gpus=4, submit=10.0))
+    rt.update_quota(dict.fromkeys(range(1, 5), 2.0), 1.0)
+    _submit(rt, a_spot("s", gpus=2, submit=20.0))
+    _submit(rt, a_spot("u", gpus=2, submit=30.0))
+    started = [o.task_id for o in rt.schedule(30.0).outcomes]
+    assert started == ["s"]
+    inputs = rt.quota_inputs(3630.0, None)
+    assert inputs.hp_observed == 6 + 4  # running h plus queued q
+    assert inputs.quota_held_wait_s == pytest.approx(3600.0)  # u, queued at 30
+    assert inputs.head_wait_s == pytest.approx(3600.0)
+    # A quota of 8: u is now held by placement (no GPU free), not by the quota.
+    rt.update_quota(dict.fromkeys(range(1, 5), 8.0), 1.0)
+    assert rt.schedule(3630.0).outcomes == ()
+    later = rt.quota_inputs(7200.0, None)
+    assert later.quota_held_wait_s is None
+    assert later.head_wait_s == pytest.approx(7170.0)
