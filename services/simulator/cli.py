@@ -35,6 +35,14 @@ def simulate(
         Path | None,
         typer.Option("--decisions", help="write every decision, in order, as JSON lines here"),
     ] = None,
+    observed_demand: Annotated[
+        Path | None,
+        typer.Option(
+            "--observed-demand",
+            help="write each policy's observed HP-demand series to DIR/<policy>.csv "
+            "(train the forecaster on it: gfs forecast train --series DIR/gfs.csv)",
+        ),
+    ] = None,
 ) -> None:
     """Simulate policies on a trace (HP warm-up, evaluation window, drain) and compare them."""
     from rich.console import Console
@@ -73,7 +81,7 @@ def simulate(
         def progress(name: str, t: float) -> None:
             bar.update(tasks[name], completed=t / 86400.0)
 
-        result = run_policies(loaded, policy, settings, progress, decisions)
+        result = run_policies(loaded, policy, settings, progress, decisions, observed_demand)
         for name in policy:
             bar.update(tasks[name], completed=horizon / 86400.0)
     payload = result.to_json()

@@ -21,7 +21,7 @@ from services.core.observed_demand import ObservedDemand
 from services.core.policies.protocols import SchedulingPolicy
 from services.core.policies.registry import build_policy
 from services.simulator.decision_log import DecisionLog
-from services.simulator.demand import hp_demand_series, pool_totals
+from services.simulator.demand import DemandSeries, hp_demand_series, pool_totals, write_canonical_csv
 from services.simulator.engine import DecisionSink, DemandInput, SimSettings, Simulation
 from services.simulator.forecast_sources import Oracle, Persistence, SeasonalNaive
 from services.simulator.result import PolicyResult, SimulationResult, build_policy_result
@@ -138,7 +138,10 @@ def run_policies(
     settings: RunSettings,
     progress: Callable[[str, float], None] | None = None,
     decisions: Path | None = None,
+    observed_out: Path | None = None,
 ) -> SimulationResult:
+    """`observed_out`: a folder for each policy's observed HP-demand series (`<policy>.csv`, the
+    canonical demand CSV that `gfs forecast train --series` reads), for policies that track it."""
     workload, demand = prepare(trace, settings)
     result = SimulationResult(
         source=trace.source,
@@ -162,7 +165,7 @@ def run_policies(
         decisions.parent.mkdir(parents=True, exist_ok=True)
         decisions.write_text("")
     for name in policies:
-        result.policies[name] = run_one(workload, demand, name, settings, progress, decisions)
+        result.policies[name] = run_one(workload, demand, name, settings, progress, decisions, observed_out)
     return result
 
 
@@ -173,8 +176,10 @@ def run_one(
     settings: RunSettings,
     progress: Callable[[str, float], None] | None = None,
     decisions: Path | None = None,
+    observed_out: Path | None = None,
 ) -> PolicyResult:
-    """One policy on the workload; `decisions`: append its decision log (JSON lines) to this file."""
+    """One policy on the workload; `decisions`: append its decision log (JSON lines) to this file;
+    `observed_out`: write its observed HP-demand series there (if it tracks one)."""
     policy = build_policy(name)
     on_progress = None if progress is None else (lambda t: progress(name, t))
     if decisions is None:
@@ -184,4 +189,13 @@ def run_one(
         with decisions.open("a", encoding="utf-8") as out:
             sim = build_simulation(workload, demand, policy, settings, DecisionLog(out, name))
             sim.run(on_progress)
+    if observed_out is not None and sim.observed is not None:
+        write_observed_csv(sim.observed, observed_out / f"{name}.csv")
     return build_policy_result(sim)
+
+
+def write_observed_csv(observed: ObservedDemand, path: Path) -> None:
+    """The completed hours of an observed series as the canonical demand CSV (training input)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    hours = observed.complete_hours
+    write_canonical_csv(DemandSeries(keys=observed.keys, hourly=observed.hourly[:hours]), path)

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 from builders import a_job, a_node, a_trace
 
 from services.core.forecast import DemandForecast, SeriesKey
 from services.core.policies.registry import build_policy
+from services.simulator.demand import read_canonical_csv
 from services.simulator.engine import SimSettings, Simulation
 from services.simulator.forecast_sources import Persistence
-from services.simulator.runner import ModelWithFallback, RunSettings, demand_for, prepare
+from services.simulator.runner import ModelWithFallback, RunSettings, demand_for, prepare, write_observed_csv
 
 
 class BrokenModel:
@@ -49,3 +51,52 @@ def test_broken_model_falls_back_to_persistence_and_counts() -> None:
     # hours 0, 1, 2 are predicted once each (the drain after the window has no quota)
     assert forecaster.fallback_count == 1 + 3
     assert sim.lives["s"].first_start == 60.0  # persistence with no history: quota = capacity
+
+
+class RecordingModel:
+    """Persistence underneath; remembers which series it was fitted and asked on."""
+
+    name = "recording"
+    version = "0"
+
+    def __init__(self, inner: Persistence) -> None:
+        self.inner = inner
+        self.seen: list[tuple[int, int, np.ndarray]] = []  # (end_hour, id of hourly, rows before it)
+
+    def fit(self, keys: Sequence[SeriesKey], hourly: np.ndarray, end_hour: int) -> None:
+        self.seen.append((end_hour, id(hourly), hourly[:end_hour].copy()))
+
+    def predict(
+        self, keys: Sequence[SeriesKey], hourly: np.ndarray, end_hour: int, horizon: int
+    ) -> DemandForecast:
+        self.seen.append((end_hour, id(hourly), hourly[:end_hour].copy()))
+        return self.inner.predict(keys, hourly, end_hour, horizon)
+
+
+def test_model_path_reads_the_observed_series(tmp_path: Path) -> None:
+    # HP h (8 GPUs) runs [0, 3 h); HP q (4 GPUs, submit 600) waits for it, runs [3 h, 4 h).
+    # Observed: hours 0-2 peak 12 (h + queued q), hour 3: 4. The trace-defined series would give
+    # hour 0 12 and then 8 (q "ran" [600, 4200) there). The model sees the observed array, and
+    # only completed hours of it.
+    trace = a_trace(
+        [a_node("n0", gpus=8)],
+        [a_job("h", gpus=8, submit=0, duration=3 * 3600), a_job("q", gpus=4, submit=600, duration=3600)],
+        horizon=5 * 3600.0,
+    )
+    run = RunSettings(window_days=5 / 24, drain_days=0.0)
+    workload, trace_demand = prepare(trace, run)
+    policy = build_policy("gfs")
+    demand = demand_for(policy, workload, trace_demand)
+    assert demand.observed is not None
+    model = RecordingModel(Persistence(demand.pools, demand.pool_hourly))
+    sim = Simulation(workload, policy, ModelWithFallback(model, model.inner), demand, SimSettings())
+    sim.run()
+    assert {ident for _, ident, _ in model.seen} == {id(demand.observed.hourly)}
+    last_hour, _, rows = max(model.seen, key=lambda s: s[0])
+    assert last_hour == 4
+    assert rows[:, 0].tolist() == [12.0, 12.0, 12.0, 4.0]
+    # The same series, written for `gfs forecast train --series`.
+    write_observed_csv(demand.observed, tmp_path / "gfs.csv")
+    back = read_canonical_csv(tmp_path / "gfs.csv")
+    assert back.keys == demand.observed.keys
+    assert back.hourly[:4, 0].tolist() == [12.0, 12.0, 12.0, 4.0]
