@@ -84,3 +84,13 @@ def test_samples_past_the_last_row_are_dropped() -> None:
     d.add(0.0, P, 3)
     d.advance(10 * 3600.0)
     assert np.array_equal(d.hourly, np.array([[3.0]]))
+
+
+def test_a_cancelled_task_stops_counting_at_its_cancel() -> None:
+    # Queued HP task of 4 GPUs accepted at 0, cancelled at 1800 (the driver calls remove then):
+    # minutes 0-29 see 4, minutes 30-59 see 0 -> hour 0 peak 4, hour 1 peak 0.
+    d = ObservedDemand([P], 2)
+    d.add(0.0, P, 4)
+    d.remove(1800.0, P, 4)
+    d.advance(7200.0)
+    assert d.hourly[:, 0].tolist() == [4.0, 0.0]

@@ -224,3 +224,6 @@ def test_quota_inputs_tell_quota_held_spot_from_placement_held_spot() -> None:
     later = rt.quota_inputs(7200.0, None)
     assert later.quota_held_wait_s is None
     assert later.head_wait_s == pytest.approx(7170.0)
+    # Cancelling the queued HP q takes its 4 GPUs out of the observed demand.
+    assert rt.cancel(TaskId("q"), 7300.0) is None
+    assert rt.quota_inputs(7300.0, None).hp_observed == 6
