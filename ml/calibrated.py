@@ -131,7 +131,7 @@ class CalibratedForecaster:
                     raw = past.sum(axis=1) + z * _spread(self._q90[c, h][:, cols] - past)
                     resid = truth[h][:, cols].sum(axis=1) - raw
                     out[h] += residual_quantile(resid[:, None], p)[0]
-            return np.maximum(out, 0.0)
+            return np.asarray(np.maximum(out, 0.0), dtype=np.float64)
 
         forecast = Forecast(keys, q50, (q90 - q50) / Z90, q50, q90, not calibrated, pool_fn)
         self._last = (end_hour, forecast)
@@ -162,14 +162,14 @@ class CalibratedForecaster:
             cols = [j for j, k in enumerate(keys) if k[0] == pool]
             m = mu[:, cols].sum(axis=1)
             s = np.sqrt((sigma[:, cols] ** 2).sum(axis=1))
-            return np.maximum(m + NormalDist().inv_cdf(p) * s, 0.0)
+            return np.asarray(np.maximum(m + NormalDist().inv_cdf(p) * s, 0.0), dtype=np.float64)
 
         return Forecast(keys, mu, sigma, q50, np.maximum(mu + Z90 * sigma, 0.0), False, pool_fn)
 
 
 def _spread(gaps: np.ndarray) -> np.ndarray:
     """Root of the summed squared per-series spreads along the last axis (independence)."""
-    return np.sqrt((np.maximum(gaps, 0.0) ** 2).sum(axis=-1))
+    return np.asarray(np.sqrt((np.maximum(gaps, 0.0) ** 2).sum(axis=-1)), dtype=np.float64)
 
 
 def _clean(hourly: np.ndarray, keys: Sequence[SeriesKey], end_hour: int) -> np.ndarray:
@@ -192,6 +192,8 @@ def _persistence(keys: tuple[SeriesKey, ...], values: np.ndarray, end_hour: int,
     zero = np.zeros_like(point)
 
     def pool_fn(pool: str, p: float) -> np.ndarray:
-        return point[:, [j for j, k in enumerate(keys) if k[0] == pool]].sum(axis=1)
+        return np.asarray(
+            point[:, [j for j, k in enumerate(keys) if k[0] == pool]].sum(axis=1), dtype=np.float64
+        )
 
     return Forecast(keys, point, zero, point, point.copy(), True, pool_fn)

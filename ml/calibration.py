@@ -38,7 +38,7 @@ def residual_quantile(residuals: np.ndarray, p: float) -> np.ndarray:
     n = residuals.shape[0]
     if n < MIN_CALIBRATION:
         return np.zeros(residuals.shape[1:])
-    return np.quantile(residuals, p, axis=0, method="linear")
+    return np.asarray(np.quantile(residuals, p, axis=0, method="linear"), dtype=np.float64)
 
 
 def calibration_cells(

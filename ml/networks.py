@@ -62,7 +62,8 @@ class MovingAverage(nn.Module):
         flat = x.reshape(b * n, 1, length)
         front = flat[..., :1].expand(-1, -1, pad)
         back = flat[..., -1:].expand(-1, -1, pad)
-        return self.pool(torch.cat([front, flat, back], dim=-1)).reshape(b, n, length)
+        pooled: torch.Tensor = self.pool(torch.cat([front, flat, back], dim=-1))
+        return pooled.reshape(b, n, length)
 
 
 class OrgLinear(nn.Module):

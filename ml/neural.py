@@ -133,7 +133,7 @@ class LstmModel:
         rel[..., 0] *= self.shrink[None, :]
         rel[..., 1] = rel[..., 0] + gap
         q = w.last[:, None, None] + rel * w.scale[:, None, None]
-        return q.reshape(len(origins), n_series, self.spec.horizon, 2)
+        return np.asarray(q.reshape(len(origins), n_series, self.spec.horizon, 2), dtype=np.float64)
 
     def config(self) -> dict[str, Any]:
         return {"hidden": self.hidden}

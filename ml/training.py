@@ -179,7 +179,7 @@ def train_lstm(
             pl = torch.where(mask, torch.zeros_like(pl), pl)
             opt.zero_grad()
             loss = loss_of((seq, static, ten, pl, y, wt))
-            loss.backward()
+            loss.backward()  # type: ignore[no-untyped-call]  # torch leaves backward untyped
             torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
             opt.step()
         if val is None:
@@ -226,8 +226,9 @@ def train_orglinear(
         y = torch.from_numpy(targets(values, origins, model.horizon).astype(np.float32)).to(dev)
         mu, sigma = net(x, cls, model.time_ids(origins).to(dev))
         mask = y != 0  # the paper masks zero targets (spec 3.2, 8 #12)
-        ll = torch.distributions.Normal(mu, sigma).log_prob(y)
-        return -(ll * mask).sum() / mask.sum().clamp(min=1)
+        ll: torch.Tensor = torch.distributions.Normal(mu, sigma).log_prob(y)  # type: ignore[no-untyped-call]
+        loss: torch.Tensor = -(ll * mask).sum() / mask.sum().clamp(min=1)
+        return loss
 
     stopper, t0 = _EarlyStopping(net, cfg.patience), time.perf_counter()
     for epoch in range(cfg.max_epochs):
@@ -238,7 +239,7 @@ def train_orglinear(
         for s in range(0, len(order), cfg.batch):
             opt.zero_grad()
             loss = nll(order[s : s + cfg.batch])
-            loss.backward()
+            loss.backward()  # type: ignore[no-untyped-call]
             opt.step()
         if not len(val_o):
             stopper.keep_last()
@@ -295,7 +296,7 @@ def _post_hoc(
 
 def _np_pinball(pred: np.ndarray, y: np.ndarray, q: float) -> np.ndarray:
     d = y - pred
-    return np.maximum(q * d, (q - 1.0) * d)
+    return np.asarray(np.maximum(q * d, (q - 1.0) * d), dtype=np.float64)
 
 
 def _record(

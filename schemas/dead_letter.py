@@ -27,6 +27,19 @@ class DeadLetter(BaseModel):
     source_offset: int = Field(ge=0, description="Its offset.")
     failed_at: UtcDatetime = Field(description="When the consumer gave up on it.")
     consumer_group: str = Field(min_length=1, description="The consumer group that failed.")
+    # Added after v1's first golden (defaults keep older dead letters readable).
+    original_size: int | None = Field(
+        default=None, ge=0, description="Length of the record's value in bytes (None: not recorded)."
+    )
+    original_sha256: str | None = Field(
+        default=None,
+        pattern=r"^[0-9a-f]{64}$",
+        description="SHA-256 (hex) of the whole value, to match a truncated letter with its record.",
+    )
+    truncated: bool = Field(
+        default=False,
+        description="True when `original` holds only the first bytes of a value too large to keep whole.",
+    )
 
     @field_validator("original")
     @classmethod

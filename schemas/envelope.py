@@ -21,6 +21,11 @@ CURRENT_SCHEMA_VERSION = 1
 """The payload schema version this code writes. Old versions must keep decoding (see the golden
 examples under tests/contract/golden/v<N>/)."""
 
+SUPPORTED_SCHEMA_VERSIONS: frozenset[int] = frozenset({1})
+"""Versions this code can read. A newer one (a producer upgraded before its consumers) is refused
+by `schemas.topics.decode` with a reason, so it goes to the dead-letter topic instead of being
+read as if its fields meant what version 1's mean."""
+
 
 class Envelope(BaseModel, Generic[P]):
     """One event or command on the wire.

@@ -17,7 +17,7 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from schemas.commands import BindCommand, EvictAck, EvictCommand
 from schemas.dead_letter import DeadLetter
-from schemas.envelope import Envelope, envelope_type
+from schemas.envelope import SUPPORTED_SCHEMA_VERSIONS, Envelope, envelope_type
 from schemas.forecast import DemandForecast
 from schemas.quota import SpotQuota
 from schemas.tasks import (
@@ -247,6 +247,17 @@ def decode(topic_name: str, raw: bytes) -> Envelope[Any]:
             f"(expected one of {list(spec.event_types())})",
             event_type,
         ) from None
+    version = data.get("schema_version")
+    # Only a well-formed version (an int >= 1) is checked here; anything else fails validation.
+    if type(version) is int and version >= 1 and version not in SUPPORTED_SCHEMA_VERSIONS:
+        raise _validation_error(
+            ("schema_version",),
+            "unsupported_schema_version",
+            f"schema_version {version} is not supported by this consumer "
+            f"(it reads {sorted(SUPPORTED_SCHEMA_VERSIONS)}): upgrade the consumer, then replay "
+            "this record from the dead-letter topic",
+            version,
+        )
     return envelope_type(payload_type).model_validate(data)
 
 

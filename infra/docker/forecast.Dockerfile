@@ -21,11 +21,10 @@ RUN mkdir -p schemas services ml \
  && rm -rf schemas services ml build *.egg-info
 
 # Editable install: the code stays in /app, so paths the code derives from its own location
-# (the repo root, infra/postgres/migrations) resolve inside the image as they do in a checkout.
+# (the repo root) resolve inside the image as they do in a checkout; migrations ship as package data.
 COPY schemas ./schemas
 COPY services ./services
 COPY ml ./ml
-COPY infra/postgres/migrations ./infra/postgres/migrations
 RUN pip install --no-deps -e . \
  && useradd --system --uid 10001 --home-dir /app gfs
 USER gfs

@@ -18,18 +18,18 @@ def migrate(
     ] = None,
     directory: Annotated[
         Path | None,
-        typer.Option("--dir", help="Migrations folder (default infra/postgres/migrations in the repo)."),
+        typer.Option("--dir", help="Migrations folder (default: the ones shipped in services/platform/sql)."),
     ] = None,
 ) -> None:
     """Apply pending numbered migrations in order; re-running applies nothing."""
     import asyncpg
 
-    from services.platform.migrations import DEFAULT_MIGRATIONS_DIR, MigrationError, migrate_database
+    from services.platform.migrations import MigrationError, migrate_database
     from services.platform.settings import PlatformSettings
 
     dsn = database_url or PlatformSettings().database_url
     try:
-        applied = asyncio.run(migrate_database(dsn, directory or DEFAULT_MIGRATIONS_DIR))
+        applied = asyncio.run(migrate_database(dsn, directory))
     except MigrationError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(code=1) from exc

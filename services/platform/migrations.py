@@ -1,6 +1,7 @@
 """Numbered SQL migrations: discover, check, apply once, in order.
 
-Files are `infra/postgres/migrations/NNNN_name.sql` (four digits, lower-case snake name). Each is
+Files are `services/platform/sql/NNNN_name.sql` (four digits, lower-case snake name), package data
+found through `importlib.resources`, so a wheel or a non-editable install carries them. Each is
 applied in its own transaction together with its row in `schema_migrations` (version, name,
 SHA-256 of the file bytes), so a failing file leaves neither half-applied DDL nor a record.
 Re-running applies nothing. An applied file whose bytes changed, or an applied version whose
@@ -17,13 +18,19 @@ import itertools
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from importlib import resources
+from importlib.resources.abc import Traversable
 from pathlib import Path
 
 import asyncpg
 
-from services.platform.settings import REPO_ROOT
+MIGRATIONS_PACKAGE = "services.platform.sql"
 
-DEFAULT_MIGRATIONS_DIR = REPO_ROOT / "infra" / "postgres" / "migrations"
+
+def default_migrations() -> Traversable:
+    """The migrations shipped with this installation (package data, not a repo path)."""
+    return resources.files(MIGRATIONS_PACKAGE)
+
 
 _FILE_NAME = re.compile(r"^(?P<version>\d{4})_(?P<name>[a-z0-9]+(?:_[a-z0-9]+)*)\.sql$")
 
@@ -88,13 +95,15 @@ def parse_migration(file_name: str, content: bytes) -> Migration:
     )
 
 
-def discover(directory: Path = DEFAULT_MIGRATIONS_DIR) -> tuple[Migration, ...]:
-    """All `*.sql` migrations in `directory`, ordered by version. Other files (READMEs) are ignored;
-    a `.sql` file with a bad name is an error rather than silently skipped."""
-    if not directory.is_dir():
-        raise MigrationFileError(f"migrations directory {directory} does not exist")
-    migrations = [parse_migration(path.name, path.read_bytes()) for path in directory.glob("*.sql")]
-    return order(migrations)
+def discover(directory: Path | Traversable | None = None) -> tuple[Migration, ...]:
+    """All `*.sql` migrations in `directory` (default: the shipped ones), ordered by version.
+    Other files (READMEs, `__init__.py`) are ignored; a `.sql` file with a bad name is an error
+    rather than silently skipped."""
+    folder = default_migrations() if directory is None else directory
+    if not folder.is_dir():
+        raise MigrationFileError(f"migrations directory {folder} does not exist")
+    files = [entry for entry in folder.iterdir() if entry.name.endswith(".sql") and entry.is_file()]
+    return order(parse_migration(entry.name, entry.read_bytes()) for entry in files)
 
 
 def order(migrations: Iterable[Migration]) -> tuple[Migration, ...]:
@@ -152,8 +161,9 @@ async def migrate(connection: asyncpg.Connection, migrations: Iterable[Migration
         await connection.execute("SELECT pg_advisory_unlock($1)", _ADVISORY_LOCK_KEY)
 
 
-async def migrate_database(dsn: str, directory: Path = DEFAULT_MIGRATIONS_DIR) -> tuple[Migration, ...]:
-    """Connect to `dsn`, apply the pending files from `directory`, disconnect."""
+async def migrate_database(dsn: str, directory: Path | None = None) -> tuple[Migration, ...]:
+    """Connect to `dsn`, apply the pending files from `directory` (default: the shipped ones),
+    disconnect."""
     migrations = discover(directory)
     connection = await asyncpg.connect(dsn)
     try:

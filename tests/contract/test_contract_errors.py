@@ -278,6 +278,13 @@ CASES = [
         "greater than or equal to 1",
     ),
     BrokenCase("missing-producer", "TaskSubmitted", _drop(("producer",)), ("producer",), "Field required"),
+    BrokenCase(
+        "schema-version-from-the-future",
+        "SpotQuota",
+        _set(("schema_version",), 2),
+        ("schema_version",),
+        "schema_version 2 is not supported",
+    ),
 ]
 
 

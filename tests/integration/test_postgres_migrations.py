@@ -3,7 +3,6 @@ are usable, and an edited applied file is refused. Each test works in a scratch 
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -13,8 +12,8 @@ import asyncpg
 import pytest
 
 from services.platform.migrations import (
-    DEFAULT_MIGRATIONS_DIR,
     ChecksumMismatchError,
+    default_migrations,
     discover,
     migrate,
 )
@@ -43,7 +42,7 @@ async def _tables(connection: asyncpg.Connection, schema: str) -> set[str]:
 
 
 async def test_second_run_applies_nothing_and_tables_exist(database_url: str, scratch_schema: str) -> None:
-    files = discover(DEFAULT_MIGRATIONS_DIR)
+    files = discover()
     connection = await _connect(database_url, scratch_schema)
     try:
         first = await migrate(connection, files)
@@ -62,7 +61,7 @@ async def test_quota_state_and_outbox_tables_accept_their_rows(
 ) -> None:
     connection = await _connect(database_url, scratch_schema)
     try:
-        await migrate(connection, discover(DEFAULT_MIGRATIONS_DIR))
+        await migrate(connection, discover())
         async with connection.transaction():
             await connection.execute("INSERT INTO quota_pool (pool, capacity_gpus) VALUES ('A100', 64)")
             await connection.execute(
@@ -85,8 +84,9 @@ async def test_quota_state_and_outbox_tables_accept_their_rows(
 async def test_an_edited_applied_migration_is_refused(
     database_url: str, scratch_schema: str, tmp_path: Path
 ) -> None:
-    for path in DEFAULT_MIGRATIONS_DIR.glob("*.sql"):
-        shutil.copy(path, tmp_path / path.name)
+    for entry in default_migrations().iterdir():
+        if entry.name.endswith(".sql"):
+            (tmp_path / entry.name).write_bytes(entry.read_bytes())
     connection = await _connect(database_url, scratch_schema)
     try:
         await migrate(connection, discover(tmp_path))
@@ -112,5 +112,5 @@ def test_gfs_db_migrate_is_safe_to_run_twice(database_url: str, scratch_schema: 
     run_args = {"check": True, "capture_output": True, "text": True, "timeout": 60}
     first = subprocess.run([*command, "--database-url", dsn], **run_args)
     second = subprocess.run([*command, "--database-url", dsn], **run_args)
-    assert first.stdout.splitlines() == [f"applied {m.label}" for m in discover(DEFAULT_MIGRATIONS_DIR)]
+    assert first.stdout.splitlines() == [f"applied {m.label}" for m in discover()]
     assert second.stdout.strip() == "database is up to date; nothing applied"

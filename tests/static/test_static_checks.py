@@ -1,5 +1,5 @@
 """The import contracts (pyproject.toml, import-linter) and mypy --strict on the wire schemas, the
-core and its per-pool runtime, run as part of the test suite so CI fails when either breaks."""
+core and its per-pool runtime and the forecaster's serving path, run as part of the test suite so CI fails when either breaks."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ def test_import_contracts_are_kept() -> None:
 
 
 def test_mypy_strict_on_schemas_core_and_runtime() -> None:
-    out = _run(sys.executable, "-m", "mypy", "schemas", "services/core")
+    # ml/inference.py pulls in the forecaster's whole serving path (load, predict, daily refit).
+    out = _run(sys.executable, "-m", "mypy", "--strict", "schemas", "services/core", "ml/inference.py")
     assert out.returncode == 0, out.stdout + out.stderr
     assert "Success" in out.stdout

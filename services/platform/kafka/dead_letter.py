@@ -8,6 +8,7 @@ without a broker; `services.platform.kafka.consumer` publishes the result to
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 from dataclasses import dataclass
 from datetime import datetime
@@ -21,6 +22,10 @@ from schemas.envelope import Envelope, wrap
 # of errors; the first few name the problem and the original bytes are kept for the rest.
 MAX_REASON_CHARS = 2_000
 _MAX_LISTED_ERRORS = 10
+# Longest original value kept whole. Its base64 (4/3 larger) plus the envelope must stay under
+# the broker's message limit (1 MiB by default): a larger record is kept truncated, with its
+# size and SHA-256, so a poisoned giant never makes the dead-letter publish (and the consumer) fail.
+MAX_ORIGINAL_BYTES = 256 * 1024
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -67,8 +72,13 @@ def build_dead_letter(
 
     `failed_at` is an argument (not read from the clock here) so the record is deterministic.
     """
+    value = record.value or b""
+    kept = value[:MAX_ORIGINAL_BYTES]
     payload = DeadLetter(
-        original=base64.b64encode(record.value or b"").decode("ascii"),
+        original=base64.b64encode(kept).decode("ascii"),
+        original_size=len(value),
+        original_sha256=hashlib.sha256(value).hexdigest(),
+        truncated=len(kept) < len(value),
         error=describe_error(error),
         source_topic=record.topic,
         source_partition=record.partition,

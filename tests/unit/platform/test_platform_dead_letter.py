@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 from datetime import UTC, datetime
 
@@ -13,6 +14,7 @@ from schemas.envelope import wrap
 from schemas.tasks import TaskClass, TaskSubmitted
 from schemas.topics import decode, encode
 from services.platform.kafka.dead_letter import (
+    MAX_ORIGINAL_BYTES,
     MAX_REASON_CHARS,
     FailedRecord,
     build_dead_letter,
@@ -102,6 +104,27 @@ def test_dead_letter_keeps_original_bytes_and_coordinates() -> None:
     )
     # It is itself a valid message of the dead-letter topic.
     assert decode("gfs.deadletter", encode(envelope)).payload == letter
+
+
+def test_oversized_record_is_kept_truncated_with_size_and_hash() -> None:
+    # 2 MB of garbage: the letter keeps the first MAX_ORIGINAL_BYTES, the full size and the
+    # SHA-256 of the whole value, and encodes well under the broker's 1 MiB message limit.
+    raw = bytes(range(256)) * (2_000_000 // 256)
+    record = FailedRecord(topic=SUBMIT, partition=0, offset=7, value=raw, consumer_group="g")
+    envelope = build_dead_letter(record, error=ValueError("too big"), failed_at=FAILED_AT, producer="p")
+    letter = envelope.payload
+    assert letter.truncated and letter.original_size == len(raw)
+    assert letter.original_sha256 == hashlib.sha256(raw).hexdigest()
+    assert base64.b64decode(letter.original) == raw[:MAX_ORIGINAL_BYTES]
+    assert len(encode(envelope)) < 1_048_576
+    # A small record is kept whole (not truncated), with the same bookkeeping.
+    small = build_dead_letter(
+        FailedRecord(topic=SUBMIT, partition=0, offset=8, value=b"x" * 10, consumer_group="g"),
+        error=ValueError("bad"),
+        failed_at=FAILED_AT,
+        producer="p",
+    ).payload
+    assert (small.truncated, small.original_size) == (False, 10)
 
 
 def test_tombstone_value_is_an_empty_original() -> None:
