@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 
 from services.platform.migrations import (
-    DEFAULT_MIGRATIONS_DIR,
     ChecksumMismatchError,
     Migration,
     MigrationFileError,
@@ -103,6 +102,6 @@ def test_missing_directory_is_an_error(tmp_path: Path) -> None:
 
 
 def test_the_project_migrations_are_numbered_from_one_without_gaps() -> None:
-    versions = [m.version for m in discover(DEFAULT_MIGRATIONS_DIR)]
+    versions = [m.version for m in discover()]
     assert versions == list(range(1, len(versions) + 1))
     assert len(versions) >= 2
