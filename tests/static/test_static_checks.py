@@ -1,5 +1,6 @@
 """The import contracts (pyproject.toml, import-linter) and mypy --strict on the wire schemas, the
-core and its per-pool runtime and the forecaster's serving path, run as part of the test suite so CI fails when either breaks."""
+core and its per-pool runtime and the forecaster's serving path, run as part of the test suite so
+CI fails when either breaks."""
 
 from __future__ import annotations
 
