@@ -72,3 +72,29 @@ class DemandForecast(BaseModel):
         if hours != list(range(1, len(hours) + 1)):
             raise ValueError(f"hour_ahead must run 1, 2, ... without gaps (got {hours})")
         return value
+
+
+class PoolDemandForecast(BaseModel):
+    """Forecast of one pool's total HP demand (what the spot quota is sized from). Keyed by `pool`
+    on gfs.forecasts, next to the per-tenant `DemandForecast`s of the same origin.
+
+    A pool's quantile is not the sum of its tenants' quantiles (tenants peak at different
+    minutes), so it travels as its own payload rather than being rebuilt by the quota service.
+    """
+
+    model_config = _CONTRACT
+
+    pool: PoolName = Field(description="The GPU pool (GPU model).")
+    origin_time: UtcDatetime = Field(description="Start of hour 1 of the horizon.")
+    horizon: tuple[HourlyDemand, ...] = Field(min_length=1, description="One entry per forecast hour.")
+    tenants: int = Field(ge=0, description="How many tenant series of the pool the forecast covers.")
+    model_name: str = Field(min_length=1, description="Forecaster that produced it, e.g. 'lstm'.")
+    model_version: str = Field(min_length=1, description="Version of the trained model artifact.")
+    fallback: bool = Field(
+        default=False, description="True when a naive fallback forecaster replaced the trained model."
+    )
+
+    @field_validator("horizon")
+    @classmethod
+    def _consecutive_hours(cls, value: tuple[HourlyDemand, ...]) -> tuple[HourlyDemand, ...]:
+        return DemandForecast._consecutive_hours(value)

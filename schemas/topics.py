@@ -18,7 +18,8 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 from schemas.commands import BindCommand, EvictAck, EvictCommand
 from schemas.dead_letter import DeadLetter
 from schemas.envelope import SUPPORTED_SCHEMA_VERSIONS, Envelope, envelope_type
-from schemas.forecast import DemandForecast
+from schemas.forecast import DemandForecast, PoolDemandForecast
+from schemas.pool_status import PoolStatus
 from schemas.quota import SpotQuota
 from schemas.tasks import (
     GuaranteePeriodClosed,
@@ -130,11 +131,20 @@ TOPICS: tuple[TopicSpec, ...] = (
     TopicSpec(
         name="gfs.forecasts",
         key_field="pool",
-        payload_types=(DemandForecast,),
+        payload_types=(DemandForecast, PoolDemandForecast),
         partitions=3,
         retention_ms=7 * _DAY_MS,
         compacted=False,
-        description="HP GPU demand forecasts per pool and tenant (Gaussian per hour ahead).",
+        description="HP GPU demand forecasts per pool and tenant, and per pool (Gaussian per hour ahead).",
+    ),
+    TopicSpec(
+        name="gfs.pools.status",
+        key_field="pool",
+        payload_types=(PoolStatus,),
+        partitions=3,
+        retention_ms=None,
+        compacted=True,
+        description="Per-pool scheduler status for the quota (compacted: the latest per pool).",
     ),
     TopicSpec(
         name="gfs.quotas",

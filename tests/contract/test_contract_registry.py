@@ -26,7 +26,8 @@ EXPECTED: dict[str, tuple[str, frozenset[str], int]] = {
         6,
     ),
     "gfs.nodes.telemetry": ("node", frozenset({"NodeTelemetry"}), 6),
-    "gfs.forecasts": ("pool", frozenset({"DemandForecast"}), 3),
+    "gfs.forecasts": ("pool", frozenset({"DemandForecast", "PoolDemandForecast"}), 3),
+    "gfs.pools.status": ("pool", frozenset({"PoolStatus"}), 3),
     "gfs.quotas": ("pool", frozenset({"SpotQuota"}), 3),
     "gfs.commands.bind": ("node", frozenset({"BindCommand"}), 6),
     "gfs.commands.evict": ("node", frozenset({"EvictCommand"}), 6),
@@ -84,11 +85,12 @@ def test_dead_letter_topic_is_registered_with_long_retention() -> None:
 
 
 def test_retention_and_compaction_choices() -> None:
-    # Telemetry is short-lived (a day at most); quotas are compacted state; nothing else compacts.
+    # Telemetry is short-lived (a day at most); quotas and pool status are compacted state (the
+    # latest per pool); nothing else compacts.
     telemetry = topic("gfs.nodes.telemetry")
     assert telemetry.retention_ms is not None
     assert telemetry.retention_ms <= 86_400_000
-    assert [spec.name for spec in TOPICS if spec.compacted] == ["gfs.quotas"]
+    assert [spec.name for spec in TOPICS if spec.compacted] == ["gfs.pools.status", "gfs.quotas"]
 
 
 @pytest.mark.parametrize(

@@ -14,7 +14,8 @@ from pydantic import BaseModel
 
 from schemas.commands import BindCommand, EvictAck, EvictCommand, EvictOutcome
 from schemas.dead_letter import DeadLetter
-from schemas.forecast import DemandForecast, HourlyDemand
+from schemas.forecast import DemandForecast, HourlyDemand, PoolDemandForecast
+from schemas.pool_status import PoolStatus
 from schemas.quota import GuaranteeQuota, SpotQuota
 from schemas.tasks import (
     EvictionReason,
@@ -110,6 +111,24 @@ def all_examples() -> dict[str, BaseModel]:
             horizon=tuple(_hour(h) for h in (1, 2, 3, 4)),
             model_name="orglinear",
             model_version="v1",
+        ),
+        PoolDemandForecast(
+            pool="A100",
+            origin_time=T0,
+            horizon=tuple(_hour(h) for h in (1, 2, 3, 4)),
+            tenants=3,
+            model_name="lstm",
+            model_version="v1",
+        ),
+        PoolStatus(
+            pool="A100",
+            observed_at=T0,
+            capacity_gpus=64,
+            idle_gpus=8,
+            spot_in_use_gpus=12.0,
+            hp_running_gpus=44.0,
+            hp_queued_gpus=4.0,
+            spot_head_wait_s=600.0,
         ),
         SpotQuota(
             pool="A100",
