@@ -11,6 +11,9 @@ from __future__ import annotations
 import math
 
 GUARANTEE_PERIOD_S = 3600.0
+# The guaranteed durations a spot task may ask for, in hours: the wire's `GuaranteeHours` (a test
+# checks the two agree), each with its own quota per pool. The forecast horizon (4 h) bounds them.
+OFFERED_GUARANTEE_HOURS: tuple[int, ...] = (1, 2, 4)
 
 
 def successes_on_finish(run_s: float, period_s: float = GUARANTEE_PERIOD_S) -> int:
