@@ -19,6 +19,7 @@ _SUBAPPS: tuple[tuple[str, str, str], ...] = (
     ("trace", "services.simulator.trace_cli", "app"),
     ("bench", "services.simulator.bench_cli", "app"),
     ("forecast", "ml.cli", "app"),
+    ("serve", "services.serve_cli", "app"),
 )
 
 # Single commands mounted at the top level: (command name, module, function attribute).

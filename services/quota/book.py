@@ -20,7 +20,7 @@ from statistics import NormalDist
 import numpy as np
 
 from services.core.guarantee import OFFERED_GUARANTEE_HOURS
-from services.core.quota import ForecastQuota, QuotaInputs, QuotaSettings
+from services.core.quota import ForecastQuota, QuotaInputs, QuotaSettings, hp_usage_ahead, spare_from_quantile
 
 HOUR_S = 3600.0
 
@@ -75,6 +75,7 @@ class QuotaComputation:
     capacity: int
     inputs: QuotaInputs
     forecast: ForecastView | None  # None: none usable, the quota fell back to what is idle
+    min_free: Mapping[int, float]  # min over h <= H of the predicted spare GPUs, before eta
     failed_recent: int
     succeeded_recent: int
 
@@ -166,6 +167,11 @@ class PoolBook:
         )
         out = ForecastQuota(settings=self.settings).refresh(inputs)
         offered = {h: float(out.quota[h]) for h in OFFERED_GUARANTEE_HOURS if h in out.quota}
+        if quantile is None:
+            min_free = dict.fromkeys(offered, float(status.idle_gpus + status.spot_in_use))
+        else:
+            spare = spare_from_quantile(hp_usage_ahead(quantile, inputs, self.settings), status.capacity)
+            min_free = {h: float(spare[: min(h, len(spare))].min()) for h in offered}
         return QuotaComputation(
             pool=self.pool,
             computed_s=now_s,
@@ -176,6 +182,7 @@ class PoolBook:
             capacity=status.capacity,
             inputs=inputs,
             forecast=forecast,
+            min_free=min_free,
             failed_recent=failed,
             succeeded_recent=succeeded,
         )

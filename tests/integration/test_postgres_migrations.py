@@ -27,6 +27,8 @@ EXPECTED_TABLES = {
     "quota_eta_history",
     "guarantee_period_outcome",
     "outbox",
+    "quota_version",
+    "quota_input_latest",
 }
 
 

@@ -1,0 +1,333 @@
+"""`gfs serve quota`: forecasts, pool status and guarantee outcomes in; spot quotas out.
+
+Shape (docs/live-pipeline.md): consume gfs.forecasts, gfs.pools.status and gfs.tasks.lifecycle
+(only `GuaranteePeriodClosed` matters here) with the platform's loop (dead letters,
+commit-after-effects); every refresh interval compute each pool's quota with the core's function
+(`PoolBook`), and write the quota version, eta, inputs, the forecast behind it and the SpotQuota
+envelope in one Postgres transaction (the outbox); the relay publishes it.
+
+Effects in order: an input is persisted (outcome row, latest status/forecast row) before its
+offset is committed; a quota is persisted with its outbox row before it is published; the relay
+marks a row only after the broker's ack. One instance is active (the advisory fence); a standby
+waits, not ready, and takes over within a poll interval of the active one's death. The active
+instance's writes are also fenced by `quota_pool.version`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import asyncpg
+from aiohttp import web
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.metrics import CallbackOptions, Observation
+
+from schemas.envelope import Envelope, wrap
+from schemas.forecast import DemandForecast, PoolDemandForecast
+from schemas.pool_status import PoolStatus
+from schemas.tasks import GuaranteeOutcome, GuaranteePeriodClosed
+from services.core.quota import QuotaSettings
+from services.platform.clock import Clock, SystemClock
+from services.platform.fence import AdvisoryFence
+from services.platform.kafka.consumer import consume
+from services.platform.kafka.processing import ConsumeStats, MessageContext
+from services.platform.kafka.producer import EnvelopeProducer
+from services.platform.metrics import Metrics, configure_metrics, metrics_handler
+from services.platform.outbox import OutboxRelay
+from services.platform.postgres import open_pool, transaction
+from services.platform.settings import PlatformSettings
+from services.quota import store
+from services.quota.book import PoolBook, QuotaComputation
+from services.quota.mapping import forecast_view, spot_quota, status_view
+
+log = logging.getLogger(__name__)
+
+TOPICS = ("gfs.forecasts", "gfs.pools.status", "gfs.tasks.lifecycle")
+PRODUCER = "gfs-quota"
+FENCE_KEY = 0x6766_735F_7175_6F74  # "gfs_quot": one active quota instance per database
+TRACER = "gfs.quota"
+
+
+class QuotaServiceSettings(PlatformSettings):
+    quota_refresh_s: float = 300.0
+    quota_group: str = "gfs-quota"
+    quota_api_host: str = "127.0.0.1"
+    quota_api_port: int = 8081  # 0: no API
+    quota_fence_poll_s: float = 1.0
+    quota_fence_key: int = FENCE_KEY  # instances sharing a key (and a database) fence each other
+
+
+@dataclass(slots=True)
+class QuotaService:
+    """The active instance's state and handlers (I/O through the pool it is given)."""
+
+    pool: asyncpg.Pool
+    settings: QuotaServiceSettings
+    clock: Clock
+    quota_settings: QuotaSettings = field(default_factory=QuotaSettings)
+    books: dict[str, PoolBook] = field(default_factory=dict)
+    latest: dict[str, QuotaComputation] = field(default_factory=dict)
+    # The trace context of the input that last changed a pool (the quota's span continues it).
+    contexts: dict[str, otel_context.Context] = field(default_factory=dict)
+    tenant_forecasts: int = 0
+    fallback_forecasts: int = 0
+    ignored: int = 0
+    on_saved: Callable[[], None] = lambda: None
+
+    def book(self, pool: str) -> PoolBook:
+        found = self.books.get(pool)
+        if found is None:
+            found = self.books[pool] = PoolBook(pool, settings=self.quota_settings)
+        return found
+
+    async def load(self) -> None:
+        """Resume from Postgres: eta and version per pool, recent outcomes, latest inputs."""
+        async with self.pool.acquire() as connection:
+            for name, stored in (await store.load_pools(connection)).items():
+                book = self.book(name)
+                book.eta, book.version = stored.eta, stored.version
+            since = store.utc(self.clock.now() - self.quota_settings.feedback_window_s)
+            for row in await store.load_outcomes(connection, since):
+                start, end = row["period_start"].timestamp(), row["period_end"].timestamp()
+                self.book(row["pool"]).record_outcome(row["task_id"], start, end, row["succeeded"])
+            for row in await store.load_latest_inputs(connection):
+                payload = row["payload"]
+                if row["kind"] == "status":
+                    self.book(row["pool"]).update_status(status_view(PoolStatus.model_validate_json(payload)))
+                else:
+                    self.book(row["pool"]).update_forecast(
+                        forecast_view(PoolDemandForecast.model_validate_json(payload))
+                    )
+
+    async def handle(self, envelope: Envelope[Any], context: MessageContext) -> None:
+        payload = envelope.payload
+        if isinstance(payload, PoolStatus):
+            async with self.pool.acquire() as connection:
+                await store.remember_input(
+                    connection, pool=payload.pool, kind="status", as_of=payload.observed_at,
+                    payload=payload.model_dump(mode="json"),
+                )  # fmt: skip
+            self.book(payload.pool).update_status(status_view(payload))
+            self.contexts.setdefault(payload.pool, context.trace_context)
+        elif isinstance(payload, PoolDemandForecast):
+            async with self.pool.acquire() as connection:
+                await store.remember_input(
+                    connection, pool=payload.pool, kind="forecast", as_of=payload.origin_time,
+                    payload=payload.model_dump(mode="json"),
+                )  # fmt: skip
+            self.fallback_forecasts += payload.fallback
+            if self.book(payload.pool).update_forecast(forecast_view(payload)):
+                self.contexts[payload.pool] = context.trace_context
+        elif isinstance(payload, GuaranteePeriodClosed):
+            await self._outcome(payload, envelope)
+        elif isinstance(payload, DemandForecast):
+            self.tenant_forecasts += 1  # per-tenant forecasts are for SREs; the quota reads the pool's
+        else:
+            self.ignored += 1  # other lifecycle events: not the quota's business
+
+    async def _outcome(self, payload: GuaranteePeriodClosed, envelope: Envelope[Any]) -> None:
+        succeeded = payload.outcome is GuaranteeOutcome.SUCCEEDED
+        async with self.pool.acquire() as connection:
+            await store.record_outcome(
+                connection, pool=payload.pool, task_id=payload.task_id, period_start=payload.period_start,
+                period_end=payload.period_end, succeeded=succeeded, event_id=envelope.event_id,
+            )  # fmt: skip
+        self.book(payload.pool).record_outcome(
+            payload.task_id, payload.period_start.timestamp(), payload.period_end.timestamp(), succeeded
+        )
+
+    async def refresh(self) -> list[QuotaComputation]:
+        """Compute, persist (with the outbox row) and keep every pool's quota; returns them."""
+        now = self.clock.now()
+        tracer = trace.get_tracer(TRACER)
+        saved: list[QuotaComputation] = []
+        for name in sorted(self.books):
+            book = self.books[name]
+            parent = self.contexts.get(name)
+            with tracer.start_as_current_span("quota.compute", context=parent, attributes={"gfs.pool": name}):
+                computed = book.compute(now, self.settings.quota_refresh_s)
+                if computed is None:
+                    continue
+                envelope = wrap(spot_quota(computed), producer=PRODUCER, occurred_at=store.utc(now))
+                with tracer.start_as_current_span("quota.persist", attributes={"gfs.pool": name}):
+                    async with transaction(self.pool) as connection:
+                        version = await store.save_quota(
+                            connection, computed, expected_version=book.version, envelope=envelope
+                        )
+                book.commit(computed)
+                book.version = version
+                self.latest[name] = computed
+                saved.append(computed)
+        if saved:
+            self.on_saved()
+        return saved
+
+
+def _observe(service: QuotaService) -> dict[str, Callable[[CallbackOptions], list[Observation]]]:
+    def quota(_: CallbackOptions) -> list[Observation]:
+        return [
+            Observation(q, {"pool": c.pool, "guarantee_hours": str(h)})
+            for c in service.latest.values()
+            for h, q in c.quota.items()
+        ]
+
+    def eta(_: CallbackOptions) -> list[Observation]:
+        return [Observation(c.eta, {"pool": c.pool}) for c in service.latest.values()]
+
+    def forecast_age(_: CallbackOptions) -> list[Observation]:
+        return [
+            Observation(c.computed_s - c.forecast.origin_s, {"pool": c.pool})
+            for c in service.latest.values()
+            if c.forecast is not None
+        ]
+
+    return {"gfs_quota_gpus": quota, "gfs_quota_eta": eta, "gfs_quota_forecast_age_seconds": forecast_age}
+
+
+def build_api(service: QuotaService, metrics: Metrics, ready: asyncio.Event) -> web.Application:
+    """The SRE read API: quota per pool and duration, eta, eviction rate, the forecast behind it."""
+
+    async def healthz(_: web.Request) -> web.Response:
+        return web.json_response({"status": "alive"})
+
+    async def readyz(_: web.Request) -> web.Response:
+        ok = ready.is_set()
+        return web.json_response({"ready": ok}, status=200 if ok else 503)
+
+    async def quotas(_: web.Request) -> web.Response:
+        out = {}
+        for name, c in sorted(service.latest.items()):
+            quantile = c.inputs.hp_quantile
+            out[name] = {
+                "quota_gpus": {str(h): q for h, q in sorted(c.quota.items())},
+                "eta": c.eta,
+                "version": service.books[name].version,
+                "computed_at": store.utc(c.computed_s).isoformat(),
+                "valid_until": store.utc(c.valid_until_s).isoformat(),
+                "capacity_gpus": c.capacity,
+                "eviction_rate_recent": c.eviction_rate,
+                "periods_recent": {"failed": c.failed_recent, "succeeded": c.succeeded_recent},
+                "hp_running_plus_queued": c.inputs.hp_observed,
+                "forecast": None
+                if c.forecast is None
+                else {
+                    "version": c.forecast.version,
+                    "origin": store.utc(c.forecast.origin_s).isoformat(),
+                    "fallback": c.forecast.fallback,
+                    "p_quantile": None if quantile is None else [float(x) for x in quantile],
+                },
+            }
+        return web.json_response(out)
+
+    app = web.Application()
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/quotas", quotas)
+    app.router.add_get("/metrics", metrics_handler(metrics))
+    return app
+
+
+async def _every(seconds: float, stop: asyncio.Event, action: Callable[[], Awaitable[object]]) -> None:
+    while not stop.is_set():
+        await action()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), timeout=seconds)
+
+
+async def run_quota_service(
+    settings: QuotaServiceSettings,
+    stop: asyncio.Event,
+    *,
+    clock: Clock | None = None,
+    ready: asyncio.Event | None = None,
+    started: Callable[[QuotaService], None] | None = None,
+) -> ConsumeStats:
+    """Run until `stop`: wait for the fence (standby), resume from Postgres, then consume,
+    refresh and relay. Losing the fence stops the active work (the caller may start again)."""
+    clock = clock or SystemClock()
+    ready = ready or asyncio.Event()
+    metrics = configure_metrics(settings.otel_service_name or "gfs-quota")
+    stats = ConsumeStats()
+    runner: web.AppRunner | None = None
+    fence = AdvisoryFence(settings.database_url, settings.quota_fence_key, poll_s=settings.quota_fence_poll_s)
+    try:
+        async with (
+            open_pool(settings.database_url) as pool,
+            EnvelopeProducer(bootstrap_servers=settings.bootstrap_servers, client_id="gfs-quota") as producer,
+        ):
+            relay = OutboxRelay(pool, producer)
+            service = QuotaService(pool, settings, clock, on_saved=relay.wake)
+            meter = metrics.meter(TRACER)
+            for name, callback in _observe(service).items():
+                meter.create_observable_gauge(name, callbacks=[callback])
+            if settings.quota_api_port:
+                runner = web.AppRunner(build_api(service, metrics, ready))
+                await runner.setup()
+                await web.TCPSite(runner, settings.quota_api_host, settings.quota_api_port).start()
+            if not await fence.acquire(stop):
+                return stats
+            await service.load()
+            if started is not None:
+                started(service)
+            inner = asyncio.Event()
+
+            async def watch_fence() -> None:
+                while not inner.is_set():
+                    if not await fence.check():
+                        log.error("quota: lost the fence; stepping down")
+                        inner.set()
+                        return
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(inner.wait(), timeout=settings.quota_fence_poll_s)
+
+            async def until_stop() -> None:
+                await stop.wait()
+                inner.set()
+
+            ready.set()
+            consuming = consume(
+                list(TOPICS),
+                settings.quota_group,
+                service.handle,
+                bootstrap_servers=settings.bootstrap_servers,
+                stop=inner,
+                dead_letter_producer=producer,
+                producer_name=PRODUCER,
+                stats=stats,
+            )
+            jobs = [
+                asyncio.create_task(consuming),
+                asyncio.create_task(_every(settings.quota_refresh_s, inner, service.refresh)),
+                asyncio.create_task(relay.run(inner)),
+                asyncio.create_task(watch_fence()),
+                asyncio.create_task(until_stop()),
+            ]
+            try:
+                # Any job ending ends the active period: stop asked, fence lost, or a failure.
+                done, _ = await asyncio.wait(jobs, return_when=asyncio.FIRST_COMPLETED)
+                for job in done:
+                    error = job.exception()
+                    if error is not None:
+                        raise error
+            finally:
+                inner.set()
+                ready.clear()
+                for job in jobs:
+                    job.cancel()
+                await asyncio.gather(*jobs, return_exceptions=True)
+                # Publish what the last refreshes wrote (best effort: a failure leaves the rows
+                # for the next instance's relay, nothing is lost).
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(relay.drain(), timeout=10.0)
+    finally:
+        await fence.release()
+        if runner is not None:
+            await runner.cleanup()
+        metrics.shutdown()
+    return stats
