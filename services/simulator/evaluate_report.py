@@ -195,9 +195,10 @@ def plot_all(out: Path, cfg: EvaluateConfig, report: dict[str, Any]) -> None:
         targets = [v for k, v in curve.items() if k.startswith("target=")]
         if targets:
             ax.plot([v[1] / 3600 for v in targets], [v[0] for v in targets], "kx", label="target sweep")
-        # Log scales: the policies differ by orders of magnitude in both.
+        # Log scales: the policies differ by orders of magnitude in both (symlog keeps zeros,
+        # which a tiny grid with no eviction at all has).
         ax.set_xscale("symlog", linthresh=1.0)
-        ax.set_yscale("log")
+        ax.set_yscale("symlog", linthresh=1e-4)
         ax.set_xlabel("mean LP queueing delay (h)")
         ax.set_ylabel("LP eviction rate (in window)")
         ax.set_title(f"HP load {load:g}")
