@@ -50,13 +50,11 @@ class HourlyDemand(BaseModel):
         return value
 
 
-class DemandForecast(BaseModel):
-    """Forecast of one tenant's HP demand in one pool. Keyed by `pool` on gfs.forecasts."""
+class _Forecast(BaseModel):
+    """What every forecast carries: its origin, one entry per hour ahead, and the model behind it."""
 
     model_config = _CONTRACT
 
-    pool: PoolName = Field(description="The GPU pool (GPU model).")
-    tenant: TenantId = Field(description="The organization whose demand is forecast.")
     origin_time: UtcDatetime = Field(description="Start of hour 1 of the horizon.")
     horizon: tuple[HourlyDemand, ...] = Field(min_length=1, description="One entry per forecast hour.")
     model_name: str = Field(min_length=1, description="Forecaster that produced it, e.g. 'orglinear'.")
@@ -74,7 +72,14 @@ class DemandForecast(BaseModel):
         return value
 
 
-class PoolDemandForecast(BaseModel):
+class DemandForecast(_Forecast):
+    """Forecast of one tenant's HP demand in one pool. Keyed by `pool` on gfs.forecasts."""
+
+    pool: PoolName = Field(description="The GPU pool (GPU model).")
+    tenant: TenantId = Field(description="The organization whose demand is forecast.")
+
+
+class PoolDemandForecast(_Forecast):
     """Forecast of one pool's total HP demand (what the spot quota is sized from). Keyed by `pool`
     on gfs.forecasts, next to the per-tenant `DemandForecast`s of the same origin.
 
@@ -82,19 +87,5 @@ class PoolDemandForecast(BaseModel):
     minutes), so it travels as its own payload rather than being rebuilt by the quota service.
     """
 
-    model_config = _CONTRACT
-
     pool: PoolName = Field(description="The GPU pool (GPU model).")
-    origin_time: UtcDatetime = Field(description="Start of hour 1 of the horizon.")
-    horizon: tuple[HourlyDemand, ...] = Field(min_length=1, description="One entry per forecast hour.")
     tenants: int = Field(ge=0, description="How many tenant series of the pool the forecast covers.")
-    model_name: str = Field(min_length=1, description="Forecaster that produced it, e.g. 'lstm'.")
-    model_version: str = Field(min_length=1, description="Version of the trained model artifact.")
-    fallback: bool = Field(
-        default=False, description="True when a naive fallback forecaster replaced the trained model."
-    )
-
-    @field_validator("horizon")
-    @classmethod
-    def _consecutive_hours(cls, value: tuple[HourlyDemand, ...]) -> tuple[HourlyDemand, ...]:
-        return DemandForecast._consecutive_hours(value)

@@ -110,6 +110,16 @@ class BucketQueue:
     def task_ids(self) -> list[TaskId]:
         return list(self.index)
 
+    def longest_blocked_wait(self, now: float, reason: Unschedulable) -> float | None:
+        """How long the longest-waiting head of a bucket whose last attempt failed for `reason`
+        has waited (memos of a head that has since changed do not count); None if there is none."""
+        waits = [
+            now - self.entered_s[memo.head]
+            for bucket, memo in self.blocked.items()
+            if memo.reason is reason and self.bucket_head(bucket) == memo.head
+        ]
+        return max(waits, default=None)
+
 
 class LargestFirst:
     """GFS HP order (spec 5.3): 1. larger per-worker request first; 2. submit time; 3. task id.

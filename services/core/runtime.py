@@ -400,24 +400,14 @@ class PoolRuntime:
             succeeded_recent=succeeded,
             head_wait_s=None if head is None else now - self.spot.entered_s[head],
             hp_observed=self.hp_observed,
-            quota_held_wait_s=self.quota_held_wait(now),
+            # Eta grows only on this: the longest wait of a spot task the quota held back.
+            quota_held_wait_s=self.spot.longest_blocked_wait(now, Unschedulable.OVER_QUOTA),
         )
 
     @property
     def hp_observed(self) -> float:
         """HP GPUs running plus queued here (g x w): the observed demand, lease-released included."""
         return self.state.hp_in_use + self.hp.gpus
-
-    def quota_held_wait(self, now: float) -> float | None:
-        """How long the longest-waiting spot task that the last attempt held back because of the
-        quota has waited (the head of a bucket whose memo says over quota); None if none was."""
-        waited: float | None = None
-        spot = self.spot
-        for bucket, memo in spot.blocked.items():
-            if memo.reason is Unschedulable.OVER_QUOTA and spot.bucket_head(bucket) == memo.head:
-                w = now - spot.entered_s[memo.head]
-                waited = w if waited is None or w > waited else waited
-        return waited
 
     def update_quota(self, quota: Mapping[int, float], eta: float) -> bool:
         """Put a quota in force; True if it changed (a new capacity version)."""

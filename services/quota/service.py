@@ -20,6 +20,7 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 import asyncpg
@@ -27,6 +28,7 @@ from aiohttp import web
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.metrics import CallbackOptions, Observation
+from pydantic import BaseModel
 
 from schemas.envelope import Envelope, wrap
 from schemas.forecast import DemandForecast, PoolDemandForecast
@@ -108,19 +110,11 @@ class QuotaService:
     async def handle(self, envelope: Envelope[Any], context: MessageContext) -> None:
         payload = envelope.payload
         if isinstance(payload, PoolStatus):
-            async with self.pool.acquire() as connection:
-                await store.remember_input(
-                    connection, pool=payload.pool, kind="status", as_of=payload.observed_at,
-                    payload=payload.model_dump(mode="json"),
-                )  # fmt: skip
+            await self._remember(payload.pool, "status", payload.observed_at, payload)
             self.book(payload.pool).update_status(status_view(payload))
             self.contexts.setdefault(payload.pool, context.trace_context)
         elif isinstance(payload, PoolDemandForecast):
-            async with self.pool.acquire() as connection:
-                await store.remember_input(
-                    connection, pool=payload.pool, kind="forecast", as_of=payload.origin_time,
-                    payload=payload.model_dump(mode="json"),
-                )  # fmt: skip
+            await self._remember(payload.pool, "forecast", payload.origin_time, payload)
             self.fallback_forecasts += payload.fallback
             if self.book(payload.pool).update_forecast(forecast_view(payload)):
                 self.contexts[payload.pool] = context.trace_context
@@ -130,6 +124,13 @@ class QuotaService:
             self.tenant_forecasts += 1  # per-tenant forecasts are for SREs; the quota reads the pool's
         else:
             self.ignored += 1  # other lifecycle events: not the quota's business
+
+    async def _remember(self, pool: str, kind: str, as_of: datetime, payload: BaseModel) -> None:
+        """Persist the newest input of its kind, so a restarted instance resumes with it."""
+        async with self.pool.acquire() as connection:
+            await store.remember_input(
+                connection, pool=pool, kind=kind, as_of=as_of, payload=payload.model_dump(mode="json")
+            )
 
     async def _outcome(self, payload: GuaranteePeriodClosed, envelope: Envelope[Any]) -> None:
         succeeded = payload.outcome is GuaranteeOutcome.SUCCEEDED
