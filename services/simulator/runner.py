@@ -23,7 +23,7 @@ from services.core.policies.registry import build_policy
 from services.simulator.decision_log import DecisionLog
 from services.simulator.demand import DemandSeries, hp_demand_series, pool_totals, write_canonical_csv
 from services.simulator.engine import DecisionSink, DemandInput, SimSettings, Simulation
-from services.simulator.forecast_sources import Oracle, Persistence, SeasonalNaive
+from services.core.naive_forecasts import Oracle, Persistence, SeasonalNaive
 from services.simulator.result import PolicyResult, SimulationResult, build_policy_result
 from services.simulator.traces.records import Trace
 from services.simulator.workload import Workload, build_workload

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from services.simulator.forecast_sources import Oracle, Persistence, SeasonalNaive
+from services.core.naive_forecasts import Oracle, Persistence, SeasonalNaive
 
 KEYS = (("P", "org"),)
 

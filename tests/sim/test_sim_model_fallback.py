@@ -12,7 +12,7 @@ from services.core.forecast import DemandForecast, SeriesKey
 from services.core.policies.registry import build_policy
 from services.simulator.demand import read_canonical_csv
 from services.simulator.engine import SimSettings, Simulation
-from services.simulator.forecast_sources import Persistence
+from services.core.naive_forecasts import Persistence
 from services.simulator.runner import ModelWithFallback, RunSettings, demand_for, prepare, write_observed_csv
 
 

@@ -1,4 +1,5 @@
-"""The simulator's own forecast sources, implementing the core's Forecaster protocol.
+"""Forecasts that need no model, implementing the core's Forecaster protocol: the simulator's
+sources, and persistence is also the live forecast stream's fallback (one copy for both).
 
 - `oracle`: the true future of the demand series (an upper bound on what a forecast can do);
 - `persistence`: the last hourly value plus the empirical residual quantile of h-step changes
