@@ -17,13 +17,13 @@ from typing import cast
 import numpy as np
 
 from services.core.forecast import DemandForecast, Forecaster, SeriesKey
+from services.core.naive_forecasts import Oracle, Persistence, SeasonalNaive
 from services.core.observed_demand import ObservedDemand
 from services.core.policies.protocols import SchedulingPolicy
 from services.core.policies.registry import build_policy
 from services.simulator.decision_log import DecisionLog
 from services.simulator.demand import DemandSeries, hp_demand_series, pool_totals, write_canonical_csv
 from services.simulator.engine import DecisionSink, DemandInput, SimSettings, Simulation
-from services.core.naive_forecasts import Oracle, Persistence, SeasonalNaive
 from services.simulator.result import PolicyResult, SimulationResult, build_policy_result
 from services.simulator.traces.records import Trace
 from services.simulator.workload import Workload, build_workload

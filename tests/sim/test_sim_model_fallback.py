@@ -9,10 +9,10 @@ import numpy as np
 from builders import a_job, a_node, a_trace
 
 from services.core.forecast import DemandForecast, SeriesKey
+from services.core.naive_forecasts import Persistence
 from services.core.policies.registry import build_policy
 from services.simulator.demand import read_canonical_csv
 from services.simulator.engine import SimSettings, Simulation
-from services.core.naive_forecasts import Persistence
 from services.simulator.runner import ModelWithFallback, RunSettings, demand_for, prepare, write_observed_csv
 
 

@@ -1,0 +1,163 @@
+"""The forecast stream's pure steps: task events -> HP demand deltas -> per-minute samples ->
+completed hourly peaks per (pool, tenant) and per pool. No Faust, no Kafka, no clock.
+
+The definition is the one the simulator forecasts (`services/core/observed_demand.py`, issue 10):
+running plus queued HP GPUs (g x w), counted from the task's acceptance until it finishes, is
+rejected or cancelled, or is evicted without requeue; a sample at each minute boundary after that
+instant's events; each hour keeps the peak of its samples, per tenant and of the pool's total.
+A test feeds the same events to both and checks the series agree.
+
+State is plain data (`to_json` / `from_json`) because it lives in Faust tables whose changelog is
+the durable copy.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from schemas.tasks import (
+    EvictionReason,
+    TaskAccepted,
+    TaskCancelled,
+    TaskClass,
+    TaskEvicted,
+    TaskFinished,
+    TaskRejected,
+    TaskSubmitted,
+)
+
+MINUTE_S = 60.0
+HOUR_MINUTES = 60
+_DECIMALS = 6  # as ObservedDemand: sums of fractional requests drift by ~1e-12
+
+
+@dataclass(frozen=True, slots=True)
+class TaskRecord:
+    """What the stream remembers of a task (keyed by task id, co-partitioned with its events)."""
+
+    tenant: str
+    gpus: float  # g x w
+    hp: bool
+    pool: str | None = None  # known from TaskAccepted
+    counted: bool = False  # its GPUs are in the demand now
+    ended: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {"tenant": self.tenant, "gpus": self.gpus, "hp": self.hp, "pool": self.pool,
+                "counted": self.counted, "ended": self.ended}  # fmt: skip
+
+    @staticmethod
+    def from_json(data: dict[str, Any]) -> TaskRecord:
+        return TaskRecord(**data)
+
+
+@dataclass(frozen=True, slots=True)
+class Delta:
+    """A change of one (pool, tenant)'s HP demand at `at_s`."""
+
+    pool: str
+    tenant: str
+    gpus: float
+    at_s: float
+
+
+def apply_task_event(
+    record: TaskRecord | None, payload: object, at_s: float
+) -> tuple[TaskRecord | None, Delta | None]:
+    """The task's new record and the demand change the event implies (None: no change).
+
+    Events of tasks the stream never saw submitted (retention, a started consumer) change nothing:
+    without the submission there is no size or tenant to count.
+    """
+    if isinstance(payload, TaskSubmitted):
+        if record is not None:
+            return record, None  # a redelivered or duplicate submission
+        gpus = payload.gpus_per_worker * payload.workers
+        return TaskRecord(tenant=payload.tenant, gpus=gpus, hp=payload.task_class is TaskClass.HP), None
+    if record is None or record.ended:
+        return record, None
+    if isinstance(payload, TaskAccepted):
+        if record.counted or not record.hp:
+            return replace(record, pool=payload.pool), None
+        updated = replace(record, pool=payload.pool, counted=True)
+        return updated, Delta(payload.pool, record.tenant, record.gpus, at_s)
+    ends = isinstance(payload, TaskFinished | TaskRejected | TaskCancelled) or (
+        isinstance(payload, TaskEvicted) and payload.reason is EvictionReason.CANCELLED
+    )
+    if not ends:
+        return record, None  # started, evicted and requeued, a period closed: still running or queued
+    ended = replace(record, ended=True, counted=False)
+    if record.counted and record.pool is not None:
+        return ended, Delta(record.pool, record.tenant, -record.gpus, at_s)
+    return ended, None
+
+
+@dataclass(frozen=True, slots=True)
+class CompletedHour:
+    """One hour's peaks: per tenant and of the pool's per-minute total."""
+
+    hour: int  # hours since the stream's time origin
+    tenants: dict[str, float]
+    pool: float
+
+
+@dataclass(slots=True)
+class PoolDemand:
+    """One pool's running + queued HP levels and the peaks of the hour being sampled."""
+
+    levels: dict[str, float] = field(default_factory=dict)
+    next_minute: int | None = None  # the first minute boundary not sampled yet (None: no event yet)
+    peaks: dict[str, float] = field(default_factory=dict)  # of the open hour
+    pool_peak: float = 0.0
+
+    def advance(self, t_s: float) -> list[CompletedHour]:
+        """Sample every minute boundary before `t_s` with the levels that held over it; return the
+        hours that closed. A boundary at exactly `t_s` waits for every event at `t_s`."""
+        last = math.ceil(t_s / MINUTE_S) - 1
+        if self.next_minute is None:
+            self.next_minute = last + 1  # a fresh stream starts sampling at its first event
+            return []
+        closed: list[CompletedHour] = []
+        levels = {t: _clean(v) for t, v in self.levels.items()}
+        total = _clean(sum(self.levels.values()))
+        while self.next_minute <= last:
+            hour = self.next_minute // HOUR_MINUTES
+            end_of_hour = (hour + 1) * HOUR_MINUTES - 1
+            upto = min(last, end_of_hour)
+            for tenant, level in levels.items():
+                if level > self.peaks.get(tenant, 0.0):
+                    self.peaks[tenant] = level
+            self.pool_peak = max(self.pool_peak, total)
+            if upto == end_of_hour:  # the hour's last minute is sampled: it is complete
+                closed.append(CompletedHour(hour, dict(self.peaks), self.pool_peak))
+                self.peaks = {t: 0.0 for t in self.peaks}
+                self.pool_peak = 0.0
+            self.next_minute = upto + 1
+        return closed
+
+    def apply(self, delta: Delta) -> list[CompletedHour]:
+        """Close the minutes before the change, then apply it."""
+        closed = self.advance(delta.at_s)
+        self.levels[delta.tenant] = self.levels.get(delta.tenant, 0.0) + delta.gpus
+        if abs(self.levels[delta.tenant]) < 10.0**-_DECIMALS:
+            self.levels[delta.tenant] = 0.0
+        return closed
+
+    def to_json(self) -> dict[str, Any]:
+        return {"levels": self.levels, "next_minute": self.next_minute, "peaks": self.peaks,
+                "pool_peak": self.pool_peak}  # fmt: skip
+
+    @staticmethod
+    def from_json(data: dict[str, Any]) -> PoolDemand:
+        return PoolDemand(
+            levels=dict(data["levels"]),
+            next_minute=data["next_minute"],
+            peaks=dict(data["peaks"]),
+            pool_peak=float(data["pool_peak"]),
+        )
+
+
+def _clean(value: float) -> float:
+    return round(value, _DECIMALS) + 0.0
