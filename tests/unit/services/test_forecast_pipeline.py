@@ -76,7 +76,7 @@ def _evicted(reason: EvictionReason) -> TaskEvicted:
         "unknown-task",
         "duplicates",
         "finished-twice",
-    ],  # fmt: skip
+    ],
 )
 def test_which_events_move_hp_demand(events: list[object], expected: list[float]) -> None:
     assert [d.gpus for d in _run(events)] == expected
