@@ -1,0 +1,232 @@
+"""The forecast stream's model step: a pool's completed hours -> per-tenant and per-pool forecasts.
+
+`PoolHistory` keeps the last `max_hours` completed hours of one pool (per tenant and the pool's
+own peak series), as plain data for a Faust table. `StreamForecaster` turns it into wire payloads
+with the calibrated model from an artifact (`ml.inference.load_forecaster`, the live time origin
+passed in so calendar features are right) or, when there is no artifact or the model fails, the
+simulator's persistence forecast (`services.core.naive_forecasts`), flagged as a fallback.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from statistics import NormalDist
+from typing import Any, Protocol
+
+import numpy as np
+
+from schemas.forecast import DemandForecast, HourlyDemand, PoolDemandForecast
+from services.core.forecast import DemandForecast as CoreForecast
+from services.core.naive_forecasts import Persistence
+from services.forecast.pipeline import CompletedHour
+
+log = logging.getLogger(__name__)
+
+HOUR = timedelta(hours=1)
+Z90 = NormalDist().inv_cdf(0.9)
+
+
+def hour_start(hour: int) -> datetime:
+    """Hour index (hours since the Unix epoch) -> its start, UTC."""
+    return datetime(1970, 1, 1, tzinfo=UTC) + hour * HOUR
+
+
+@dataclass(slots=True)
+class PoolHistory:
+    """The last `max_hours` completed hours of one pool; hours with no row for a tenant are 0."""
+
+    max_hours: int = 14 * 24
+    first_hour: int | None = None
+    tenants: dict[str, list[float]] = field(default_factory=dict)
+    pool: list[float] = field(default_factory=list)
+
+    @property
+    def end_hour(self) -> int | None:
+        """The hour after the last completed one."""
+        return None if self.first_hour is None else self.first_hour + len(self.pool)
+
+    def add(self, hour: CompletedHour) -> bool:
+        """Append a completed hour (False for one already held: a replay after a restart)."""
+        if self.first_hour is None:
+            self.first_hour = hour.hour
+        end = self.first_hour + len(self.pool)
+        if hour.hour < end:
+            return False
+        while end < hour.hour:  # hours nobody sampled (the stream was down): their levels are unknown
+            self._append({}, 0.0)
+            end += 1
+        self._append(hour.tenants, hour.pool)
+        drop = len(self.pool) - self.max_hours
+        if drop > 0:
+            self.first_hour += drop
+            del self.pool[:drop]
+            for values in self.tenants.values():
+                del values[:drop]
+        return True
+
+    def _append(self, tenants: dict[str, float], pool: float) -> None:
+        n = len(self.pool)
+        for tenant in tenants:
+            self.tenants.setdefault(tenant, [0.0] * n)
+        for tenant, values in self.tenants.items():
+            values.append(float(tenants.get(tenant, 0.0)))
+        self.pool.append(float(pool))
+
+    def arrays(self, pool_name: str) -> tuple[tuple[tuple[str, str], ...], np.ndarray, np.ndarray]:
+        names = sorted(self.tenants)
+        keys = tuple((pool_name, t) for t in names)
+        hourly = np.array([self.tenants[t] for t in names], dtype=np.float64).T.reshape(
+            len(self.pool), len(names)
+        )
+        return keys, hourly, np.asarray(self.pool, dtype=np.float64).reshape(-1, 1)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "max_hours": self.max_hours,
+            "first_hour": self.first_hour,
+            "tenants": self.tenants,
+            "pool": self.pool,
+        }
+
+    @staticmethod
+    def from_json(data: dict[str, Any]) -> PoolHistory:
+        tenants = {k: list(v) for k, v in data["tenants"].items()}
+        return PoolHistory(int(data["max_hours"]), data["first_hour"], tenants, list(data["pool"]))
+
+
+class _Model(Protocol):
+    def fit(self, keys: Sequence[tuple[str, str]], hourly: np.ndarray, end_hour: int) -> None: ...
+    def predict(
+        self, keys: Sequence[tuple[str, str]], hourly: np.ndarray, end_hour: int, horizon: int
+    ) -> CoreForecast: ...
+
+
+@dataclass(slots=True)
+class StreamForecaster:
+    """Forecasts for a pool from its history; counts fallbacks and logs each episode once."""
+
+    artifact: Path | None
+    horizon: int = 4
+    model_name: str = "lstm"
+    loader: Callable[[Path, datetime], _Model] | None = None
+    fallbacks: int = 0
+    _loaded: tuple[float, datetime, _Model] | None = field(default=None, init=False)  # (mtime, start, model)
+    _in_fallback: bool = field(default=False, init=False)
+
+    @property
+    def version(self) -> str:
+        if self.artifact is None:
+            return "persistence"
+        return f"{self.artifact.name}@{self._artifact_mtime():.0f}"
+
+    def _artifact_mtime(self) -> float:
+        assert self.artifact is not None
+        meta = self.artifact / "metadata.json"
+        return meta.stat().st_mtime if meta.exists() else 0.0
+
+    def _model(self, start: datetime) -> _Model | None:
+        """The artifact's model with hour 0 at `start`; reloaded when the artifact changes on disk
+        (a new one is picked up without a restart) or the series' origin moves."""
+        if self.artifact is None:
+            return None
+        mtime = self._artifact_mtime()
+        cached = self._loaded
+        if cached is not None and cached[0] == mtime and cached[1] == start:
+            return cached[2]
+        loader = self.loader or _load_artifact
+        model = loader(self.artifact, start)
+        self._loaded = (mtime, start, model)
+        return model
+
+    def refit(self, pool_name: str, history: PoolHistory) -> None:
+        """Warm-start the model on the pool's history (run off the event loop)."""
+        start_hour = history.first_hour
+        if start_hour is None:
+            return
+        model = self._model(hour_start(start_hour))
+        if model is not None:
+            keys, hourly, _ = history.arrays(pool_name)
+            model.fit(keys, hourly, hourly.shape[0])
+
+    def forecast(
+        self, pool_name: str, history: PoolHistory
+    ) -> tuple[list[DemandForecast], PoolDemandForecast] | None:
+        """Forecasts for the hours after the last completed one (None before any hour completed)."""
+        if history.first_hour is None or not history.pool:
+            return None
+        keys, hourly, pool_hourly = history.arrays(pool_name)
+        end = hourly.shape[0]
+        origin = hour_start(history.first_hour + end)
+        fallback = False
+        try:
+            model = self._model(hour_start(history.first_hour))
+            if model is None:
+                raise LookupError("no model artifact configured")
+            fc = model.predict(keys, hourly, end, self.horizon)
+            fallback = bool(getattr(fc, "fallback", False))
+        except Exception as exc:
+            fc = Persistence((pool_name,), pool_hourly).predict(keys, hourly, end, self.horizon)
+            fallback = True
+            self.fallbacks += 1
+            if not self._in_fallback:
+                log.warning(
+                    "forecast: falling back to persistence (%r); logged once until the model works", exc
+                )
+            self._in_fallback = True
+        else:
+            if self._in_fallback:
+                log.info("forecast: the model works again")
+            self._in_fallback = False
+        name = "persistence" if fallback and self.artifact is None else self.model_name
+        version = self.version
+        tenants = [
+            DemandForecast(
+                pool=pool_name,
+                tenant=tenant,
+                origin_time=origin,
+                horizon=_hours(fc.mean[:, j], fc.std[:, j], fc.q50[:, j], fc.q90[:, j]),
+                model_name=name,
+                model_version=version,
+                fallback=fallback,
+            )
+            for j, (_, tenant) in enumerate(keys)
+        ]
+        q50 = np.asarray(fc.pool_quantile(pool_name, 0.5))
+        q90 = np.asarray(fc.pool_quantile(pool_name, 0.9))
+        spread = np.maximum(q90 - q50, 0.0) / Z90
+        pool_fc = PoolDemandForecast(
+            pool=pool_name,
+            origin_time=origin,
+            horizon=_hours(q50, spread, q50, q90),
+            tenants=len(keys),
+            model_name=name,
+            model_version=version,
+            fallback=fallback,
+        )
+        return tenants, pool_fc
+
+
+def _hours(mean: np.ndarray, std: np.ndarray, q50: np.ndarray, q90: np.ndarray) -> tuple[HourlyDemand, ...]:
+    out = []
+    for h in range(len(q50)):
+        lo = float(q50[h])
+        out.append(
+            HourlyDemand(
+                hour_ahead=h + 1,
+                mean=float(mean[h]),
+                std=max(0.0, float(std[h])),
+                quantiles={"0.5": lo, "0.9": max(lo, float(q90[h]))},  # never crossing
+            )
+        )
+    return tuple(out)
+
+
+def _load_artifact(path: Path, start: datetime) -> _Model:
+    from ml.inference import load_forecaster  # torch is imported only when a model is configured
+
+    model: _Model = load_forecaster(path, start=start)
+    return model
