@@ -50,3 +50,11 @@ def quota(
             await run_quota_service(settings, stop)
 
     _run_until_signalled(main)
+
+
+@app.command("forecast")
+def forecast() -> None:
+    """The forecast stream (Faust): task events in, per-tenant and per-pool forecasts out."""
+    from services.forecast.app import ForecastServiceSettings, run_forecast_worker
+
+    run_forecast_worker(ForecastServiceSettings())

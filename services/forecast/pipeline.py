@@ -35,18 +35,24 @@ _DECIMALS = 6  # as ObservedDemand: sums of fractional requests drift by ~1e-12
 
 @dataclass(frozen=True, slots=True)
 class TaskRecord:
-    """What the stream remembers of a task (keyed by task id, co-partitioned with its events)."""
+    """What the stream remembers of a task (keyed by task id, co-partitioned with its events).
 
-    tenant: str
-    gpus: float  # g x w
-    hp: bool
-    pool: str | None = None  # known from TaskAccepted
+    The submission (size, tenant) and the lifecycle events come on two topics that are consumed
+    independently, so either may be seen first: the task counts once both its size and its
+    acceptance are known, unless it already ended.
+    """
+
+    tenant: str | None = None
+    gpus: float | None = None  # g x w, from TaskSubmitted
+    hp: bool | None = None
+    pool: str | None = None  # from TaskAccepted
+    accepted_s: float | None = None
     counted: bool = False  # its GPUs are in the demand now
     ended: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {"tenant": self.tenant, "gpus": self.gpus, "hp": self.hp, "pool": self.pool,
-                "counted": self.counted, "ended": self.ended}  # fmt: skip
+                "accepted_s": self.accepted_s, "counted": self.counted, "ended": self.ended}  # fmt: skip
 
     @staticmethod
     def from_json(data: dict[str, Any]) -> TaskRecord:
@@ -68,30 +74,49 @@ def apply_task_event(
 ) -> tuple[TaskRecord | None, Delta | None]:
     """The task's new record and the demand change the event implies (None: no change).
 
-    Events of tasks the stream never saw submitted (retention, a started consumer) change nothing:
-    without the submission there is no size or tenant to count.
+    Counted from acceptance (or from the submission, when that is seen after the acceptance) until
+    it finishes, is rejected or cancelled, or is evicted without requeue. Redelivered events change
+    nothing.
     """
+    current = record or TaskRecord()
     if isinstance(payload, TaskSubmitted):
-        if record is not None:
+        if current.gpus is not None:
             return record, None  # a redelivered or duplicate submission
-        gpus = payload.gpus_per_worker * payload.workers
-        return TaskRecord(tenant=payload.tenant, gpus=gpus, hp=payload.task_class is TaskClass.HP), None
-    if record is None or record.ended:
-        return record, None
+        sized = replace(
+            current,
+            tenant=payload.tenant,
+            gpus=payload.gpus_per_worker * payload.workers,
+            hp=payload.task_class is TaskClass.HP,
+        )
+        return _count_if_ready(sized)
     if isinstance(payload, TaskAccepted):
-        if record.counted or not record.hp:
-            return replace(record, pool=payload.pool), None
-        updated = replace(record, pool=payload.pool, counted=True)
-        return updated, Delta(payload.pool, record.tenant, record.gpus, at_s)
+        if current.accepted_s is not None or current.ended:
+            return record, None
+        accepted = replace(current, pool=payload.pool, accepted_s=at_s, hp=payload.task_class is TaskClass.HP)
+        return _count_if_ready(accepted)
     ends = isinstance(payload, TaskFinished | TaskRejected | TaskCancelled) or (
         isinstance(payload, TaskEvicted) and payload.reason is EvictionReason.CANCELLED
     )
-    if not ends:
+    if not ends or current.ended:
         return record, None  # started, evicted and requeued, a period closed: still running or queued
-    ended = replace(record, ended=True, counted=False)
-    if record.counted and record.pool is not None:
-        return ended, Delta(record.pool, record.tenant, -record.gpus, at_s)
+    ended = replace(current, ended=True, counted=False)
+    if (
+        current.counted
+        and current.pool is not None
+        and current.tenant is not None
+        and current.gpus is not None
+    ):
+        return ended, Delta(current.pool, current.tenant, -current.gpus, at_s)
     return ended, None
+
+
+def _count_if_ready(record: TaskRecord) -> tuple[TaskRecord, Delta | None]:
+    """Start counting an HP task once its size, tenant and acceptance are all known."""
+    if record.counted or record.ended or not record.hp:
+        return record, None
+    if record.gpus is None or record.tenant is None or record.pool is None or record.accepted_s is None:
+        return record, None
+    return replace(record, counted=True), Delta(record.pool, record.tenant, record.gpus, record.accepted_s)
 
 
 @dataclass(frozen=True, slots=True)

@@ -61,7 +61,9 @@ def _evicted(reason: EvictionReason) -> TaskEvicted:
         ([_submit(), ACCEPT, _evicted(EvictionReason.CANCELLED)], [6.0, -6.0]),
         ([_submit(), ACCEPT, _evicted(EvictionReason.NODE_DRAIN)], [6.0]),  # requeued: still counted
         ([_submit(TaskClass.SPOT), TaskAccepted(task_id="t", pool="A100", task_class=TaskClass.SPOT)], []),
-        ([ACCEPT], []),  # never saw the submission: no size to count
+        ([ACCEPT], []),  # no submission seen: no size to count
+        ([ACCEPT, _submit()], [6.0]),  # the lifecycle topic read first: counted when the size arrives
+        ([ACCEPT, FINISH, _submit()], []),  # ended before its size was known: never counted
         ([_submit(), ACCEPT, ACCEPT, _submit()], [6.0]),  # redeliveries change nothing
         ([_submit(), ACCEPT, FINISH, FINISH], [6.0, -6.0]),
     ],
@@ -74,6 +76,8 @@ def _evicted(reason: EvictionReason) -> TaskEvicted:
         "evicted-requeued",
         "spot",
         "unknown-task",
+        "accepted-before-submitted",
+        "ended-before-submitted",
         "duplicates",
         "finished-twice",
     ],
@@ -126,5 +130,5 @@ def test_state_round_trips_through_json() -> None:
     demand.apply(Delta("P", "b", 1.5, 200.0))
     again = PoolDemand.from_json(demand.to_json())
     assert again.to_json() == demand.to_json()
-    record = TaskRecord("org", 6.0, True, "A100", True, False)
+    record = TaskRecord("org", 6.0, True, "A100", 12.0, True, False)
     assert TaskRecord.from_json(record.to_json()) == record

@@ -1,0 +1,146 @@
+"""The forecast stream (`gfs serve forecast`, a real Faust worker) on the real broker: task events
+in, per-tenant and per-pool forecasts of observed HP demand out (worked by hand), the trace of the
+task event that last changed the pool carried to its forecast, and a malformed record dead-lettered
+with its reason while good events flow."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kafka_harness import consume_until
+from opentelemetry.sdk.trace import TracerProvider
+
+from schemas.dead_letter import DeadLetter
+from schemas.envelope import wrap
+from schemas.forecast import DemandForecast, PoolDemandForecast
+from schemas.tasks import TaskAccepted, TaskClass, TaskFinished, TaskSubmitted
+from services.platform.kafka.producer import EnvelopeProducer
+from services.platform.kafka.topic_admin import TopicsReport
+from services.platform.tracing import traceparent_of
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+BAD = b"{not json"
+
+
+@pytest.fixture
+def stream(kafka_bootstrap: str, tmp_path: Path, registry_topics: TopicsReport) -> Iterator[str]:
+    """A forecast worker of its own (app id, data dir), stopped after the test."""
+    app_id = f"it-forecast-{uuid.uuid4().hex[:8]}"
+    env = {
+        **os.environ,
+        "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap,
+        "FORECAST_APP_ID": app_id,
+        "FORECAST_DATADIR": str(tmp_path / "faust"),
+        "FORECAST_STORE": "memory://",
+        "FORECAST_TICK_S": "1",
+        "FORECAST_PROCESSING_GUARANTEE": os.environ.get("IT_FORECAST_GUARANTEE", "exactly_once"),
+    }
+    log_path = tmp_path / "worker.log"
+    log = log_path.open("w")
+    gfs = str(Path(sys.executable).parent / "gfs")
+    worker = subprocess.Popen(
+        [gfs, "serve", "forecast"], env=env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT
+    )
+    try:
+        # Publish only once the worker consumes: the submit and lifecycle topics are read
+        # independently, so events published before would be read in no particular order.
+        deadline = time.monotonic() + 60
+        while "[^Worker]: Ready" not in log_path.read_text():
+            assert worker.poll() is None, log_path.read_text()[-2000:]
+            assert time.monotonic() < deadline, "the forecast worker did not get ready in 60 s"
+            time.sleep(0.2)
+        yield app_id
+    finally:
+        worker.terminate()
+        try:
+            worker.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+        log.close()
+
+
+def _submit(task_id: str, tenant: str, pool: str, gpus: int) -> TaskSubmitted:
+    return TaskSubmitted(task_id=task_id, tenant=tenant, gpu_model=pool, gpus_per_worker=gpus, workers=1,
+                         task_class=TaskClass.HP, command="serve")  # fmt: skip
+
+
+async def test_task_events_become_forecasts_of_observed_demand(stream: str, kafka_bootstrap: str) -> None:
+    run = uuid.uuid4().hex[:8]
+    pool = f"FC-{run}"
+    t0 = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) - timedelta(hours=3)
+    at = lambda minutes: t0 + timedelta(minutes=minutes)  # noqa: E731
+    tracer = TracerProvider().get_tracer("it-forecast")
+    async with EnvelopeProducer(bootstrap_servers=kafka_bootstrap) as producer:
+        # Hour 0: x holds 8 from minute 10. Hour 1: y adds 4 from minute 70 to 100 (pool 12).
+        # Hour 2: x 8 alone. The wall-clock tick closes hours 1 and 2.
+        a, b = f"{run}-a", f"{run}-b"
+        for payload, minute in (
+            (_submit(a, "x", pool, 8), 10),
+            (TaskAccepted(task_id=a, pool=pool, task_class=TaskClass.HP), 10),
+            (_submit(b, "y", pool, 4), 70),
+            (TaskAccepted(task_id=b, pool=pool, task_class=TaskClass.HP), 70),
+        ):
+            topic = "gfs.tasks.submit" if isinstance(payload, TaskSubmitted) else "gfs.tasks.lifecycle"
+            await producer.send(topic, wrap(payload, producer="it", occurred_at=at(minute)))
+            await asyncio.sleep(0.5)  # consumed before the next one (two topics, no common order)
+        await producer.send_raw("gfs.tasks.submit", value=BAD, key=f"{run}-bad".encode())
+        with tracer.start_as_current_span("finish b") as span:
+            finished = TaskFinished(task_id=b, exit_code=0, finished_at=at(100))
+            await producer.send("gfs.tasks.lifecycle", wrap(finished, producer="it", occurred_at=at(100)))
+            trace_id = f"{span.get_span_context().trace_id:032x}"
+
+    origin = t0 + timedelta(hours=3)
+
+    def ours(env: Any) -> bool:
+        p = env.payload
+        return (
+            isinstance(p, DemandForecast | PoolDemandForecast) and p.pool == pool and p.origin_time == origin
+        )
+
+    received, _ = await consume_until(
+        "gfs.forecasts",
+        f"it-read-{run}",
+        bootstrap_servers=kafka_bootstrap,
+        done=lambda got: sum(ours(env) for env, _ in got.items) >= 3,  # 2 tenants + the pool
+    )
+    mine = [(env.payload, ctx) for env, ctx in received.items if ours(env)]
+    pool_fc = next(p for p, _ in mine if isinstance(p, PoolDemandForecast))
+    tenants = {p.tenant: p for p, _ in mine if isinstance(p, DemandForecast)}
+    # Three hours of history: less than the LSTM's lookback, so the model's own documented
+    # fallback (persistence of the last hour, flagged) answers: x 8, y 0, pool 8 + 0.
+    assert pool_fc.model_name == "lstm" and pool_fc.fallback and pool_fc.tenants == 2
+    assert tenants["x"].horizon[0].quantiles["0.5"] == 8.0
+    assert tenants["y"].horizon[0].quantiles["0.5"] == 0.0
+    assert pool_fc.horizon[0].quantiles["0.5"] == 8.0
+    # The forecast continues the trace of the task event that last changed the pool.
+    for _, ctx in mine:
+        parent = traceparent_of(ctx.headers)
+        assert parent is not None and parent.split("-")[1] == trace_id
+
+    def our_letter(env: Any) -> bool:
+        p = env.payload
+        return (
+            isinstance(p, DeadLetter) and p.consumer_group == stream and base64.b64decode(p.original) == BAD
+        )
+
+    letters, _ = await consume_until(
+        "gfs.deadletter",
+        f"it-dlq-{run}",
+        bootstrap_servers=kafka_bootstrap,
+        done=lambda got: any(our_letter(env) for env, _ in got.items),
+    )
+    letter = next(env.payload for env, _ in letters.items if our_letter(env))
+    assert letter.source_topic == "gfs.tasks.submit" and "malformed JSON" in letter.error
