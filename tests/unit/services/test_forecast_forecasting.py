@@ -4,6 +4,7 @@ persistence fallback (flagged, counted, logged once per episode)."""
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 
 import pytest
@@ -79,3 +80,28 @@ def test_a_broken_model_falls_back_counts_and_logs_once(
         )
         == 1
     )
+
+
+def test_a_new_artifact_is_picked_up_without_a_restart(tmp_path: Path) -> None:
+    # The loader runs again only when the artifact's metadata changes on disk (or the origin moves).
+    (tmp_path / "metadata.json").write_text("{}")
+    loads: list[float] = []
+
+    class Fixed:
+        def fit(self, keys: object, hourly: object, end_hour: int) -> None: ...
+
+        def predict(self, keys: object, hourly: object, end_hour: int, horizon: int) -> object:
+            raise RuntimeError("only the loading is under test")
+
+    def loader(path: Path, start: object) -> Fixed:
+        loads.append((path / "metadata.json").stat().st_mtime)
+        return Fixed()
+
+    forecaster = StreamForecaster(artifact=tmp_path, loader=loader)  # type: ignore[arg-type]
+    history = _history()
+    forecaster.forecast("A100", history)
+    forecaster.forecast("A100", history)
+    assert len(loads) == 1
+    os.utime(tmp_path / "metadata.json", (loads[0] + 60, loads[0] + 60))  # a new artifact lands
+    forecaster.forecast("A100", history)
+    assert len(loads) == 2 and loads[1] == loads[0] + 60
