@@ -57,9 +57,11 @@ class ForecastServiceSettings(PlatformSettings):
     forecast_torch_threads: int = 1
     forecast_refit_hour: int = 3  # UTC hour of the daily warm-start refit
     forecast_partitions: int = 6  # the source topics' partition count
-    # exactly_once: table changelogs, re-keyed records, forecasts and source offsets commit in one
-    # Kafka transaction, so a crash never counts a task twice or loses a delta.
-    forecast_processing_guarantee: str = "exactly_once"
+    # at_least_once: a redelivered task event is a no-op (the task record says whether it counts).
+    # exactly_once would commit changelogs, re-keyed records, forecasts and offsets in one Kafka
+    # transaction, but a worker killed mid-transaction then blocks every read_committed consumer
+    # of gfs.forecasts (the quota service) until the broker times the transaction out.
+    forecast_processing_guarantee: str = "at_least_once"
 
 
 def make_app(settings: ForecastServiceSettings, forecaster: StreamForecaster | None = None) -> faust.App:
@@ -75,6 +77,8 @@ def make_app(settings: ForecastServiceSettings, forecaster: StreamForecaster | N
         web_enabled=False,
         producer_acks=-1,
         processing_guarantee=settings.forecast_processing_guarantee,
+        # A new stream reads the retained task topics from the start: that is its state.
+        consumer_auto_offset_reset="earliest",
     )
     raw = {"key_type": bytes, "value_type": bytes, "key_serializer": "raw", "value_serializer": "raw"}
     sources = app.topic(*SOURCES, **raw)

@@ -36,7 +36,7 @@ BAD = b"{not json"
 
 
 @pytest.fixture
-def stream(kafka_bootstrap: str, tmp_path: Path, registry_topics: TopicsReport) -> Iterator[str]:
+def stream(kafka_bootstrap: str, tmp_path: Path, registry_topics: TopicsReport) -> Iterator[tuple[str, Path]]:
     """A forecast worker of its own (app id, data dir), stopped after the test."""
     app_id = f"it-forecast-{uuid.uuid4().hex[:8]}"
     env = {
@@ -45,8 +45,7 @@ def stream(kafka_bootstrap: str, tmp_path: Path, registry_topics: TopicsReport) 
         "FORECAST_APP_ID": app_id,
         "FORECAST_DATADIR": str(tmp_path / "faust"),
         "FORECAST_STORE": "memory://",
-        "FORECAST_TICK_S": "1",
-        "FORECAST_PROCESSING_GUARANTEE": os.environ.get("IT_FORECAST_GUARANTEE", "exactly_once"),
+        "FORECAST_TICK_S": "3600",
     }
     log_path = tmp_path / "worker.log"
     log = log_path.open("w")
@@ -62,7 +61,7 @@ def stream(kafka_bootstrap: str, tmp_path: Path, registry_topics: TopicsReport) 
             assert worker.poll() is None, log_path.read_text()[-2000:]
             assert time.monotonic() < deadline, "the forecast worker did not get ready in 60 s"
             time.sleep(0.2)
-        yield app_id
+        yield app_id, log_path
     finally:
         worker.terminate()
         try:
@@ -77,29 +76,47 @@ def _submit(task_id: str, tenant: str, pool: str, gpus: int) -> TaskSubmitted:
                          task_class=TaskClass.HP, command="serve")  # fmt: skip
 
 
-async def test_task_events_become_forecasts_of_observed_demand(stream: str, kafka_bootstrap: str) -> None:
+async def _wait_for_log(path: Path, text: str, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while text not in path.read_text():
+        assert time.monotonic() < deadline, f"the worker never logged {text!r}"
+        await asyncio.sleep(0.2)
+
+
+async def test_task_events_become_forecasts_of_observed_demand(
+    stream: tuple[str, Path], kafka_bootstrap: str
+) -> None:
+    app_id, log = stream
     run = uuid.uuid4().hex[:8]
     pool = f"FC-{run}"
     t0 = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) - timedelta(hours=3)
     at = lambda minutes: t0 + timedelta(minutes=minutes)  # noqa: E731
     tracer = TracerProvider().get_tracer("it-forecast")
     async with EnvelopeProducer(bootstrap_servers=kafka_bootstrap) as producer:
+        # First a malformed record, and wait until the worker dead-letters it: the worker is then
+        # consuming (after the rebalance that follows its start), so what comes next is read in order.
+        where = await producer.send_raw("gfs.tasks.submit", value=BAD, key=f"{run}-bad".encode())
+        await _wait_for_log(log, f"dead-lettered gfs.tasks.submit[{where.partition}]@{where.offset}:")
         # Hour 0: x holds 8 from minute 10. Hour 1: y adds 4 from minute 70 to 100 (pool 12).
-        # Hour 2: x 8 alone. The wall-clock tick closes hours 1 and 2.
-        a, b = f"{run}-a", f"{run}-b"
-        for payload, minute in (
+        # Hour 2: x 8 alone. Task c (x, 2 GPUs) accepted at minute 180 closes hours 1 and 2 by
+        # event time (the wall-clock tick is off in this test: backdated events and wall-clock
+        # ticks would interleave arbitrarily).
+        a, b, c = f"{run}-a", f"{run}-b", f"{run}-c"
+        accept = lambda task: TaskAccepted(task_id=task, pool=pool, task_class=TaskClass.HP)  # noqa: E731
+        steps: list[tuple[Any, int]] = [
             (_submit(a, "x", pool, 8), 10),
-            (TaskAccepted(task_id=a, pool=pool, task_class=TaskClass.HP), 10),
+            (accept(a), 10),
             (_submit(b, "y", pool, 4), 70),
-            (TaskAccepted(task_id=b, pool=pool, task_class=TaskClass.HP), 70),
-        ):
+            (accept(b), 70),
+            (TaskFinished(task_id=b, exit_code=0, finished_at=at(100)), 100),
+            (_submit(c, "x", pool, 2), 180),
+        ]
+        for payload, minute in steps:
             topic = "gfs.tasks.submit" if isinstance(payload, TaskSubmitted) else "gfs.tasks.lifecycle"
             await producer.send(topic, wrap(payload, producer="it", occurred_at=at(minute)))
             await asyncio.sleep(0.5)  # consumed before the next one (two topics, no common order)
-        await producer.send_raw("gfs.tasks.submit", value=BAD, key=f"{run}-bad".encode())
-        with tracer.start_as_current_span("finish b") as span:
-            finished = TaskFinished(task_id=b, exit_code=0, finished_at=at(100))
-            await producer.send("gfs.tasks.lifecycle", wrap(finished, producer="it", occurred_at=at(100)))
+        with tracer.start_as_current_span("accept c") as span:
+            await producer.send("gfs.tasks.lifecycle", wrap(accept(c), producer="it", occurred_at=at(180)))
             trace_id = f"{span.get_span_context().trace_id:032x}"
 
     origin = t0 + timedelta(hours=3)
@@ -125,16 +142,15 @@ async def test_task_events_become_forecasts_of_observed_demand(stream: str, kafk
     assert tenants["x"].horizon[0].quantiles["0.5"] == 8.0
     assert tenants["y"].horizon[0].quantiles["0.5"] == 0.0
     assert pool_fc.horizon[0].quantiles["0.5"] == 8.0
-    # The forecast continues the trace of the task event that last changed the pool.
+    # The forecast continues the trace of the task event that last changed the pool (c's acceptance).
     for _, ctx in mine:
         parent = traceparent_of(ctx.headers)
         assert parent is not None and parent.split("-")[1] == trace_id
 
     def our_letter(env: Any) -> bool:
         p = env.payload
-        return (
-            isinstance(p, DeadLetter) and p.consumer_group == stream and base64.b64decode(p.original) == BAD
-        )
+        mine = isinstance(p, DeadLetter) and p.consumer_group == app_id
+        return mine and base64.b64decode(p.original) == BAD
 
     letters, _ = await consume_until(
         "gfs.deadletter",
