@@ -81,6 +81,8 @@ class QuotaService:
     fallback_forecasts: int = 0
     ignored: int = 0
     on_saved: Callable[[], None] = lambda: None
+    # None: the global provider (configure_tracing); tests pass one with an in-memory exporter.
+    tracer_provider: trace.TracerProvider | None = None
 
     def book(self, pool: str) -> PoolBook:
         found = self.books.get(pool)
@@ -146,7 +148,7 @@ class QuotaService:
     async def refresh(self) -> list[QuotaComputation]:
         """Compute, persist (with the outbox row) and keep every pool's quota; returns them."""
         now = self.clock.now()
-        tracer = trace.get_tracer(TRACER)
+        tracer = trace.get_tracer(TRACER, tracer_provider=self.tracer_provider)
         saved: list[QuotaComputation] = []
         for name in sorted(self.books):
             book = self.books[name]
@@ -314,7 +316,11 @@ async def run_quota_service(
                 done, _ = await asyncio.wait(jobs, return_when=asyncio.FIRST_COMPLETED)
                 for job in done:
                     error = job.exception()
-                    if error is not None:
+                    if isinstance(error, store.FenceLostError):
+                        # Another instance wrote this pool's quota: step down (the caller waits
+                        # for the fence again and resumes from Postgres).
+                        log.error("quota: %s; stepping down", error)
+                    elif error is not None:
                         raise error
             finally:
                 inner.set()
