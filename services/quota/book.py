@@ -140,9 +140,10 @@ class PoolBook:
                 failed += not ok
         return failed, succeeded
 
-    def compute(self, now_s: float, refresh_s: float) -> QuotaComputation | None:
+    def compute(self, now_s: float, refresh_s: float, *, feedback: bool = True) -> QuotaComputation | None:
         """The quota at `now_s` (None until a status arrived: without capacity there is nothing to
-        size). The new eta is kept in the book only when the caller `commit`s it."""
+        size); `feedback` False keeps eta as it is. The new eta is kept in the book only when the
+        caller `commit`s it."""
         status = self.status
         if status is None:
             return None
@@ -165,7 +166,7 @@ class PoolBook:
             hp_observed=status.hp_running + status.hp_queued,
             quota_held_wait_s=status.quota_held_wait_s,
         )
-        out = ForecastQuota(settings=self.settings).refresh(inputs)
+        out = ForecastQuota(settings=self.settings, feedback=feedback).refresh(inputs)
         offered = {h: float(out.quota[h]) for h in OFFERED_GUARANTEE_HOURS if h in out.quota}
         if quantile is None:
             min_free = dict.fromkeys(offered, float(status.idle_gpus + status.spot_in_use))

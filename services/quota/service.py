@@ -120,6 +120,10 @@ class QuotaService:
             self.fallback_forecasts += payload.fallback
             if self.book(payload.pool).update_forecast(forecast_view(payload)):
                 self.contexts[payload.pool] = context.trace_context
+                # A new forecast changes the quota now, not at the next refresh. Eta's feedback
+                # runs only on the refresh timer (as in the simulator), so this keeps eta.
+                if await self._refresh_pool(payload.pool, feedback=False) is not None:
+                    self.on_saved()
         elif isinstance(payload, GuaranteePeriodClosed):
             await self._outcome(payload, envelope)
         elif isinstance(payload, DemandForecast):
@@ -146,30 +150,33 @@ class QuotaService:
         )
 
     async def refresh(self) -> list[QuotaComputation]:
-        """Compute, persist (with the outbox row) and keep every pool's quota; returns them."""
-        now = self.clock.now()
-        tracer = trace.get_tracer(TRACER, tracer_provider=self.tracer_provider)
-        saved: list[QuotaComputation] = []
-        for name in sorted(self.books):
-            book = self.books[name]
-            parent = self.contexts.get(name)
-            with tracer.start_as_current_span("quota.compute", context=parent, attributes={"gfs.pool": name}):
-                computed = book.compute(now, self.settings.quota_refresh_s)
-                if computed is None:
-                    continue
-                envelope = wrap(spot_quota(computed), producer=PRODUCER, occurred_at=store.utc(now))
-                with tracer.start_as_current_span("quota.persist", attributes={"gfs.pool": name}):
-                    async with transaction(self.pool) as connection:
-                        version = await store.save_quota(
-                            connection, computed, expected_version=book.version, envelope=envelope
-                        )
-                book.commit(computed)
-                book.version = version
-                self.latest[name] = computed
-                saved.append(computed)
+        """Every refresh interval: compute (with the eta feedback), persist with the outbox row
+        and keep every pool's quota; returns them."""
+        saved = [c for name in sorted(self.books) if (c := await self._refresh_pool(name, feedback=True))]
         if saved:
             self.on_saved()
         return saved
+
+    async def _refresh_pool(self, name: str, *, feedback: bool) -> QuotaComputation | None:
+        now = self.clock.now()
+        tracer = trace.get_tracer(TRACER, tracer_provider=self.tracer_provider)
+        book = self.books[name]
+        with tracer.start_as_current_span(
+            "quota.compute", context=self.contexts.get(name), attributes={"gfs.pool": name}
+        ):
+            computed = book.compute(now, self.settings.quota_refresh_s, feedback=feedback)
+            if computed is None:
+                return None
+            envelope = wrap(spot_quota(computed), producer=PRODUCER, occurred_at=store.utc(now))
+            with tracer.start_as_current_span("quota.persist", attributes={"gfs.pool": name}):
+                async with transaction(self.pool) as connection:
+                    version = await store.save_quota(
+                        connection, computed, expected_version=book.version, envelope=envelope
+                    )
+            book.commit(computed)
+            book.version = version
+            self.latest[name] = computed
+            return computed
 
 
 def _observe(service: QuotaService) -> dict[str, Callable[[CallbackOptions], list[Observation]]]:

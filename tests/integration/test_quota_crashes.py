@@ -116,29 +116,29 @@ async def test_killed_after_the_db_write_publishes_once_on_restart(
 ) -> None:
     name = f"QC-{uuid.uuid4().hex[:8]}"
     first = _service(pool)
-    for envelope in _inputs(name):
+    for envelope in _inputs(name):  # the forecast's arrival computes a quota at once (version 1)
         await first.handle(envelope, _context())
-    (computed,) = [c for c in await first.refresh() if c.pool == name]
-    # ... and the process dies here: the quota is in Postgres, its SpotQuota only in the outbox.
+    (computed,) = [c for c in await first.refresh() if c.pool == name]  # the timer's (version 2)
+    # ... and the process dies here: both quotas are in Postgres, their SpotQuotas only in the outbox.
     async with pool.acquire() as connection:
-        row = await connection.fetchrow("SELECT version, event_id FROM quota_version WHERE pool = $1", name)
-        pending = [
-            r for r in await unpublished(connection) if json.loads(r.payload)["payload"]["pool"] == name
-        ]
-    assert row["version"] == 1 and len(pending) == 1
+        rows = await connection.fetch(
+            "SELECT version, event_id FROM quota_version WHERE pool = $1 ORDER BY version", name
+        )
+        pending = [r for r in await unpublished(connection) if _pool_of(r.payload) == name]
+    assert [r["version"] for r in rows] == [1, 2] and len(pending) == 2
     second = _service(pool)
     await second.load()  # resumes from Postgres alone: version, eta, the latest inputs
-    assert (second.books[name].version, second.books[name].status is not None) == (1, True)
+    assert (second.books[name].version, second.books[name].status is not None) == (2, True)
     async with EnvelopeProducer(bootstrap_servers=kafka_bootstrap) as producer:
         await OutboxRelay(pool, producer).drain()
     received, _ = await consume_until(
         "gfs.quotas", f"it-qc-{name}", bootstrap_servers=kafka_bootstrap,
-        done=lambda got: any(env.payload.pool == name for env, _ in got.items),
+        done=lambda got: sum(env.payload.pool == name for env, _ in got.items) >= 2,
     )  # fmt: skip
     ours = [env for env, _ in received.items if env.payload.pool == name]
-    assert [env.event_id for env in ours] == [row["event_id"]]
-    assert {q.guarantee_hours: q.quota_gpus for q in ours[0].payload.quotas} == dict(computed.quota)
-    # The new instance writes version 2; the old one, had it survived, still expects 1: refused.
+    assert [env.event_id for env in ours] == [r["event_id"] for r in rows]  # each once, in order
+    assert {q.guarantee_hours: q.quota_gpus for q in ours[-1].payload.quotas} == dict(computed.quota)
+    # The new instance writes version 3; the old one, had it survived, still expects 2: refused.
     assert [c.pool for c in await second.refresh() if c.pool == name] == [name]
     with pytest.raises(FenceLostError):
         await first.refresh()
