@@ -13,6 +13,7 @@ whose period ended inside the window.
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from statistics import NormalDist
@@ -106,13 +107,33 @@ class PoolBook:
     outcomes: dict[tuple[str, float], tuple[float, bool]] = field(default_factory=dict)
     # A forecast older than this (from its origin) is not used: the quota falls back to idle GPUs.
     max_forecast_age_s: float = 2 * HOUR_S
+    # (observed time, realised HP running + queued, the p-quantile the forecast in force predicted)
+    coverage_samples: deque[tuple[float, float, float]] = field(default_factory=deque)
 
     def update_status(self, status: StatusView) -> bool:
-        """Keep the newest status (an older one, redelivered, is ignored). True if taken."""
-        if self.status is not None and status.observed_s < self.status.observed_s:
+        """Keep the newest status (an older one, redelivered, is ignored). True if taken. Each new
+        status is also a sample of forecast health: realised HP demand against the p-quantile the
+        forecast in force predicted for that hour."""
+        if self.status is not None and status.observed_s <= self.status.observed_s:
             return False
         self.status = status
+        forecast = self.forecast
+        if forecast is not None and 0 <= status.observed_s - forecast.origin_s <= self.max_forecast_age_s:
+            predicted = forecast.quantile(self.settings.guarantee_rate, status.observed_s)
+            if len(predicted):
+                realised = status.hp_running + status.hp_queued
+                self.coverage_samples.append((status.observed_s, realised, float(predicted[0])))
         return True
+
+    def forecast_health(self, now_s: float, window_s: float = 24 * HOUR_S) -> tuple[int, float | None]:
+        """(samples, share of them where realised demand stayed at or below the predicted
+        p-quantile) over the last `window_s`; a calibrated forecast covers about p of them."""
+        while self.coverage_samples and self.coverage_samples[0][0] <= now_s - window_s:
+            self.coverage_samples.popleft()
+        n = len(self.coverage_samples)
+        if n == 0:
+            return 0, None
+        return n, sum(realised <= predicted + 1e-9 for _, realised, predicted in self.coverage_samples) / n
 
     def update_forecast(self, forecast: ForecastView) -> bool:
         if self.forecast is not None and forecast.origin_s < self.forecast.origin_s:

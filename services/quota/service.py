@@ -77,6 +77,7 @@ class QuotaService:
     latest: dict[str, QuotaComputation] = field(default_factory=dict)
     # The trace context of the input that last changed a pool (the quota's span continues it).
     contexts: dict[str, otel_context.Context] = field(default_factory=dict)
+    stats: ConsumeStats = field(default_factory=ConsumeStats)
     tenant_forecasts: int = 0
     fallback_forecasts: int = 0
     ignored: int = 0
@@ -197,7 +198,29 @@ def _observe(service: QuotaService) -> dict[str, Callable[[CallbackOptions], lis
             if c.forecast is not None
         ]
 
-    return {"gfs_quota_gpus": quota, "gfs_quota_eta": eta, "gfs_quota_forecast_age_seconds": forecast_age}
+    def coverage(_: CallbackOptions) -> list[Observation]:
+        now = service.clock.now()
+        out = []
+        for name, book in service.books.items():
+            share = book.forecast_health(now)[1]
+            if share is not None:
+                out.append(Observation(share, {"pool": name}))
+        return out
+
+    def fallbacks(_: CallbackOptions) -> list[Observation]:
+        return [Observation(service.fallback_forecasts)]
+
+    def dead_letters(_: CallbackOptions) -> list[Observation]:
+        return [Observation(service.stats.dead_lettered)]
+
+    return {
+        "gfs_quota_gpus": quota,
+        "gfs_quota_eta": eta,
+        "gfs_quota_forecast_age_seconds": forecast_age,
+        "gfs_forecast_coverage_ratio": coverage,
+        "gfs_quota_forecast_fallbacks": fallbacks,
+        "gfs_quota_dead_letters": dead_letters,
+    }
 
 
 def build_api(service: QuotaService, metrics: Metrics, ready: asyncio.Event) -> web.Application:
@@ -235,8 +258,21 @@ def build_api(service: QuotaService, metrics: Metrics, ready: asyncio.Event) -> 
             }
         return web.json_response(out)
 
+    async def forecast_health(_: web.Request) -> web.Response:
+        now = service.clock.now()
+        out = {}
+        for name, book in sorted(service.books.items()):
+            samples, share = book.forecast_health(now)
+            out[name] = {
+                "samples_last_day": samples,
+                "coverage": share,  # realised <= predicted p-quantile
+                "target": book.settings.guarantee_rate,
+            }
+        return web.json_response(out)
+
     app = web.Application()
     app.router.add_get("/healthz", healthz)
+    app.router.add_get("/forecast-health", forecast_health)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/quotas", quotas)
     app.router.add_get("/metrics", metrics_handler(metrics))
@@ -272,7 +308,7 @@ async def run_quota_service(
             EnvelopeProducer(bootstrap_servers=settings.bootstrap_servers, client_id="gfs-quota") as producer,
         ):
             relay = OutboxRelay(pool, producer)
-            service = QuotaService(pool, settings, clock, on_saved=relay.wake)
+            service = QuotaService(pool, settings, clock, on_saved=relay.wake, stats=stats)
             meter = metrics.meter(TRACER)
             for name, callback in _observe(service).items():
                 meter.create_observable_gauge(name, callbacks=[callback])

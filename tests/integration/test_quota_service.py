@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import random
+import socket
 import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
+import aiohttp
 import asyncpg
 import pytest
 from kafka_harness import consume_until
@@ -48,16 +50,22 @@ async def _migrated(database_url: str, schema: str) -> str:
 
 
 def _settings(dsn: str, kafka: str, key: int, **kw: Any) -> QuotaServiceSettings:
-    return QuotaServiceSettings(
-        database_url=dsn,
-        kafka_bootstrap_servers=kafka,
-        quota_refresh_s=0.3,
-        quota_group=f"it-quota-{uuid.uuid4().hex[:8]}",
-        quota_api_port=0,
-        quota_fence_poll_s=0.2,
-        quota_fence_key=key,
-        **kw,
-    )
+    values: dict[str, Any] = {
+        "database_url": dsn,
+        "kafka_bootstrap_servers": kafka,
+        "quota_refresh_s": 0.3,
+        "quota_group": f"it-quota-{uuid.uuid4().hex[:8]}",
+        "quota_api_port": 0,
+        "quota_fence_poll_s": 0.2,
+        "quota_fence_key": key,
+    }
+    return QuotaServiceSettings(**(values | kw))
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
 
 
 def _hour(h: int, q90: float) -> HourlyDemand:
@@ -72,7 +80,7 @@ async def test_inputs_in_quota_out_hand_checked(
     now = datetime.now(UTC)
     origin = now.replace(minute=0, second=0, microsecond=0)
     stop, ready = asyncio.Event(), asyncio.Event()
-    settings = _settings(dsn, kafka_bootstrap, random.getrandbits(48))
+    settings = _settings(dsn, kafka_bootstrap, random.getrandbits(48), quota_api_port=_free_port())
     service_task = asyncio.create_task(run_quota_service(settings, stop, ready=ready))
     try:
         await asyncio.wait_for(ready.wait(), READY_S)
@@ -110,6 +118,18 @@ async def test_inputs_in_quota_out_hand_checked(
         # [45, 40, 45, 45], eta 1: Q(1) = 45, Q(2) = 40, Q(4) = 40.
         assert {q.guarantee_hours: q.quota_gpus for q in quota.quotas} == {1: 45.0, 2: 40.0, 4: 40.0}
         assert (quota.eta, quota.capacity_gpus) == (1.0, 100)
+        # The SRE API says the same, and /metrics exposes it in Prometheus format.
+        base = f"http://127.0.0.1:{settings.quota_api_port}"
+        async with aiohttp.ClientSession() as http:
+            async with http.get(f"{base}/quotas") as response:
+                shown = (await response.json())[pool]
+            async with http.get(f"{base}/metrics") as response:
+                metrics = await response.text()
+            async with http.get(f"{base}/readyz") as response:
+                assert response.status == 200
+        assert shown["quota_gpus"] == {"1": 45.0, "2": 40.0, "4": 40.0}
+        assert shown["forecast"]["p_quantile"] == [40.5, 60.0, 10.0, 10.0]
+        assert 'gfs_quota_gpus{guarantee_hours="1",' in metrics and f'pool="{pool}"' in metrics
     finally:
         stop.set()
         await asyncio.wait_for(service_task, READY_S)

@@ -109,3 +109,15 @@ def test_a_level_the_forecast_lacks_comes_from_its_gaussian() -> None:
     # p = 0.95 is not carried: mean + z(0.95) x std = 35.5 + 1.6449 x 4 = 42.08 for hour 1.
     view = _forecast(T0, [40.5])
     assert view.quantile(0.95, T0)[0] == pytest.approx(35.5 + 1.6448536 * 4.0, abs=1e-4)
+
+
+def test_forecast_health_counts_hours_whose_demand_stayed_under_the_quantile() -> None:
+    # q90 for the current hour is 40.5. Statuses: HP running + queued 30, 40, 50 (one over),
+    # then one 25 h later (the first three fall out of the day's window).
+    book = PoolBook("A100")
+    book.update_forecast(_forecast(T0, [40.5, 60.0, 10.0, 10.0]))
+    for k, (running, queued) in enumerate(((25.0, 5.0), (35.0, 5.0), (45.0, 5.0))):
+        assert book.update_status(_status(T0 + 60 * (k + 1), hp_running=running, hp_queued=queued))
+    assert book.forecast_health(T0 + 600) == (3, pytest.approx(2 / 3))
+    assert not book.update_status(_status(T0 + 60, hp_running=99.0))  # older: ignored, not sampled
+    assert book.forecast_health(T0 + 25 * H) == (0, None)
