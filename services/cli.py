@@ -20,6 +20,7 @@ _SUBAPPS: tuple[tuple[str, str, str], ...] = (
     ("bench", "services.simulator.bench_cli", "app"),
     ("forecast", "ml.cli", "app"),
     ("serve", "services.serve_cli", "app"),
+    ("livebench", "services.livebench.cli", "app"),
 )
 
 # Single commands mounted at the top level: (command name, module, function attribute).

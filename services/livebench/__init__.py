@@ -1,0 +1,1 @@
+"""Benchmarks of the live services that print numbers (`gfs livebench ...`); never timed tests."""

@@ -1,0 +1,297 @@
+"""`gfs livebench`: the live services' speed targets (issue 11), measured on the real stack.
+
+- `forecast-cpu`: CPU time of one hourly forecast of N (pool, tenant) series (target: 200 series
+  under 50 ms), with the shipped LSTM and with persistence;
+- `quota-latency`: a pool forecast published -> its SpotQuota published, through a running quota
+  service (target: p99 under 50 ms);
+- `stream`: task events at a fixed rate through a running forecast worker, its consumer lag over
+  time (target: 2,000 events/s with bounded lag for 10 minutes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+app = typer.Typer(help="Benchmarks of the live services (print numbers).", no_args_is_help=True)
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+@app.command("forecast-cpu")
+def forecast_cpu(
+    series: Annotated[int, typer.Option(help="(pool, tenant) series")] = 200,
+    pools: Annotated[int, typer.Option(help="pools they are spread over")] = 6,
+    hours: Annotated[int, typer.Option(help="history per series")] = 14 * 24,
+    repeats: Annotated[int, typer.Option()] = 20,
+) -> None:
+    """CPU per hourly forecast of all series (one call per pool, as the stream does)."""
+    import torch
+
+    from services.forecast.app import SHIPPED_ARTIFACT
+    from services.forecast.forecasting import PoolHistory, StreamForecaster
+    from services.forecast.pipeline import CompletedHour
+
+    torch.set_num_threads(1)
+    rng = random.Random(0)
+    histories: dict[str, PoolHistory] = {}
+    for p in range(pools):
+        tenants = [f"t{i}" for i in range(p, series, pools)]
+        history = PoolHistory(max_hours=hours)
+        level = {t: rng.uniform(0, 64) for t in tenants}
+        for h in range(hours):
+            for t in tenants:
+                level[t] = max(0.0, level[t] + rng.gauss(0, 3))
+            history.add(CompletedHour(480_000 + h, dict(level), sum(level.values())))
+        histories[f"P{p}"] = history
+    for label, artifact in (("lstm", SHIPPED_ARTIFACT), ("persistence", None)):
+        forecaster = StreamForecaster(artifact)
+        for name, history in histories.items():  # warm: load the artifact, fill caches
+            forecaster.forecast(name, history)
+        cpu: list[float] = []
+        for _ in range(repeats):
+            t0 = time.process_time()
+            for name, history in histories.items():
+                forecaster.forecast(name, history)
+            cpu.append(1000 * (time.process_time() - t0))
+        typer.echo(
+            f"{label:>11}: {series} series in {pools} pools x {hours} h history: CPU per hourly forecast "
+            f"median {statistics.median(cpu):.1f} ms, max {max(cpu):.1f} ms ({repeats} runs; "
+            f"fallbacks {forecaster.fallbacks})"
+        )
+
+
+@app.command("quota-latency")
+def quota_latency(
+    forecasts: Annotated[int, typer.Option(help="pool forecasts to publish")] = 500,
+    rate: Annotated[float, typer.Option(help="forecasts per second")] = 20.0,
+) -> None:
+    """Forecast published -> SpotQuota published, through an in-process quota service."""
+    asyncio.run(_quota_latency(forecasts, rate))
+
+
+async def _quota_latency(n: int, rate: float) -> None:
+    from aiokafka import AIOKafkaConsumer
+
+    from schemas.envelope import wrap
+    from schemas.forecast import HourlyDemand, PoolDemandForecast
+    from schemas.pool_status import PoolStatus
+    from schemas.topics import decode
+    from services.platform.kafka.producer import EnvelopeProducer
+    from services.quota.service import QuotaServiceSettings, run_quota_service
+
+    settings = QuotaServiceSettings(
+        quota_refresh_s=3600.0, quota_api_port=0, quota_group=f"bench-quota-{uuid.uuid4().hex[:8]}"
+    )
+    pool = f"BENCH-{uuid.uuid4().hex[:6]}"
+    stop, ready = asyncio.Event(), asyncio.Event()
+    service = asyncio.create_task(run_quota_service(settings, stop, ready=ready))
+    await asyncio.wait_for(ready.wait(), 60)
+    consumer = AIOKafkaConsumer(
+        "gfs.quotas",
+        bootstrap_servers=settings.bootstrap_servers,
+        auto_offset_reset="latest",
+        isolation_level="read_committed",
+    )
+    await consumer.start()
+    while not consumer.assignment():
+        await asyncio.sleep(0.05)
+    await consumer.seek_to_end()
+    sent: dict[str, float] = {}
+    latencies: list[float] = []
+
+    async def read() -> None:
+        while len(latencies) < n:
+            for records in (await consumer.getmany(timeout_ms=200)).values():
+                for record in records:
+                    now = time.perf_counter()
+                    quota = decode("gfs.quotas", record.value or b"").payload
+                    tag = quota.forecast_version.split("@")[0].split(":")[-1]
+                    if quota.pool == pool and tag in sent:
+                        latencies.append(1000 * (now - sent.pop(tag)))
+
+    reader = asyncio.create_task(read())
+    now = datetime.now(UTC)
+    async with EnvelopeProducer(bootstrap_servers=settings.bootstrap_servers) as producer:
+        status = PoolStatus(
+            pool=pool,
+            observed_at=now,
+            capacity_gpus=512,
+            idle_gpus=100,
+            spot_in_use_gpus=50.0,
+            hp_running_gpus=300.0,
+            hp_queued_gpus=20.0,
+        )
+        await producer.send("gfs.pools.status", wrap(status, producer="bench"))
+        await asyncio.sleep(1.0)
+        origin0 = now - timedelta(hours=1)
+        hours = lambda k: tuple(  # noqa: E731
+            HourlyDemand(
+                hour_ahead=h,
+                mean=300.0 + k % 7,
+                std=10.0,
+                quantiles={"0.5": 300.0 + k % 7, "0.9": 313.0 + k % 7},
+            )
+            for h in range(1, 5)
+        )
+        for k in range(n):
+            tag = f"b{k}"
+            fc = PoolDemandForecast(
+                pool=pool,
+                origin_time=origin0 + timedelta(milliseconds=k + 1),
+                horizon=hours(k),
+                tenants=10,
+                model_name="bench",
+                model_version=tag,
+            )
+            sent[tag] = time.perf_counter()
+            await producer.send("gfs.forecasts", wrap(fc, producer="bench"))
+            await asyncio.sleep(1.0 / rate)
+    try:
+        await asyncio.wait_for(reader, 60)
+    finally:
+        stop.set()
+        await consumer.stop()
+        await asyncio.gather(service, return_exceptions=True)
+    typer.echo(
+        f"forecast published -> SpotQuota published, {len(latencies)} forecasts at {rate:g}/s: "
+        f"p50 {_percentile(latencies, 0.5):.1f} ms, p99 {_percentile(latencies, 0.99):.1f} ms, "
+        f"max {max(latencies):.1f} ms"
+    )
+
+
+@app.command("stream")
+def stream(
+    rate: Annotated[float, typer.Option(help="task events per second")] = 2000.0,
+    seconds: Annotated[float, typer.Option(help="how long to publish")] = 600.0,
+    pools: Annotated[int, typer.Option()] = 6,
+    tenants: Annotated[int, typer.Option(help="tenants per pool")] = 30,
+) -> None:
+    """Task events at a fixed rate through a `gfs serve forecast` worker; its lag over time."""
+    asyncio.run(_stream(rate, seconds, pools, tenants))
+
+
+async def _stream(rate: float, seconds: float, pools: int, tenants: int) -> None:
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+    from aiokafka.admin import AIOKafkaAdminClient
+
+    from schemas.envelope import wrap
+    from schemas.tasks import TaskAccepted, TaskClass, TaskFinished, TaskSubmitted
+    from schemas.topics import encode, key_of
+    from services.platform.settings import PlatformSettings
+
+    servers = PlatformSettings().bootstrap_servers
+    run = uuid.uuid4().hex[:6]
+    app_id = f"bench-forecast-{run}"
+    workdir = Path(f"/tmp/{app_id}")
+    workdir.mkdir(parents=True, exist_ok=True)
+    env = {
+        **os.environ,
+        "FORECAST_APP_ID": app_id,
+        "FORECAST_DATADIR": str(workdir),
+        "FORECAST_STORE": "rocksdb://",
+    }
+    log = (workdir / "worker.log").open("w")
+    gfs = str(Path(sys.executable).parent / "gfs")
+    worker = subprocess.Popen([gfs, "serve", "forecast"], env=env, stdout=log, stderr=subprocess.STDOUT)
+    from aiokafka import AIOKafkaProducer
+
+    producer = AIOKafkaProducer(bootstrap_servers=servers, acks="all", linger_ms=5)
+    admin = AIOKafkaAdminClient(bootstrap_servers=servers)
+    probe = AIOKafkaConsumer(bootstrap_servers=servers)
+    await producer.start()
+    await admin.start()
+    await probe.start()
+    topics = ("gfs.tasks.submit", "gfs.tasks.lifecycle")
+    parts = [TopicPartition(t, p) for t in topics for p in range(6)]
+    start_offsets = await probe.end_offsets(parts)
+    try:
+        while "[^Worker]: Ready" not in (workdir / "worker.log").read_text():
+            if worker.poll() is not None:
+                raise RuntimeError("the forecast worker exited")
+            await asyncio.sleep(0.2)
+        rng = random.Random(1)
+        live: list[tuple[str, str]] = []
+        sent = 0
+        lags: list[tuple[float, int]] = []
+        t_start = time.monotonic()
+
+        async def lag() -> int:
+            ends = await probe.end_offsets(parts)
+            committed = (await admin.list_consumer_group_offsets(app_id)) or {}
+            total = 0
+            for tp in parts:
+                done = committed.get(tp)
+                base = done.offset if done is not None and done.offset >= 0 else start_offsets[tp]
+                total += max(0, ends[tp] - base)
+            return total
+
+        next_probe = t_start + 5
+        while (elapsed := time.monotonic() - t_start) < seconds:
+            due = int(elapsed * rate) - sent
+            for _ in range(max(0, min(due, 2000))):
+                now = datetime.now(UTC)
+                if live and rng.random() < 0.5:
+                    tid, pool = live.pop(rng.randrange(len(live)))
+                    env_ = wrap(TaskFinished(task_id=tid, exit_code=0, finished_at=now), producer="bench")
+                    topic = "gfs.tasks.lifecycle"
+                elif rng.random() < 0.5 or not live:
+                    tid = f"{run}-{sent}"
+                    pool = f"BP{rng.randrange(pools)}"
+                    env_ = wrap(
+                        TaskSubmitted(
+                            task_id=tid,
+                            tenant=f"t{rng.randrange(tenants)}",
+                            gpu_model=pool,
+                            gpus_per_worker=rng.choice([1, 2, 8]),
+                            workers=1,
+                            task_class=TaskClass.HP,
+                            command="x",
+                        ),
+                        producer="bench",
+                    )
+                    topic = "gfs.tasks.submit"
+                    live.append((tid, pool))
+                else:
+                    tid, pool = live[-1]
+                    env_ = wrap(
+                        TaskAccepted(task_id=tid, pool=pool, task_class=TaskClass.HP), producer="bench"
+                    )
+                    topic = "gfs.tasks.lifecycle"
+                await producer.send(topic, value=encode(env_), key=key_of(env_))
+                sent += 1
+            if time.monotonic() >= next_probe:
+                lags.append((time.monotonic() - t_start, await lag()))
+                typer.echo(f"  t={lags[-1][0]:6.0f}s sent {sent:,} lag {lags[-1][1]:,}")
+                next_probe += 5
+            await asyncio.sleep(0.01)
+        await producer.flush()
+        drain_start = time.monotonic()
+        while (remaining := await lag()) > 0 and time.monotonic() - drain_start < 120:
+            await asyncio.sleep(1)
+        drained = f"in {time.monotonic() - drain_start:.1f} s" if remaining == 0 else "NOT within 120 s"
+        typer.echo(
+            f"stream: {sent:,} task events in {seconds:.0f} s ({sent / seconds:,.0f}/s offered); "
+            f"consumer lag max {max((v for _, v in lags), default=0):,} events, drained {drained}"
+        )
+    finally:
+        worker.terminate()
+        worker.wait(timeout=30)
+        log.close()
+        await producer.stop()
+        await admin.close()
+        await probe.stop()
