@@ -27,10 +27,11 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import asyncpg
+from opentelemetry import trace
 
 from schemas.envelope import Envelope
 from schemas.topics import encode, key_of, topic
-from services.platform.tracing import inject_headers
+from services.platform.tracing import TRACER_NAME, extract_context, inject_headers
 
 log = logging.getLogger(__name__)
 
@@ -113,8 +114,17 @@ class OutboxRelay:
         publish rolls the batch back (none of it marked) and raises; it is retried later."""
         async with self.pool.acquire() as connection, connection.transaction():
             rows = [_row(r) for r in await connection.fetch(_PENDING, self.batch)]
+            tracer = trace.get_tracer(TRACER_NAME)
             for row in rows:
-                await self.sink.send_raw(row.topic, value=row.payload, key=row.key, headers=row.headers)
+                # The publish continues the trace of the transaction that wrote the row.
+                with tracer.start_as_current_span(
+                    f"publish {row.topic}",
+                    context=extract_context(row.headers),
+                    kind=trace.SpanKind.PRODUCER,
+                    attributes={"messaging.system": "kafka", "messaging.destination.name": row.topic,
+                                "gfs.outbox.id": row.id},
+                ):  # fmt: skip
+                    await self.sink.send_raw(row.topic, value=row.payload, key=row.key, headers=row.headers)
             if rows:
                 await connection.execute(_MARK, [row.id for row in rows])
         self.published += len(rows)

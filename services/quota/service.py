@@ -38,6 +38,7 @@ from services.core.quota import QuotaSettings
 from services.platform.clock import Clock, SystemClock
 from services.platform.fence import AdvisoryFence
 from services.platform.kafka.consumer import consume
+from services.platform.kafka.lag import LagProbe
 from services.platform.kafka.processing import ConsumeStats, MessageContext
 from services.platform.kafka.producer import EnvelopeProducer
 from services.platform.metrics import Metrics, configure_metrics, metrics_handler
@@ -78,6 +79,7 @@ class QuotaService:
     # The trace context of the input that last changed a pool (the quota's span continues it).
     contexts: dict[str, otel_context.Context] = field(default_factory=dict)
     stats: ConsumeStats = field(default_factory=ConsumeStats)
+    lag_probe: LagProbe | None = None
     tenant_forecasts: int = 0
     fallback_forecasts: int = 0
     ignored: int = 0
@@ -213,6 +215,12 @@ def _observe(service: QuotaService) -> dict[str, Callable[[CallbackOptions], lis
     def dead_letters(_: CallbackOptions) -> list[Observation]:
         return [Observation(service.stats.dead_lettered)]
 
+    def lag(_: CallbackOptions) -> list[Observation]:
+        probe = service.lag_probe
+        if probe is None:
+            return []
+        return [Observation(v, {"group": probe.group, "topic": t}) for t, v in sorted(probe.lag.items())]
+
     return {
         "gfs_quota_gpus": quota,
         "gfs_quota_eta": eta,
@@ -220,6 +228,7 @@ def _observe(service: QuotaService) -> dict[str, Callable[[CallbackOptions], lis
         "gfs_forecast_coverage_ratio": coverage,
         "gfs_quota_forecast_fallbacks": fallbacks,
         "gfs_quota_dead_letters": dead_letters,
+        "gfs_consumer_lag": lag,
     }
 
 
@@ -308,7 +317,8 @@ async def run_quota_service(
             EnvelopeProducer(bootstrap_servers=settings.bootstrap_servers, client_id="gfs-quota") as producer,
         ):
             relay = OutboxRelay(pool, producer)
-            service = QuotaService(pool, settings, clock, on_saved=relay.wake, stats=stats)
+            probe = LagProbe(settings.bootstrap_servers, settings.quota_group, TOPICS)
+            service = QuotaService(pool, settings, clock, on_saved=relay.wake, stats=stats, lag_probe=probe)
             meter = metrics.meter(TRACER)
             for name, callback in _observe(service).items():
                 meter.create_observable_gauge(name, callbacks=[callback])
@@ -351,6 +361,7 @@ async def run_quota_service(
                 asyncio.create_task(consuming),
                 asyncio.create_task(_every(settings.quota_refresh_s, inner, service.refresh)),
                 asyncio.create_task(relay.run(inner)),
+                asyncio.create_task(probe.run(inner)),
                 asyncio.create_task(watch_fence()),
                 asyncio.create_task(until_stop()),
             ]

@@ -4,6 +4,7 @@ consumer carries on with the next good record."""
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import uuid
 
@@ -67,3 +68,47 @@ async def test_bad_records_are_dead_lettered_and_the_next_good_one_is_handled(
     assert base64.b64decode(schema_letter.original) == invalid_bytes
     assert "payload.workers" in schema_letter.error, schema_letter.error
     assert "greater than or equal to 1" in schema_letter.error
+
+
+async def test_a_newer_schema_version_and_a_large_record_are_dead_lettered_with_their_reason(
+    registry_topics: TopicsReport, kafka_bootstrap: str, unique_group: str
+) -> None:
+    # A record from a producer upgraded first (schema_version 2), and a 900 KB record the broker
+    # accepts but whose dead letter, whole, would not fit in one message (base64 is 4/3 larger):
+    # both land in the dead-letter topic with their reason, and the next good record is handled.
+    task_id = f"job-{uuid.uuid4().hex[:8]}"
+    key = task_id.encode()
+    future = json.loads(encode(wrap(task_submitted(task_id), producer="it-dlq")))
+    future["schema_version"] = 2
+    future_bytes = json.dumps(future).encode()
+    large = b"x" * 900_000
+    good = wrap(task_submitted(task_id), producer="it-dlq")
+    async with EnvelopeProducer(bootstrap_servers=kafka_bootstrap) as producer:
+        future_at = await producer.send_raw(SUBMIT, value=future_bytes, key=key)
+        large_at = await producer.send_raw(SUBMIT, value=large, key=key)
+        await producer.send(SUBMIT, good)
+    await consume_until(
+        SUBMIT, unique_group, bootstrap_servers=kafka_bootstrap,
+        done=lambda got: good.event_id in got.event_ids(),
+    )  # fmt: skip
+    ours = {future_at.offset: future_at.partition, large_at.offset: large_at.partition}
+
+    def is_ours(envelope) -> bool:  # type: ignore[no-untyped-def]
+        letter = envelope.payload
+        return (
+            letter.consumer_group == unique_group
+            and ours.get(letter.source_offset) == letter.source_partition
+        )
+
+    letters, _ = await consume_until(
+        DEAD_LETTER_TOPIC, f"{unique_group}-reader", bootstrap_servers=kafka_bootstrap,
+        done=lambda got: sum(is_ours(envelope) for envelope, _ in got.items) == 2,
+    )  # fmt: skip
+    by_offset = {env.payload.source_offset: env.payload for env, _ in letters.items if is_ours(env)}
+    version_letter = by_offset[future_at.offset]
+    assert "schema_version 2 is not supported" in version_letter.error
+    assert base64.b64decode(version_letter.original) == future_bytes and not version_letter.truncated
+    large_letter = by_offset[large_at.offset]
+    assert large_letter.truncated and large_letter.original_size == len(large)
+    assert large_letter.original_sha256 == hashlib.sha256(large).hexdigest()
+    assert large_letter.error.startswith("malformed JSON:")

@@ -123,8 +123,12 @@ async def test_inputs_in_quota_out_hand_checked(
         async with aiohttp.ClientSession() as http:
             async with http.get(f"{base}/quotas") as response:
                 shown = (await response.json())[pool]
-            async with http.get(f"{base}/metrics") as response:
-                metrics = await response.text()
+            for _ in range(100):  # the lag probe measures once at start, then every 10 s
+                async with http.get(f"{base}/metrics") as response:
+                    metrics = await response.text()
+                if "gfs_consumer_lag{" in metrics:
+                    break
+                await asyncio.sleep(0.1)
             async with http.get(f"{base}/readyz") as response:
                 assert response.status == 200
         assert shown["quota_gpus"] == {"1": 45.0, "2": 40.0, "4": 40.0}
