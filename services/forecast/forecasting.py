@@ -37,9 +37,12 @@ def hour_start(hour: int) -> datetime:
 
 @dataclass(slots=True)
 class PoolHistory:
-    """The last `max_hours` completed hours of one pool; hours with no row for a tenant are 0."""
+    """At least the last `max_hours` completed hours of one pool (hours with no row for a tenant
+    are 0). Old hours are dropped a week at a time, not one per hour: the series' first hour is the
+    model's time origin, and a moving origin would make it recompute everything every hour."""
 
     max_hours: int = 14 * 24
+    trim_hours: int = 7 * 24
     first_hour: int | None = None
     tenants: dict[str, list[float]] = field(default_factory=dict)
     pool: list[float] = field(default_factory=list)
@@ -61,7 +64,7 @@ class PoolHistory:
             end += 1
         self._append(hour.tenants, hour.pool)
         drop = len(self.pool) - self.max_hours
-        if drop > 0:
+        if drop >= self.trim_hours:
             self.first_hour += drop
             del self.pool[:drop]
             for values in self.tenants.values():
@@ -87,6 +90,7 @@ class PoolHistory:
     def to_json(self) -> dict[str, Any]:
         return {
             "max_hours": self.max_hours,
+            "trim_hours": self.trim_hours,
             "first_hour": self.first_hour,
             "tenants": self.tenants,
             "pool": self.pool,
@@ -95,7 +99,13 @@ class PoolHistory:
     @staticmethod
     def from_json(data: dict[str, Any]) -> PoolHistory:
         tenants = {k: list(v) for k, v in data["tenants"].items()}
-        return PoolHistory(int(data["max_hours"]), data["first_hour"], tenants, list(data["pool"]))
+        return PoolHistory(
+            int(data["max_hours"]),
+            int(data.get("trim_hours", 7 * 24)),
+            data["first_hour"],
+            tenants,
+            list(data["pool"]),
+        )
 
 
 class _Model(Protocol):
@@ -114,7 +124,9 @@ class StreamForecaster:
     model_name: str = "lstm"
     loader: Callable[[Path, datetime], _Model] | None = None
     fallbacks: int = 0
-    _loaded: tuple[float, datetime, _Model] | None = field(default=None, init=False)  # (mtime, start, model)
+    # One model per pool: a model caches its backtests per series and origin, and a shared one
+    # would drop them at every pool change. pool -> (artifact mtime, time origin, model).
+    _loaded: dict[str, tuple[float, datetime, _Model]] = field(default_factory=dict, init=False)
     _in_fallback: bool = field(default=False, init=False)
 
     @property
@@ -128,18 +140,18 @@ class StreamForecaster:
         meta = self.artifact / "metadata.json"
         return meta.stat().st_mtime if meta.exists() else 0.0
 
-    def _model(self, start: datetime) -> _Model | None:
+    def _model(self, pool: str, start: datetime) -> _Model | None:
         """The artifact's model with hour 0 at `start`; reloaded when the artifact changes on disk
         (a new one is picked up without a restart) or the series' origin moves."""
         if self.artifact is None:
             return None
         mtime = self._artifact_mtime()
-        cached = self._loaded
+        cached = self._loaded.get(pool)
         if cached is not None and cached[0] == mtime and cached[1] == start:
             return cached[2]
         loader = self.loader or _load_artifact
         model = loader(self.artifact, start)
-        self._loaded = (mtime, start, model)
+        self._loaded[pool] = (mtime, start, model)
         return model
 
     def refit(self, pool_name: str, history: PoolHistory) -> None:
@@ -147,7 +159,7 @@ class StreamForecaster:
         start_hour = history.first_hour
         if start_hour is None:
             return
-        model = self._model(hour_start(start_hour))
+        model = self._model(pool_name, hour_start(start_hour))
         if model is not None:
             keys, hourly, _ = history.arrays(pool_name)
             model.fit(keys, hourly, hourly.shape[0])
@@ -163,7 +175,7 @@ class StreamForecaster:
         origin = hour_start(history.first_hour + end)
         fallback = False
         try:
-            model = self._model(hour_start(history.first_hour))
+            model = self._model(pool_name, hour_start(history.first_hour))
             if model is None:
                 raise LookupError("no model artifact configured")
             fc = model.predict(keys, hourly, end, self.horizon)

@@ -26,7 +26,7 @@ def _history(hours: int = 48) -> PoolHistory:
 
 
 def test_history_appends_skips_replays_fills_gaps_and_trims() -> None:
-    history = PoolHistory(max_hours=3)
+    history = PoolHistory(max_hours=3, trim_hours=1)
     assert history.add(CompletedHour(10, {"a": 1.0}, 1.0))
     assert not history.add(CompletedHour(10, {"a": 9.0}, 9.0))  # a replayed hour
     assert history.add(CompletedHour(12, {"b": 2.0}, 2.0))  # hour 11 never sampled: zeros
@@ -36,6 +36,19 @@ def test_history_appends_skips_replays_fills_gaps_and_trims() -> None:
     history.add(CompletedHour(13, {"a": 3.0}, 3.0))  # window of 3: hour 10 drops out
     assert (history.first_hour, history.end_hour, history.pool) == (11, 14, [0.0, 2.0, 3.0])
     assert PoolHistory.from_json(history.to_json()) == history
+
+
+def test_old_hours_leave_a_week_at_a_time_so_the_models_origin_moves_weekly() -> None:
+    # Keep at least 3 hours, drop 2 at a time: the 4th hour is kept (1 over), the 5th sends hours
+    # 0 and 1 out together; the 6th is again only 1 over.
+    history = PoolHistory(max_hours=3, trim_hours=2)
+    for h in range(4):
+        history.add(CompletedHour(h, {"a": float(h)}, float(h)))
+    assert (history.first_hour, history.pool) == (0, [0.0, 1.0, 2.0, 3.0])
+    history.add(CompletedHour(4, {"a": 4.0}, 4.0))
+    assert (history.first_hour, history.pool) == (2, [2.0, 3.0, 4.0])
+    history.add(CompletedHour(5, {"a": 5.0}, 5.0))
+    assert (history.first_hour, history.pool) == (2, [2.0, 3.0, 4.0, 5.0])
 
 
 def test_no_artifact_means_a_flagged_persistence_forecast() -> None:
