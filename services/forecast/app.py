@@ -29,12 +29,14 @@ from typing import Any
 
 import faust
 from opentelemetry import trace
+from opentelemetry.metrics import Observation
 
 from schemas.envelope import wrap
 from schemas.topics import DEAD_LETTER_TOPIC, decode, encode, key_of
 from services.forecast.forecasting import PoolHistory, StreamForecaster
 from services.forecast.pipeline import Delta, PoolDemand, TaskRecord, apply_task_event
 from services.platform.kafka.dead_letter import FailedRecord, build_dead_letter, describe_error
+from services.platform.metrics import configure_metrics
 from services.platform.settings import PlatformSettings
 from services.platform.tracing import extract_context, inject_headers
 
@@ -62,6 +64,8 @@ class ForecastServiceSettings(PlatformSettings):
     # transaction, but a worker killed mid-transaction then blocks every read_committed consumer
     # of gfs.forecasts (the quota service) until the broker times the transaction out.
     forecast_processing_guarantee: str = "at_least_once"
+    forecast_web_port: int = 6066  # /metrics on loopback (Faust's web server); 0: none
+    forecast_web_host: str = "127.0.0.1"
 
 
 def make_app(settings: ForecastServiceSettings, forecaster: StreamForecaster | None = None) -> faust.App:
@@ -74,7 +78,10 @@ def make_app(settings: ForecastServiceSettings, forecaster: StreamForecaster | N
         datadir=str(settings.forecast_datadir),
         topic_partitions=settings.forecast_partitions,
         topic_replication_factor=1,
-        web_enabled=False,
+        web_enabled=settings.forecast_web_port > 0,
+        web_port=settings.forecast_web_port or 6066,
+        web_bind=settings.forecast_web_host,
+        web_host=settings.forecast_web_host,
         producer_acks=-1,
         processing_guarantee=settings.forecast_processing_guarantee,
         # A new stream reads the retained task topics from the start: that is its state.
@@ -185,6 +192,30 @@ def make_app(settings: ForecastServiceSettings, forecaster: StreamForecaster | N
                     envelope = wrap(payload, producer=PRODUCER)
                     await forecasts.send(key=key_of(envelope), value=encode(envelope), headers=headers)
                 app.gfs_counters["forecasts"] += 1  # type: ignore[attr-defined]
+
+    metrics = configure_metrics(PRODUCER)
+    meter = metrics.meter(TRACER)
+    counters = app.gfs_counters  # type: ignore[attr-defined]
+    for key, help_text in (
+        ("dead_lettered", "records sent to the dead-letter topic"),
+        ("skipped", "decodable events the stream could not use"),
+        ("forecasts", "hourly forecast rounds published (per pool)"),
+    ):
+        meter.create_observable_counter(
+            f"gfs_forecast_{key}",
+            callbacks=[lambda _, k=key: [Observation(counters[k])]],
+            description=help_text,
+        )
+    meter.create_observable_counter(
+        "gfs_forecast_fallbacks",
+        callbacks=[lambda _: [Observation(forecaster.fallbacks)]],
+        description="forecasts answered by persistence because the model failed",
+    )
+
+    @app.page("/metrics")
+    async def metrics_page(web: Any, request: Any) -> Any:
+        # aiohttp refuses a charset inside content_type: the format version only.
+        return web.bytes(metrics.render(), content_type="text/plain; version=0.0.4")
 
     @app.timer(settings.forecast_tick_s)
     async def tick() -> None:

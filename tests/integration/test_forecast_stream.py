@@ -9,6 +9,7 @@ import asyncio
 import base64
 import contextlib
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -18,6 +19,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 from kafka_harness import consume_until
 from opentelemetry.sdk.trace import TracerProvider
@@ -37,7 +39,7 @@ BAD = b"{not json"
 
 
 @contextlib.contextmanager
-def _worker(kafka_bootstrap: str, app_id: str, log_path: Path) -> Iterator[Path]:
+def _worker(kafka_bootstrap: str, app_id: str, log_path: Path, web_port: int = 0) -> Iterator[Path]:
     """A forecast worker (its own app id), ready to consume; stopped gracefully on exit."""
     env = {
         **os.environ,
@@ -46,6 +48,7 @@ def _worker(kafka_bootstrap: str, app_id: str, log_path: Path) -> Iterator[Path]
         "FORECAST_DATADIR": str(log_path.parent / f"faust-{log_path.stem}"),
         "FORECAST_STORE": "memory://",  # tables live in their changelogs only: a restart rebuilds them
         "FORECAST_TICK_S": "3600",
+        "FORECAST_WEB_PORT": str(web_port),
     }
     log = log_path.open("w")
     gfs = str(Path(sys.executable).parent / "gfs")
@@ -72,7 +75,11 @@ def _worker(kafka_bootstrap: str, app_id: str, log_path: Path) -> Iterator[Path]
 def stream(kafka_bootstrap: str, tmp_path: Path, registry_topics: TopicsReport) -> Iterator[tuple[str, Path]]:
     """A forecast worker of its own, stopped after the test."""
     app_id = f"it-forecast-{uuid.uuid4().hex[:8]}"
-    with _worker(kafka_bootstrap, app_id, tmp_path / "worker.log") as log_path:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = int(probe.getsockname()[1])
+    with _worker(kafka_bootstrap, app_id, tmp_path / "worker.log", web_port=port) as log_path:
+        (tmp_path / "port").write_text(str(port))
         yield app_id, log_path
 
 
@@ -175,6 +182,11 @@ async def test_task_events_become_forecasts_of_observed_demand(
     )
     letter = next(env.payload for env, _ in letters.items if our_letter(env))
     assert letter.source_topic == "gfs.tasks.submit" and "malformed JSON" in letter.error
+    # The worker's counters on /metrics (Prometheus format).
+    port = (log.parent / "port").read_text()
+    async with aiohttp.ClientSession() as http, http.get(f"http://127.0.0.1:{port}/metrics") as response:
+        metrics = await response.text()
+    assert "gfs_forecast_dead_lettered_total" in metrics and "gfs_forecast_fallbacks_total" in metrics
 
 
 async def test_a_restarted_stream_rebuilds_its_tables_from_the_changelogs(
