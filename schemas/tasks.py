@@ -29,6 +29,7 @@ class RejectionReason(StrEnum):
 
     UNKNOWN_GPU_MODEL = "UNKNOWN_GPU_MODEL"
     REQUEST_LARGER_THAN_ANY_NODE = "REQUEST_LARGER_THAN_ANY_NODE"
+    GANG_LARGER_THAN_POOL = "GANG_LARGER_THAN_POOL"
     INVALID_GUARANTEE = "INVALID_GUARANTEE"
     DUPLICATE_TASK_ID = "DUPLICATE_TASK_ID"
     UNKNOWN_TENANT = "UNKNOWN_TENANT"
@@ -44,6 +45,7 @@ _REJECTION_MESSAGES: dict[RejectionReason, str] = {
     RejectionReason.REQUEST_LARGER_THAN_ANY_NODE: (
         "one worker needs more GPUs than any node of that model has"
     ),
+    RejectionReason.GANG_LARGER_THAN_POOL: "the pool does not have that many GPUs even when empty",
     RejectionReason.INVALID_GUARANTEE: "the guaranteed duration is not offered for this task class",
     RejectionReason.DUPLICATE_TASK_ID: "a task with this id was already submitted",
     RejectionReason.UNKNOWN_TENANT: "the organization is not known to the scheduler",
@@ -65,6 +67,7 @@ class EvictionReason(StrEnum):
     QUOTA_REDUCED = "QUOTA_REDUCED"
     CANCELLED = "CANCELLED"
     NODE_DRAIN = "NODE_DRAIN"
+    NODE_LOST = "NODE_LOST"
 
     @property
     def message(self) -> str:
@@ -76,6 +79,7 @@ _EVICTION_MESSAGES: dict[EvictionReason, str] = {
     EvictionReason.QUOTA_REDUCED: "the spot quota of the pool fell below the spot GPUs in use",
     EvictionReason.CANCELLED: "the task was cancelled by its owner",
     EvictionReason.NODE_DRAIN: "the node is being drained",
+    EvictionReason.NODE_LOST: "the node stopped reporting; its tasks were stopped and requeued",
 }
 
 

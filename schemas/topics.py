@@ -32,6 +32,7 @@ from schemas.tasks import (
     TaskSubmitted,
 )
 from schemas.telemetry import NodeTelemetry
+from schemas.workers import WorkerExited, WorkerStarted
 
 __all__ = [
     "DEAD_LETTER_TOPIC",
@@ -181,6 +182,15 @@ TOPICS: tuple[TopicSpec, ...] = (
         retention_ms=7 * _DAY_MS,
         compacted=False,
         description="Node agents' answers to eviction commands.",
+    ),
+    TopicSpec(
+        name="gfs.commands.worker-ack",
+        key_field="node",
+        payload_types=(WorkerStarted, WorkerExited),
+        partitions=6,
+        retention_ms=7 * _DAY_MS,
+        compacted=False,
+        description="Node agents' per-worker reports: started (pid), exited (exit code).",
     ),
     TopicSpec(
         name=DEAD_LETTER_TOPIC,

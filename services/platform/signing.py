@@ -62,6 +62,21 @@ class SignatureError(ValueError):
         self.check = check
 
 
+# Domain separation for per-node keys: a node key can never equal a key derived for another
+# purpose from the same master secret.
+_NODE_KEY_LABEL = b"gfs/node-command-key/v1\x00"
+
+
+def node_key(master: bytes, node: str) -> bytes:
+    """The key that signs and verifies `node`'s commands: HMAC-SHA256(master, label || node).
+
+    One master secret lives with the scheduler; each agent is given only its own node's key, so a
+    compromised node cannot forge commands for another node.
+    """
+    _check_key(master)
+    return hmac.new(master, _NODE_KEY_LABEL + node.encode("utf-8"), hashlib.sha256).digest()
+
+
 def signing_bytes(command: BindCommand | EvictCommand) -> bytes:
     """The bytes the signature covers: the compact JSON of the command with signature "".
 

@@ -32,6 +32,7 @@ EXPECTED: dict[str, tuple[str, frozenset[str], int]] = {
     "gfs.commands.bind": ("node", frozenset({"BindCommand"}), 6),
     "gfs.commands.evict": ("node", frozenset({"EvictCommand"}), 6),
     "gfs.commands.evict-ack": ("node", frozenset({"EvictAck"}), 6),
+    "gfs.commands.worker-ack": ("node", frozenset({"WorkerStarted", "WorkerExited"}), 6),
     "gfs.deadletter": ("source_topic", frozenset({"DeadLetter"}), 1),
 }
 

@@ -13,6 +13,7 @@ from uuid import UUID
 from pydantic import BaseModel
 
 from schemas.commands import BindCommand, EvictAck, EvictCommand, EvictOutcome
+from schemas.workers import WorkerExited, WorkerStarted
 from schemas.dead_letter import DeadLetter
 from schemas.forecast import DemandForecast, HourlyDemand, PoolDemandForecast
 from schemas.pool_status import PoolStatus
@@ -163,6 +164,13 @@ def all_examples() -> dict[str, BaseModel]:
             task_ids=("job-1",),
             outcome=EvictOutcome.CHECKPOINTED,
             acked_at=T0 + timedelta(seconds=20),
+        ),
+        WorkerStarted(
+            command_id=COMMAND_ID, node="node-1", task_id="job-1", worker_index=0, pid=4242, started_at=T0
+        ),
+        WorkerExited(
+            command_id=COMMAND_ID, node="node-1", task_id="job-1", worker_index=0, exit_code=0,
+            exited_at=T0 + timedelta(seconds=60),
         ),
         DeadLetter(
             original="e30=",  # base64 of "{}"
