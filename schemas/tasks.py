@@ -222,6 +222,18 @@ class TaskEvicted(BaseModel):
     requeued: bool = Field(default=True, description="Whether the task went back to the queue.")
 
 
+class TaskWithdrawn(BaseModel):
+    """A queued task left its queue because its owner cancelled it (a running one is stopped
+    instead and reported by TaskEvicted with reason CANCELLED and requeued false)."""
+
+    model_config = _CONTRACT
+
+    task_id: TaskId = Field(description="The withdrawn task.")
+    pool: PoolName = Field(description="The pool whose queue it left.")
+    withdrawn_at: UtcDatetime = Field(description="When the scheduler took it out of the queue.")
+    reason: str = Field(default="", max_length=2000, description="The cancellation's free text.")
+
+
 class GuaranteePeriodClosed(BaseModel):
     """One spot guarantee period ended (spec §4.2). Successes and failures both count for η."""
 

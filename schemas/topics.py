@@ -30,6 +30,7 @@ from schemas.tasks import (
     TaskRejected,
     TaskStarted,
     TaskSubmitted,
+    TaskWithdrawn,
 )
 from schemas.telemetry import NodeTelemetry
 from schemas.workers import WorkerExited, WorkerStarted
@@ -112,6 +113,7 @@ TOPICS: tuple[TopicSpec, ...] = (
             TaskStarted,
             TaskFinished,
             TaskEvicted,
+            TaskWithdrawn,
             GuaranteePeriodClosed,
         ),
         partitions=6,

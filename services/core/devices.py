@@ -43,6 +43,11 @@ class DeviceAllocator:
         self._slot_users: dict[int, int] = {}  # open shared slot -> fractional placements on it
         self._bindings: dict[TaskId, tuple[DeviceBinding, ...]] = {}
 
+    def add_node(self, gpus: int) -> None:
+        """A node appended to the pool (`PoolState.add_node`): all its indices free."""
+        self._cap.append(int(gpus))
+        self._used.append(0)
+
     def _take(self, node: int, count: int) -> tuple[int, ...]:
         """The `count` lowest free indices on `node` (hot path: one call per placement)."""
         mask = self._used[node]

@@ -98,6 +98,41 @@ class PoolState:
                 released.append(running[tid])
         return released
 
+    def add_node(self, name: str, gpus: int) -> int:
+        """Append an idle, online node (a live cluster grows: a node agent that appears later
+        joins its pool). Existing node indices and GPU slots keep their numbers; the new node's
+        slots follow the last one. Returns its index. Not journaled: call it between passes."""
+        if self._journal is not None:
+            raise RuntimeError("add_node inside a journaled pass")
+        if gpus < 1:
+            raise ValueError(f"a node needs at least one GPU (got {gpus} for {name})")
+        if name in self.node_names:
+            raise ValueError(f"node {name} is already in pool {self.pool}")
+        index = len(self.node_cap)
+        n = index + 1
+        self.node_names = (*self.node_names, name)
+        self.node_cap = np.append(self.node_cap, np.int64(gpus))
+        self.node_offset = np.append(self.node_offset[:index], np.int64(self.capacity))
+        self.capacity += gpus
+        self.node_index = np.arange(n, dtype=np.int64)
+        self._eviction_score = np.append(self._eviction_score, np.int64(DEFAULT_EVICTION_SCORE))
+        self._fit_unit = 10001 * n
+        self.gpu_node = np.append(self.gpu_node, np.full(gpus, index, dtype=np.int64))
+        self.spot_whole.append({})
+        self.spot_gpus = np.append(self.spot_gpus, np.int64(0))
+        self.hp_gpus = np.append(self.hp_gpus, np.int64(0))
+        self.online_cap = np.append(self.online_cap, np.int64(gpus))
+        self.online_capacity += gpus
+        self.free = np.append(self.free, np.int64(gpus))
+        self.shared_on_node = np.append(self.shared_on_node, np.int64(0))
+        self.gpu_shared = np.append(self.gpu_shared, np.zeros(gpus, dtype=bool))
+        self.gpu_hp = np.append(self.gpu_hp, np.zeros(gpus, dtype=np.float64))
+        self.gpu_spot = np.append(self.gpu_spot, np.zeros(gpus, dtype=np.float64))
+        # Both caches scale with the node count (tie keys multiply by it): rebuilt on next use.
+        self._tie_keys.clear()
+        self._fit_keys.clear()
+        return index
+
     # ----- journal -------------------------------------------------------------------------
     def begin(self) -> None:
         self._journal = []

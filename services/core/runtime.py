@@ -345,6 +345,16 @@ class PoolRuntime:
         self.version += 1
         return stops
 
+    def add_node(self, name: str, gpus: int, now: float) -> int:
+        """A node that joins the pool (idle, online): its index. Shapes once rejected may fit now."""
+        self._at(now)
+        index = self.state.add_node(name, gpus)
+        self.devices.add_node(gpus)
+        self.feasibility = PoolFeasibility(tuple(int(g) for g in self.state.node_cap))
+        self._verdicts.clear()
+        self.version += 1
+        return index
+
     def node_up(self, node: int, now: float) -> bool:
         self._at(now)
         if self.state.is_online(node):

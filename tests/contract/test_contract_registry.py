@@ -20,6 +20,7 @@ EXPECTED: dict[str, tuple[str, frozenset[str], int]] = {
                 "TaskStarted",
                 "TaskFinished",
                 "TaskEvicted",
+                "TaskWithdrawn",
                 "GuaranteePeriodClosed",
             }
         ),

@@ -31,6 +31,7 @@ from schemas.tasks import (
     TaskFinished,
     TaskRejected,
     TaskStarted,
+    TaskWithdrawn,
     TaskSubmitted,
 )
 from schemas.telemetry import GpuAllocation, GpuSample, NodeTelemetry
@@ -165,6 +166,7 @@ def all_examples() -> dict[str, BaseModel]:
             outcome=EvictOutcome.CHECKPOINTED,
             acked_at=T0 + timedelta(seconds=20),
         ),
+        TaskWithdrawn(task_id="job-1", pool="A100", withdrawn_at=T0, reason="owner asked"),
         WorkerStarted(
             command_id=COMMAND_ID, node="node-1", task_id="job-1", worker_index=0, pid=4242, started_at=T0
         ),

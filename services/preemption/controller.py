@@ -1,0 +1,609 @@
+"""One pool in the live scheduler: wire events in, the core's runtime decides, wire effects out.
+
+`PoolController` is the preemption service's I/O-free heart. The service shell feeds it decoded
+payloads with the wall-clock time they are handled at; the controller drives the core's
+`PoolRuntime` (the same runtime the simulator drives) and returns `Effects`: lifecycle events,
+unsigned node commands, and decision records with their explanation. It reads no clock, makes no
+random choice and does no I/O, so replaying the same inputs at the same times rebuilds the same
+state: the shell journals every input and rebuilds a pool after a restart or a failover by
+replaying its journal (`services.preemption.journal`). Command ids are derived from the pool and
+a counter for the same reason.
+
+Rules (docs/services.md, "Preemption service"):
+- An HP task placed by preemption gets its BindCommands held until every victim's EvictAck came
+  back, or the grace period plus a margin passed (then the agent has killed them anyway).
+- A task is TaskStarted when every worker reported WorkerStarted, and finished when every worker
+  exited on its own (TaskFinished carries the first non-zero exit code).
+- Cancel: a queued task is withdrawn; a running one is stopped with reason CANCELLED, never
+  requeued.
+- A node whose heartbeat stopped is marked down by the shell (`node_down`): its tasks are stopped
+  and requeued per the runtime's rule, and every node holding one of their workers gets an
+  EvictCommand (reason NODE_LOST, no grace) so no task ever runs twice if the node comes back.
+- When the quota in force expires (valid_until passed, no newer SpotQuota), the quota is frozen
+  at the spot GPUs running then: no new spot admissions above what runs, and no eviction.
+  Before the first SpotQuota a pool admits no spot task.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import BaseModel
+
+from schemas.commands import BindCommand, EvictAck, EvictCommand, EvictOutcome
+from schemas.quota import SpotQuota
+from schemas.tasks import (
+    EvictionReason,
+    GuaranteeOutcome,
+    GuaranteePeriodClosed,
+    Placement,
+    RejectionReason,
+    TaskAccepted,
+    TaskEvicted,
+    TaskFinished,
+    TaskRejected,
+    TaskStarted,
+    TaskSubmitted,
+    TaskWithdrawn,
+)
+from schemas.tasks import TaskClass as WireClass
+from schemas.workers import WorkerExited, WorkerStarted
+from services.core import reasons as core_reasons
+from services.core.explain import Explanation
+from services.core.feasibility import rejection_message
+from services.core.guarantee import GUARANTEE_PERIOD_S
+from services.core.ids import PoolId, TaskId, TenantId
+from services.core.outcomes import Started, Stopped
+from services.core.policies.registry import build_policy
+from services.core.pool import PoolState
+from services.core.runtime import PoolRuntime, RuntimeSettings
+from services.core.task import TaskClass, TaskSpec
+
+# Namespace of the command and event ids the controller derives (uuid5 of pool and counter).
+ID_NAMESPACE = uuid.UUID("6a1f4c52-2d0e-4f1b-9a57-0c9e3b8d7e11")
+# Policies whose runtime needs lease renewals the live service does not drive (the simulator's
+# engine does): refused by name rather than run wrongly.
+LEASE_POLICIES = frozenset({"chronus"})
+DEFAULT_CHECKPOINT_S = 3600.0  # what the core assumes when a task declares none (spec 5.4)
+
+_REJECTIONS = {
+    core_reasons.Rejection.UNKNOWN_POOL: RejectionReason.UNKNOWN_GPU_MODEL,
+    core_reasons.Rejection.WORKER_LARGER_THAN_NODE: RejectionReason.REQUEST_LARGER_THAN_ANY_NODE,
+    core_reasons.Rejection.GANG_LARGER_THAN_POOL: RejectionReason.GANG_LARGER_THAN_POOL,
+    core_reasons.Rejection.INVALID_REQUEST: RejectionReason.REQUEST_LARGER_THAN_ANY_NODE,
+}
+_EVICTION_REASONS = {
+    core_reasons.EvictionReason.PREEMPTED_BY_HP: EvictionReason.PREEMPTED_BY_HP,
+    core_reasons.EvictionReason.NODE_DOWN: EvictionReason.NODE_LOST,
+    core_reasons.EvictionReason.CANCELLED: EvictionReason.CANCELLED,
+    core_reasons.EvictionReason.LEASE_NOT_RENEWED: EvictionReason.QUOTA_REDUCED,
+}
+
+
+def utc(seconds: float) -> datetime:
+    return datetime.fromtimestamp(seconds, UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerSettings:
+    policy: str = "gfs"
+    t_win_s: float = 31 * 86400.0
+    cost_weight: float = 5.0
+    grace_s: float = 30.0  # EvictCommand.grace_seconds for preemptions
+    ack_margin_s: float = 10.0  # after the grace period, held binds go out even without an ack
+
+    def __post_init__(self) -> None:
+        if self.policy in LEASE_POLICIES:
+            raise ValueError(
+                f"policy {self.policy!r} is lease-based: the live service does not renew leases; "
+                "use it in the simulator only"
+            )
+        build_policy(self.policy)  # unknown names raise here, at start-up, with the known names
+        if self.grace_s < 0 or self.ack_margin_s < 0:
+            raise ValueError("grace_s and ack_margin_s must not be negative")
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """One decision record (persisted; `gfs explain` reads them)."""
+
+    task_id: str
+    kind: str  # accepted, rejected, started, evicted, bound, withdrawn, finished, node_down, ...
+    at_s: float
+    detail: dict[str, Any]
+
+
+@dataclass(slots=True)
+class Effects:
+    events: list[BaseModel] = field(default_factory=list)  # lifecycle events
+    commands: list[BindCommand | EvictCommand] = field(default_factory=list)  # unsigned
+    decisions: list[Decision] = field(default_factory=list)
+
+    def extend(self, other: Effects) -> None:
+        self.events += other.events
+        self.commands += other.commands
+        self.decisions += other.decisions
+
+    def __bool__(self) -> bool:
+        return bool(self.events or self.commands or self.decisions)
+
+
+@dataclass(slots=True)
+class _Task:
+    submitted: TaskSubmitted
+    attempt: int = 0
+    binds: dict[uuid.UUID, BindCommand] = field(default_factory=dict)  # current attempt's commands
+    started: dict[int, float] = field(default_factory=dict)  # worker -> WorkerStarted time
+    exits: dict[int, int] = field(default_factory=dict)  # worker -> exit code (own exits)
+    workers: int = 0
+    reported_start: bool = False
+    periods_closed: int = 0  # guarantee periods of the current run already reported
+
+
+@dataclass(slots=True)
+class _Pending:
+    """An HP task's binds, held until its victims' evictions are acknowledged."""
+
+    task_id: str
+    binds: list[BindCommand]
+    waiting: set[uuid.UUID]
+    deadline_s: float
+
+
+@dataclass(slots=True)
+class _Eviction:
+    node: str
+    task_ids: tuple[str, ...]
+    reason: EvictionReason
+    preemptor: str | None
+    lost: dict[str, float]  # task -> lost GPU-seconds since its last checkpoint
+    requeued: bool
+    reported: bool = False
+
+
+class PoolController:
+    def __init__(self, pool: str, settings: ControllerSettings | None = None) -> None:
+        self.pool = pool
+        self.settings = settings or ControllerSettings()
+        s = self.settings
+        self.runtime = PoolRuntime(
+            PoolState(PoolId(pool), (), ()),
+            build_policy(s.policy),
+            RuntimeSettings(t_win_s=s.t_win_s, cost_weight=s.cost_weight),
+        )
+        # No spot task before the first quota (module doc).
+        self.runtime.update_quota(dict.fromkeys(self.runtime.quota, 0.0), 1.0)
+        self.nodes: dict[str, int] = {}
+        self.down: set[str] = set()
+        self.tasks: dict[str, _Task] = {}
+        self.seen: set[str] = set()  # every task id ever accepted or rejected here (duplicates)
+        self.pending: dict[str, _Pending] = {}
+        self.evictions: dict[uuid.UUID, _Eviction] = {}
+        self.bind_owner: dict[uuid.UUID, str] = {}
+        self.quota_valid_until: float | None = None
+        self.quota_frozen = False
+        self.quota_version = ""  # "<forecast_version>@<valid_from>" of the SpotQuota in force
+        self.counter = 0
+        self._periods: list[tuple[float, str, float]] = []  # (period end, task, its run start)
+        self.decided = 0
+
+    # ----- ids --------------------------------------------------------------------------------
+    def _id(self) -> uuid.UUID:
+        self.counter += 1
+        return uuid.uuid5(ID_NAMESPACE, f"{self.pool}/{self.counter}")
+
+    # ----- nodes ------------------------------------------------------------------------------
+    def node_seen(self, name: str, gpus: int, now: float) -> Effects:
+        """A heartbeat of `name` (NodeTelemetry): a new node joins, a down one comes back."""
+        out = Effects()
+        index = self.nodes.get(name)
+        if index is None:
+            self.nodes[name] = self.runtime.add_node(name, gpus, self._now(now))
+            out.decisions.append(Decision("", "node_joined", now, {"node": name, "gpus": gpus}))
+        elif name in self.down:
+            self.down.discard(name)
+            self.runtime.node_up(index, self._now(now))
+            out.decisions.append(Decision("", "node_up", now, {"node": name}))
+        return out
+
+    def node_down(self, name: str, now: float) -> Effects:
+        """The node's heartbeat stopped: stop and requeue its tasks (module doc)."""
+        out = Effects()
+        index = self.nodes.get(name)
+        if index is None or name in self.down:
+            return out
+        self.down.add(name)
+        stops = self.runtime.node_down(index, self._now(now))
+        out.decisions.append(Decision("", "node_down", now, {"node": name, "stopped": [s.task_id for s in stops]}))
+        for stop in stops:
+            out.extend(self._stopped(stop, now, grace_s=0.0))
+        return out
+
+    # ----- submissions -------------------------------------------------------------------------
+    def submit(self, task: TaskSubmitted, now: float, *, duplicate: bool = False) -> Effects:
+        out = Effects()
+        tid = task.task_id
+        if duplicate or tid in self.seen:
+            message = f"task id {tid} was already submitted; pick a new id"
+            out.events.append(TaskRejected(task_id=tid, reason=RejectionReason.DUPLICATE_TASK_ID, message=message))
+            out.decisions.append(Decision(tid, "rejected", now, {"reason": "DUPLICATE_TASK_ID", "message": message}))
+            return out
+        self.seen.add(tid)
+        cls = TaskClass.HP if task.task_class is WireClass.HP else TaskClass.SPOT
+        spec = TaskSpec(
+            task_id=TaskId(tid),
+            tenant=TenantId(task.tenant),
+            pool=PoolId(self.pool),
+            task_class=cls,
+            gpus_per_worker=task.gpus_per_worker,
+            workers=task.workers,
+            submit_s=now,
+            duration_s=task.expected_duration_s or 0.0,
+            guarantee_hours=task.guarantee_hours,
+            checkpoint_interval_s=task.checkpoint_interval_s or DEFAULT_CHECKPOINT_S,
+        )
+        rejection = self.runtime.submit(spec, self._now(now)) if self.nodes else core_reasons.Rejection.UNKNOWN_POOL
+        if rejection is not None:
+            reason = _REJECTIONS[rejection]
+            message = rejection_message(rejection, task.gpus_per_worker, task.workers, self.pool)
+            out.events.append(TaskRejected(task_id=tid, reason=reason, message=message))
+            out.decisions.append(Decision(tid, "rejected", now, {"reason": reason.value, "message": message}))
+            return out
+        self.tasks[tid] = _Task(task)
+        out.events.append(TaskAccepted(task_id=tid, pool=self.pool, task_class=task.task_class))
+        out.decisions.append(Decision(tid, "accepted", now, {"class": task.task_class.value}))
+        return out
+
+    def cancel(self, task_id: str, tenant: str, reason: str, now: float) -> Effects:
+        out = Effects()
+        task = self.tasks.get(task_id)
+        if task is None:
+            out.decisions.append(Decision(task_id, "cancel_ignored", now, {"why": "not queued or running here"}))
+            return out
+        if task.submitted.tenant != tenant:
+            why = f"tenant {tenant!r} does not own the task (owner {task.submitted.tenant!r})"
+            out.decisions.append(Decision(task_id, "cancel_refused", now, {"why": why}))
+            return out
+        self._drop_pending(task_id)
+        stop = self.runtime.cancel(TaskId(task_id), self._now(now))
+        if stop is None:
+            del self.tasks[task_id]
+            out.events.append(TaskWithdrawn(task_id=task_id, pool=self.pool, withdrawn_at=utc(now), reason=reason))
+            out.decisions.append(Decision(task_id, "withdrawn", now, {"reason": reason}))
+            return out
+        out.extend(self._stopped(stop, now, grace_s=self.settings.grace_s))
+        return out
+
+    # ----- quota ----------------------------------------------------------------------------------
+    def quota(self, quota: SpotQuota, now: float) -> Effects:
+        out = Effects()
+        given = {q.guarantee_hours: q.quota_gpus for q in quota.quotas}
+        values: dict[int, float] = {}
+        for hours in sorted(self.runtime.quota):
+            # A duration not offered (3 h) takes the next longer one's quota (tasks cannot ask it).
+            longer = [given[h] for h in sorted(given) if h >= hours]
+            values[hours] = longer[0] if longer else min(given.values())
+        self._now(now)
+        changed = self.runtime.update_quota(values, quota.eta)
+        self.quota_valid_until = quota.valid_until.timestamp()
+        self.quota_frozen = False
+        self.quota_version = f"{quota.forecast_version}@{quota.valid_from.isoformat()}"
+        out.decisions.append(
+            Decision("", "quota", now, {"quota": {str(h): v for h, v in values.items()}, "eta": quota.eta,
+                                         "version": self.quota_version, "changed": changed})  # fmt: skip
+        )
+        return out
+
+    # ----- acknowledgements -----------------------------------------------------------------------
+    def evict_ack(self, ack: EvictAck, now: float) -> Effects:
+        out = Effects()
+        eviction = self.evictions.get(ack.command_id)
+        if eviction is None:
+            return out
+        if not eviction.reported:
+            eviction.reported = True
+            for tid in eviction.task_ids:
+                out.events.append(
+                    TaskEvicted(task_id=tid, node=eviction.node, command_id=ack.command_id, reason=eviction.reason,
+                                evicted_at=ack.acked_at, lost_gpu_seconds=eviction.lost.get(tid, 0.0),
+                                requeued=eviction.requeued)  # fmt: skip
+                )
+            out.decisions.append(
+                Decision(eviction.task_ids[0], "evict_acked", now,
+                         {"command_id": str(ack.command_id), "node": ack.node, "outcome": ack.outcome.value,
+                          "tasks": list(eviction.task_ids)})  # fmt: skip
+            )
+        for pending in list(self.pending.values()):
+            if ack.command_id in pending.waiting:
+                pending.waiting.discard(ack.command_id)
+                if not pending.waiting:
+                    out.extend(self._release(pending, now, "victims acknowledged"))
+        if ack.outcome is EvictOutcome.FAILED:
+            out.decisions.append(Decision(eviction.task_ids[0], "evict_failed", now, {"detail": ack.detail}))
+        return out
+
+    def worker_started(self, ack: WorkerStarted, now: float) -> Effects:
+        out = Effects()
+        task = self._current(ack.command_id, ack.task_id)
+        if task is None or ack.worker_index in task.started:
+            return out
+        task.started[ack.worker_index] = ack.started_at.timestamp()
+        if not task.reported_start and len(task.started) == task.workers:
+            task.reported_start = True
+            placements = tuple(p for b in task.binds.values() for p in b.placements)
+            out.events.append(
+                TaskStarted(task_id=ack.task_id, pool=self.pool, task_class=task.submitted.task_class,
+                            placements=tuple(sorted(placements, key=lambda p: p.worker_index)),
+                            started_at=utc(max(task.started.values())), attempt=task.attempt)  # fmt: skip
+            )
+        return out
+
+    def worker_exited(self, ack: WorkerExited, now: float) -> Effects:
+        out = Effects()
+        task = self._current(ack.command_id, ack.task_id)
+        if task is None or ack.evicted or ack.worker_index in task.exits:
+            return out  # an old attempt, or an exit the eviction already accounts for
+        task.exits[ack.worker_index] = ack.exit_code
+        if len(task.exits) < task.workers:
+            return out
+        tid = ack.task_id
+        if TaskId(tid) not in self.runtime.state.running:
+            return out
+        start = self.runtime.run_start(TaskId(tid))
+        finished = self.runtime.finish(TaskId(tid), self._now(now))
+        codes = [task.exits[w] for w in sorted(task.exits)]
+        code = next((c for c in codes if c != 0), 0)
+        if task.submitted.task_class is WireClass.SPOT and start is not None:
+            out.events += self._closes(tid, task, start, now, finished.successes, failed=False)
+        out.events.append(TaskFinished(task_id=tid, exit_code=code, finished_at=ack.exited_at))
+        out.decisions.append(Decision(tid, "finished", now, {"exit_code": code, "run_s": finished.run_s}))
+        self._drop_pending(tid)
+        del self.tasks[tid]
+        return out
+
+    # ----- time -----------------------------------------------------------------------------------
+    def tick(self, now: float) -> Effects:
+        """Timers due at `now`: guarantee periods that closed, held binds past their deadline, an
+        expired quota."""
+        out = Effects()
+        now = self._now(now)
+        while self._periods and self._periods[0][0] <= now:
+            end, tid, start = heapq.heappop(self._periods)
+            task = self.tasks.get(tid)
+            if task is None or self.runtime.run_start(TaskId(tid)) != start:
+                continue  # finished or evicted since: that path reported the period
+            if self.runtime.period_tick(TaskId(tid), now):
+                period_start = start + task.periods_closed * GUARANTEE_PERIOD_S
+                task.periods_closed += 1
+                out.events.append(self._close(tid, task, period_start, end, GuaranteeOutcome.SUCCEEDED))
+                heapq.heappush(self._periods, (end + GUARANTEE_PERIOD_S, tid, start))
+        for pending in list(self.pending.values()):
+            if pending.deadline_s <= now:
+                out.extend(self._release(pending, now, "grace period passed without every acknowledgement"))
+        if self.quota_valid_until is not None and not self.quota_frozen and now > self.quota_valid_until:
+            self.quota_frozen = True
+            in_use = self.runtime.state.spot_in_use
+            self.runtime.update_quota(dict.fromkeys(self.runtime.quota, in_use), self.runtime.eta)
+            out.decisions.append(Decision("", "quota_expired", now, {"frozen_at_gpus": in_use}))
+        return out
+
+    def schedule(self, now: float, *, preemption: bool = True) -> Effects:
+        """One scheduling pass: starts become BindCommands (held while victims stop), evictions
+        EvictCommands."""
+        out = Effects()
+        result = self.runtime.schedule(self._now(now), preemption_enabled=preemption, quota_enabled=True)
+        victims: dict[str, list[uuid.UUID]] = {}
+        for outcome in result.outcomes:
+            if isinstance(outcome, Stopped):
+                effects = self._stopped(outcome, now, grace_s=self.settings.grace_s)
+                if outcome.preemptor is not None:
+                    ids = [c.command_id for c in effects.commands if isinstance(c, EvictCommand)]
+                    victims.setdefault(outcome.preemptor, []).extend(ids)
+                out.extend(effects)
+            else:
+                out.extend(self._started(outcome, now, victims.get(outcome.task_id, [])))
+        self.decided += len(result.outcomes)
+        return out
+
+    # ----- internals ------------------------------------------------------------------------------
+    def _now(self, now: float) -> float:
+        # The wall clock may step back a little (NTP); the runtime's time never does.
+        return max(now, self.runtime.now) if math.isfinite(self.runtime.now) else now
+
+    def _current(self, command_id: uuid.UUID, task_id: str) -> _Task | None:
+        task = self.tasks.get(task_id)
+        if task is None or command_id not in task.binds:
+            return None
+        return task
+
+    def _started(self, started: Started, now: float, victim_commands: list[uuid.UUID]) -> Effects:
+        out = Effects()
+        tid = started.task_id
+        task = self.tasks[tid]
+        spec = task.submitted
+        task.attempt += 1
+        task.binds.clear()
+        task.started.clear()
+        task.exits.clear()
+        task.reported_start = False
+        task.periods_closed = 0
+        per_node: dict[str, list[Placement]] = {}
+        worker = 0
+        whole = max(1, math.ceil(spec.gpus_per_worker - 1e-9))
+        for binding in started.devices:
+            node = self.runtime.state.node_names[binding.node]
+            if binding.slot >= 0:
+                groups = [binding.devices]
+                fraction = binding.fraction
+            else:
+                groups = [binding.devices[i : i + whole] for i in range(0, len(binding.devices), whole)]
+                fraction = 1.0
+            for devices in groups:
+                per_node.setdefault(node, []).append(
+                    Placement(worker_index=worker, node=node, gpu_indices=tuple(devices), gpu_fraction=fraction)
+                )
+                worker += 1
+        task.workers = worker
+        binds = []
+        for node, placements in per_node.items():
+            command = BindCommand(
+                command_id=self._id(), node=node, task_id=tid, task_class=spec.task_class,
+                placements=tuple(placements), command=spec.command,
+                checkpoint_interval_s=spec.checkpoint_interval_s, issued_at=utc(now),
+            )  # fmt: skip
+            binds.append(command)
+            task.binds[command.command_id] = command
+            self.bind_owner[command.command_id] = tid
+        why = self.runtime.explain(TaskId(tid))
+        detail = {
+            "attempt": task.attempt,
+            "nodes": {n: [list(p.gpu_indices) for p in ps] for n, ps in per_node.items()},
+            "preempted": started.preempted,
+            "quota_version": self.quota_version,
+            "explanation": explanation_dict(why),
+        }
+        out.decisions.append(Decision(tid, "started", now, detail))
+        if spec.task_class is WireClass.SPOT:
+            start = self.runtime.run_start(TaskId(tid))
+            if start is not None:
+                heapq.heappush(self._periods, (start + GUARANTEE_PERIOD_S, tid, start))
+        if victim_commands:
+            deadline = now + self.settings.grace_s + self.settings.ack_margin_s
+            self.pending[tid] = _Pending(tid, binds, set(victim_commands), deadline)
+            out.decisions.append(
+                Decision(tid, "bind_held", now, {"waiting_for": [str(c) for c in victim_commands], "deadline_s": deadline})
+            )
+        else:
+            out.commands += binds
+        return out
+
+    def _release(self, pending: _Pending, now: float, why: str) -> Effects:
+        out = Effects()
+        del self.pending[pending.task_id]
+        # Re-issued now: the agent checks freshness against issued_at, and the signature covers it.
+        for bind in pending.binds:
+            fresh = bind.model_copy(update={"issued_at": utc(now)})
+            self.tasks[pending.task_id].binds[bind.command_id] = fresh
+            out.commands.append(fresh)
+        out.decisions.append(Decision(pending.task_id, "bound", now, {"why": why}))
+        return out
+
+    def _drop_pending(self, task_id: str) -> None:
+        self.pending.pop(task_id, None)
+
+    def _stopped(self, stop: Stopped, now: float, *, grace_s: float) -> Effects:
+        """A running task lost its GPUs: EvictCommands to every node holding one of its workers."""
+        out = Effects()
+        tid = stop.task_id
+        task = self.tasks[tid]
+        reason = _EVICTION_REASONS[stop.reason]
+        requeued = stop.reason is not core_reasons.EvictionReason.CANCELLED
+        held = tid in self.pending  # binds never went out: nothing runs, nothing to stop
+        self._drop_pending(tid)
+        spec = task.submitted
+        checkpoint = spec.checkpoint_interval_s
+        since_checkpoint = stop.run_s if checkpoint is None else stop.run_s % checkpoint
+        lost = since_checkpoint * spec.gpus_per_worker * spec.workers
+        if spec.task_class is WireClass.SPOT:
+            start = now - stop.run_s
+            successes = stop.successes
+            out.events += self._closes(tid, task, start, now, successes, failed=stop.failed_period)
+        nodes = sorted({b.node for b in task.binds.values()})
+        why = explanation_dict(self.runtime.explain(TaskId(tid)))
+        if held or not nodes:
+            out.decisions.append(Decision(tid, "evicted", now, {"reason": reason.value, "nodes": [], "explanation": why}))
+        grace = 0.0 if reason is EvictionReason.NODE_LOST else grace_s
+        for node in [] if held else nodes:
+            command = EvictCommand(
+                command_id=self._id(), node=node, task_ids=(tid,), reason=reason, grace_seconds=grace,
+                preemptor_task_id=stop.preemptor, issued_at=utc(now),
+            )  # fmt: skip
+            self.evictions[command.command_id] = _Eviction(node, (tid,), reason, stop.preemptor, {tid: lost}, requeued)
+            out.commands.append(command)
+            out.decisions.append(
+                Decision(tid, "evicted", now,
+                         {"reason": reason.value, "node": node, "command_id": str(command.command_id),
+                          "preemptor": stop.preemptor, "lost_gpu_seconds": lost, "run_s": stop.run_s,
+                          "quota_version": self.quota_version, "explanation": why})  # fmt: skip
+            )
+        if reason is EvictionReason.NODE_LOST and nodes and not held:
+            # The lost node will not answer: report the eviction now (its command id joins the
+            # decision record; a late ack from a node that comes back changes nothing).
+            first = next(c for c in out.commands if isinstance(c, EvictCommand))
+            self.evictions[first.command_id].reported = True
+            out.events.append(
+                TaskEvicted(task_id=tid, node=first.node, command_id=first.command_id, reason=reason,
+                            evicted_at=utc(now), lost_gpu_seconds=lost, requeued=requeued)  # fmt: skip
+            )
+        task.binds.clear()
+        task.started.clear()
+        task.exits.clear()
+        if not requeued:
+            del self.tasks[tid]
+        return out
+
+    def _closes(self, tid: str, task: _Task, start: float, now: float, successes: int, *, failed: bool) -> list[BaseModel]:
+        """GuaranteePeriodClosed for the periods a stop or finish logged now."""
+        events: list[BaseModel] = []
+        for _ in range(successes):
+            period_start = start + task.periods_closed * GUARANTEE_PERIOD_S
+            end = min(now, period_start + GUARANTEE_PERIOD_S)
+            task.periods_closed += 1
+            events.append(self._close(tid, task, period_start, end, GuaranteeOutcome.SUCCEEDED))
+        if failed:
+            period_start = start + task.periods_closed * GUARANTEE_PERIOD_S
+            events.append(self._close(tid, task, min(period_start, now), now, GuaranteeOutcome.FAILED))
+        return events
+
+    def _close(self, tid: str, task: _Task, start: float, end: float, outcome: GuaranteeOutcome) -> GuaranteePeriodClosed:
+        return GuaranteePeriodClosed(
+            task_id=tid, pool=self.pool, guarantee_hours=task.submitted.guarantee_hours,
+            period_start=utc(start), period_end=utc(end), outcome=outcome,
+        )  # fmt: skip
+
+    # ----- views ------------------------------------------------------------------------------------
+    def explain(self, task_id: str) -> Explanation:
+        return self.runtime.explain(TaskId(task_id))
+
+    def running_and_queued(self) -> dict[str, int]:
+        rt = self.runtime
+        hp_run = sum(1 for r in rt.state.running.values() if r.spec.task_class is TaskClass.HP)
+        return {
+            "hp_running": hp_run,
+            "spot_running": len(rt.state.running) - hp_run,
+            "hp_queued": len(rt.hp.task_ids()),
+            "spot_queued": len(rt.spot.task_ids()),
+        }
+
+
+def explanation_dict(why: Explanation) -> dict[str, Any]:
+    """An explanation as JSON (decision records, the SRE API, `gfs explain`)."""
+
+    def candidate(c: Any) -> dict[str, Any]:
+        return {"node": c.node, "victims": list(c.victims), "cost": c.cost,
+                "eviction_rate_term": c.eviction_rate_term, "lost_gpu_term": c.lost_gpu_term}  # fmt: skip
+
+    out: dict[str, Any] = {"state": why.state, "message": why.message()}
+    if why.queued is not None:
+        out["queued"] = {"reason": why.queued.reason.name, "message": why.queued.reason.message,
+                         "blocked_by": why.queued.blocked_by, "since_pass": why.queued.since_pass}  # fmt: skip
+    out["preemptions"] = [
+        {"winner": candidate(p.winner), "alternatives": [candidate(a) for a in p.losers], "considered": p.considered}
+        for p in why.preemptions
+    ]
+    last = why.last_eviction
+    if last is not None:
+        out["last_eviction"] = {
+            "at_s": last.at_s, "node": last.node, "reason": last.reason.name, "preemptor": last.preemptor,
+            "plan": None if last.preemption is None else {
+                "winner": candidate(last.preemption.winner),
+                "alternatives": [candidate(a) for a in last.preemption.losers],
+                "considered": last.preemption.considered,
+            },
+        }  # fmt: skip
+    return out

@@ -1,0 +1,70 @@
+"""The controller's inputs as journal entries: one function applies an entry, live or in replay.
+
+A journal entry is (kind, data, at_s). The live shell builds entries from inbox records and
+timers, applies them, and writes them to the journal in the transaction that carries their
+effects; a restarted or new owner of a partition replays the same entries through `apply`, so
+both paths run exactly the same code.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel
+
+from schemas.commands import EvictAck
+from schemas.quota import SpotQuota
+from schemas.tasks import TaskCancelled, TaskSubmitted
+from schemas.telemetry import NodeTelemetry
+from schemas.workers import WorkerExited, WorkerStarted
+from services.preemption.controller import Effects, PoolController
+
+Entry = tuple[str, dict[str, Any], float]
+
+
+def entry_for(payload: BaseModel, at_s: float, *, duplicate: bool = False) -> Entry | None:
+    """The journal entry of a decoded inbox payload (None: a heartbeat changes nothing durable)."""
+    data = payload.model_dump(mode="json")
+    if isinstance(payload, TaskSubmitted):
+        return ("submit", {"task": data, "duplicate": duplicate}, at_s)
+    if isinstance(payload, TaskCancelled):
+        return ("cancel", data, at_s)
+    if isinstance(payload, SpotQuota):
+        return ("quota", data, at_s)
+    if isinstance(payload, EvictAck):
+        return ("evict_ack", data, at_s)
+    if isinstance(payload, WorkerStarted):
+        return ("worker_started", data, at_s)
+    if isinstance(payload, WorkerExited):
+        return ("worker_exited", data, at_s)
+    if isinstance(payload, NodeTelemetry):
+        return ("node_seen", {"node": payload.node, "gpus": len(payload.gpus)}, at_s)
+    raise TypeError(f"the preemption service does not take {type(payload).__name__}")
+
+
+def apply(controller: PoolController, entry: Entry) -> Effects:
+    kind, data, at = entry
+    if kind == "submit":
+        return controller.submit(TaskSubmitted.model_validate(data["task"]), at, duplicate=bool(data["duplicate"]))
+    if kind == "cancel":
+        cancel = TaskCancelled.model_validate(data)
+        return controller.cancel(cancel.task_id, cancel.tenant, cancel.reason, at)
+    if kind == "quota":
+        return controller.quota(SpotQuota.model_validate(data), at)
+    if kind == "evict_ack":
+        return controller.evict_ack(EvictAck.model_validate(data), at)
+    if kind == "worker_started":
+        return controller.worker_started(WorkerStarted.model_validate(data), at)
+    if kind == "worker_exited":
+        return controller.worker_exited(WorkerExited.model_validate(data), at)
+    if kind == "node_seen":
+        return controller.node_seen(str(data["node"]), int(data["gpus"]), at)
+    if kind == "node_down":
+        return controller.node_down(str(data["node"]), at)
+    if kind == "tick":
+        effects = controller.tick(at)
+        effects.extend(controller.schedule(at, preemption=bool(data.get("preemption", True))))
+        return effects
+    if kind == "schedule":
+        return controller.schedule(at, preemption=bool(data.get("preemption", True)))
+    raise ValueError(f"unknown journal entry kind {kind!r}")

@@ -1,0 +1,151 @@
+"""The router: re-keys the scheduler's inputs by pool onto the inbox, so pools can be owned.
+
+Submissions and cancels are keyed by task, telemetry and acks by node, quotas by pool; the
+deciding instances own pools through consumer-group assignment of the pool-keyed inbox
+(`INBOX_TOPIC`), so every input must first be re-keyed by its pool. The router is stateless
+apart from two Postgres maps (a task's pool, recorded at its first submission; a node's pool,
+from its telemetry), runs in every instance under one consumer group, and forwards each record's
+envelope unchanged with its trace context, the source topic in a header and, for a task id
+submitted before, a duplicate mark. Delivery is at-least-once (the platform's consume loop
+commits after the inbox acked); the deciders dedupe by event_id.
+
+Records whose pool cannot be found (a cancel for a task never submitted, an ack from a node that
+never sent telemetry) go to the dead-letter topic with the reason.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import asyncpg
+
+from schemas.commands import EvictAck
+from schemas.envelope import Envelope
+from schemas.quota import SpotQuota
+from schemas.tasks import TaskCancelled, TaskSubmitted
+from schemas.telemetry import NodeTelemetry
+from schemas.topics import DEAD_LETTER_TOPIC, TopicSpec, encode
+from schemas.workers import WorkerExited, WorkerStarted
+from services.platform.kafka.dead_letter import FailedRecord, build_dead_letter
+from services.platform.kafka.processing import MessageContext
+from services.platform.kafka.producer import EnvelopeProducer
+from services.platform.tracing import inject_headers
+from services.preemption import store
+
+log = logging.getLogger(__name__)
+
+INBOX_TOPIC = "gfs-preemption-inbox"
+SOURCE_HEADER = "gfs-source-topic"
+DUPLICATE_HEADER = "gfs-duplicate"
+ROUTED_TOPICS = (
+    "gfs.tasks.submit",
+    "gfs.nodes.telemetry",
+    "gfs.quotas",
+    "gfs.commands.evict-ack",
+    "gfs.commands.worker-ack",
+)
+_TRACE_HEADERS = frozenset({"traceparent", "tracestate"})
+
+
+def inbox_spec(partitions: int) -> TopicSpec:
+    """The inbox as a topic spec (for `ensure_topics`): internal, keyed by pool, kept a week."""
+    return TopicSpec(
+        name=INBOX_TOPIC, key_field="pool", payload_types=(), partitions=partitions,
+        retention_ms=7 * 86_400_000, compacted=False,
+        description="The preemption service's inputs re-keyed by pool (internal).",
+    )  # fmt: skip
+
+
+class UnroutableError(LookupError):
+    """No pool is known for the record (sent to the dead-letter topic)."""
+
+
+@dataclass(slots=True)
+class Router:
+    pool: asyncpg.Pool
+    producer: EnvelopeProducer
+    producer_name: str = "gfs-preemption-router"
+    inbox: str = INBOX_TOPIC
+    # The pools this deployment schedules (None: all). Records of other pools, and records whose
+    # pool is unknown, are skipped rather than dead-lettered: another scheduler may own them.
+    pools: frozenset[str] | None = None
+    nodes: dict[str, str] = field(default_factory=dict)  # node -> pool, cached
+    routed: int = 0
+    unroutable: int = 0
+    skipped: int = 0
+
+    async def handle(self, envelope: Envelope[Any], context: MessageContext) -> None:
+        if self.pools is not None and not self._maybe_ours(envelope.payload):
+            self.skipped += 1
+            return
+        try:
+            pool, duplicate = await self._pool_of(envelope.payload, envelope)
+        except UnroutableError as exc:
+            if self.pools is not None:
+                self.skipped += 1
+                return
+            await self._dead_letter(envelope, context, exc)
+            return
+        if self.pools is not None and pool not in self.pools:
+            self.skipped += 1
+            return
+        headers = [(k, v) for k, v in context.headers if k not in _TRACE_HEADERS and k not in (SOURCE_HEADER, DUPLICATE_HEADER)]
+        headers.append((SOURCE_HEADER, context.topic.encode()))
+        if duplicate:
+            headers.append((DUPLICATE_HEADER, b"1"))
+        await self.producer.send_raw(
+            self.inbox, value=encode(envelope), key=pool.encode(), headers=inject_headers(headers)
+        )
+        self.routed += 1
+
+    def _maybe_ours(self, payload: object) -> bool:
+        """Cheap pre-filter for records that name their pool."""
+        pools = self.pools or frozenset()
+        if isinstance(payload, TaskSubmitted | NodeTelemetry):
+            return payload.gpu_model in pools
+        if isinstance(payload, SpotQuota):
+            return payload.pool in pools
+        return True
+
+    async def _pool_of(self, payload: object, envelope: Envelope[Any]) -> tuple[str, bool]:
+        if isinstance(payload, TaskSubmitted):
+            async with self.pool.acquire() as connection:
+                return await store.route_task(connection, payload.task_id, payload.gpu_model, envelope.event_id)
+        if isinstance(payload, TaskCancelled):
+            async with self.pool.acquire() as connection:
+                found = await store.task_pool(connection, payload.task_id)
+            if found is None:
+                raise UnroutableError(f"cancel for task {payload.task_id!r}, which was never submitted")
+            return found, False
+        if isinstance(payload, NodeTelemetry):
+            if self.nodes.get(payload.node) != payload.gpu_model:
+                async with self.pool.acquire() as connection:
+                    await store.route_node(connection, payload.node, payload.gpu_model)
+                self.nodes[payload.node] = payload.gpu_model
+            return payload.gpu_model, False
+        if isinstance(payload, SpotQuota):
+            return payload.pool, False
+        if isinstance(payload, EvictAck | WorkerStarted | WorkerExited):
+            return await self._node_pool(payload.node), False
+        raise UnroutableError(f"{type(payload).__name__} is not a scheduler input")
+
+    async def _node_pool(self, node: str) -> str:
+        found = self.nodes.get(node)
+        if found is None:
+            async with self.pool.acquire() as connection:
+                found = await store.node_pool(connection, node)
+            if found is None:
+                raise UnroutableError(f"node {node!r} never sent telemetry: its pool is unknown")
+            self.nodes[node] = found
+        return found
+
+    async def _dead_letter(self, envelope: Envelope[Any], context: MessageContext, exc: Exception) -> None:
+        failed = FailedRecord(topic=context.topic, partition=context.partition, offset=context.offset,
+                              value=encode(envelope), consumer_group=context.consumer_group)  # fmt: skip
+        letter = build_dead_letter(failed, error=exc, failed_at=datetime.now(UTC), producer=self.producer_name)
+        await self.producer.send(DEAD_LETTER_TOPIC, letter)
+        self.unroutable += 1
+        log.warning("router: dead-lettered %s@%d: %s", context.topic, context.offset, exc)

@@ -1,0 +1,638 @@
+"""`gfs serve preemption`: task submissions, quotas, telemetry and acks in; commands and lifecycle out.
+
+Shape (docs/services.md, "Preemption service"):
+- The router (`router.py`, every instance, one consumer group) re-keys every input by pool onto
+  the inbox. The deciders (every instance, another group) own the inbox's partitions, so each
+  pool is decided by the one instance its partition is assigned to; a standby (or the surviving
+  instance) gets a dead one's partitions at the group's next rebalance.
+- Owning a partition: claim it in Postgres (a new epoch fences the previous owner), rebuild its
+  pools by replaying their journal through the controllers, then read the inbox from the offset
+  stored with the last committed batch. Inbox offsets live in Postgres, not in Kafka.
+- A batch of inbox records of one partition: decide (controller), then in ONE transaction check
+  the epoch, append the inputs to the journal, record the decisions, enqueue the events and the
+  signed commands in the outbox and store the next offset; then wake the relay. A failed
+  transaction rebuilds the partition from Postgres, so memory never runs ahead of what is durable.
+- A timer (every `preemption_tick_s`) runs the controllers' periodic work (guarantee periods,
+  held binds past their deadline, an expired quota, a scheduling pass) and marks nodes whose
+  heartbeat stopped as down, journaled the same way; every `preemption_status_s` it publishes each
+  owned pool's PoolStatus for the quota service.
+- Dry run: everything is decided and recorded, nothing is published.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import Any
+
+import asyncpg
+from aiohttp import web
+from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, ConsumerRecord, TopicPartition
+from opentelemetry import context as otel_context
+from opentelemetry import propagate, trace
+from opentelemetry.metrics import CallbackOptions, Observation
+from pydantic import BaseModel, SecretStr
+
+from schemas.commands import BindCommand, EvictCommand
+from schemas.envelope import wrap
+from schemas.pool_status import PoolStatus
+from schemas.tasks import TaskEvicted
+from schemas.telemetry import NodeTelemetry
+from schemas.topics import DEAD_LETTER_TOPIC, decode, topic_for_event_type
+from services.platform.clock import Clock, SystemClock
+from services.platform.kafka.consumer import consume
+from services.platform.kafka.dead_letter import FailedRecord, build_dead_letter
+from services.platform.kafka.producer import EnvelopeProducer
+from services.platform.kafka.topic_admin import ensure_topics
+from services.platform.metrics import Metrics, configure_metrics, metrics_handler
+from services.platform.outbox import OutboxRelay, enqueue
+from services.platform.postgres import open_pool
+from services.platform.settings import PlatformSettings
+from services.platform.signing import node_key, sign
+from services.platform.tracing import extract_context
+from services.preemption import store
+from services.preemption.controller import ControllerSettings, Effects, PoolController, explanation_dict
+from services.preemption.inputs import Entry, apply, entry_for
+from services.preemption.router import DUPLICATE_HEADER, INBOX_TOPIC, ROUTED_TOPICS, SOURCE_HEADER, Router, inbox_spec
+
+log = logging.getLogger(__name__)
+
+PRODUCER = "gfs-preemption"
+TRACER = "gfs.preemption"
+
+
+class PreemptionSettings(PlatformSettings):
+    preemption_policy: str = "gfs"
+    preemption_t_win_s: float = 31 * 86400.0
+    preemption_cost_weight: float = 5.0
+    preemption_grace_s: float = 30.0
+    preemption_ack_margin_s: float = 10.0
+    preemption_tick_s: float = 1.0
+    preemption_status_s: float = 300.0
+    preemption_node_timeout_s: float = 30.0
+    preemption_group: str = "gfs-preemption"
+    preemption_router_group: str = "gfs-preemption-router"
+    preemption_inbox_partitions: int = 6
+    preemption_inbox_topic: str = INBOX_TOPIC
+    preemption_pools: str = ""  # comma-separated pools this deployment schedules ("" = all)
+    preemption_api_host: str = "127.0.0.1"
+    preemption_api_port: int = 8082  # 0: no API
+    preemption_dry_run: bool = False
+    preemption_instance: str = ""  # default: host-pid
+    preemption_session_timeout_ms: int = 6000
+    gfs_command_secret: SecretStr | None = None
+
+    def controller_settings(self) -> ControllerSettings:
+        return ControllerSettings(
+            policy=self.preemption_policy, t_win_s=self.preemption_t_win_s, cost_weight=self.preemption_cost_weight,
+            grace_s=self.preemption_grace_s, ack_margin_s=self.preemption_ack_margin_s,
+        )  # fmt: skip
+
+    def pool_allowlist(self) -> frozenset[str] | None:
+        names = frozenset(p.strip() for p in self.preemption_pools.split(",") if p.strip())
+        return names or None
+
+    def master_secret(self) -> bytes:
+        if self.gfs_command_secret is None:
+            raise ValueError(
+                "GFS_COMMAND_SECRET is not set: the preemption service signs every node command with "
+                "keys derived from it (`infra/stack.sh env` exports a development one)"
+            )
+        return self.gfs_command_secret.get_secret_value().encode("utf-8")
+
+
+@dataclass(slots=True)
+class PartitionState:
+    claim: store.Claim
+    controllers: dict[str, PoolController] = field(default_factory=dict)
+    last_seen: dict[str, float] = field(default_factory=dict)  # node -> last heartbeat (memory only)
+    next_offset: int = 0
+
+
+@dataclass(slots=True)
+class Stats:
+    batches: int = 0
+    inputs: int = 0
+    duplicates: int = 0
+    decisions: int = 0
+    commands: int = 0
+    events: int = 0
+    fenced: int = 0
+    rebuilt: int = 0
+    dead_lettered: int = 0
+    latencies: list[float] = field(default_factory=list)  # inbox record -> committed, seconds (recent)
+
+
+@dataclass(slots=True)
+class Decider:
+    pool: asyncpg.Pool
+    settings: PreemptionSettings
+    clock: Clock
+    instance: str
+    secret: bytes
+    partitions: dict[int, PartitionState] = field(default_factory=dict)
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    stats: Stats = field(default_factory=Stats)
+    contexts: dict[str, otel_context.Context] = field(default_factory=dict)  # task -> its trace
+    on_committed: Callable[[], None] = lambda: None
+    producer: EnvelopeProducer | None = None  # dead letters
+    keys: dict[str, bytes] = field(default_factory=dict)
+    last_status: float = 0.0
+    evictions_by_reason: dict[tuple[str, str], int] = field(default_factory=dict)
+    latency_hist: Any = None
+    decisions_counter: Any = None
+
+    # ----- ownership ------------------------------------------------------------------------------
+    def controller(self, state: PartitionState, pool: str) -> PoolController:
+        found = state.controllers.get(pool)
+        if found is None:
+            found = state.controllers[pool] = PoolController(pool, self.settings.controller_settings())
+        return found
+
+    async def take(self, partition: int) -> int:
+        """Claim `partition` (fencing earlier owners), rebuild its pools; the offset to read next."""
+        async with self.lock:
+            async with self.pool.acquire() as connection:
+                claim = await store.claim(connection, partition, self.instance)
+                entries = await store.journal(connection, partition)
+            state = PartitionState(claim, next_offset=claim.next_offset)
+            for pool_name, entry in entries:
+                self._remember_context(entry)
+                apply(self.controller(state, pool_name), entry)
+            now = self.clock.now()
+            for controller in state.controllers.values():
+                for node in controller.nodes:
+                    state.last_seen[node] = now  # a fresh owner gives every node a full timeout
+            self.partitions[partition] = state
+            log.info("preemption %s: took partition %d (epoch %d, %d journal entries, offset %d)",
+                     self.instance, partition, claim.epoch, len(entries), claim.next_offset)  # fmt: skip
+            return claim.next_offset
+
+    async def drop(self, partition: int) -> None:
+        async with self.lock:
+            if self.partitions.pop(partition, None) is not None:
+                log.info("preemption %s: released partition %d", self.instance, partition)
+
+    def owned_pools(self) -> dict[str, PoolController]:
+        return {name: c for s in self.partitions.values() for name, c in s.controllers.items()}
+
+    # ----- inbox batches -------------------------------------------------------------------------
+    async def handle_batch(self, partition: int, records: Sequence[ConsumerRecord[bytes, bytes]]) -> None:
+        async with self.lock:
+            state = self.partitions.get(partition)
+            if state is None or not records:
+                return
+            received = time.monotonic()
+            now = self.clock.now()
+            items: list[tuple[str, Entry, uuid.UUID | None, otel_context.Context]] = []
+            for record in records:
+                if record.offset < state.next_offset:
+                    continue  # already committed (a re-seek after a rebuild)
+                decoded = await self._decode(record)
+                if decoded is None:
+                    continue
+                payload, event_id, duplicate, ctx = decoded
+                pool_name = (record.key or b"").decode()  # the router keyed it by its pool
+                controller = self.controller(state, pool_name)
+                if isinstance(payload, NodeTelemetry):
+                    state.last_seen[payload.node] = now
+                    if payload.node in controller.nodes and payload.node not in controller.down:
+                        continue  # a heartbeat: nothing durable changes
+                entry = entry_for(payload, now, duplicate=duplicate)
+                if entry is None:
+                    continue
+                if entry[0] == "submit":  # the task's trace, so a rebuilt owner continues it
+                    carrier: dict[str, str] = {}
+                    propagate.inject(carrier, context=ctx)
+                    entry[1]["trace"] = carrier
+                items.append((pool_name, entry, event_id, ctx))
+            last_offset = records[-1].offset
+            if not items:
+                await self._advance(state, last_offset + 1)
+                return
+            seen = await self._seen([e for _, _, e, _ in items if e is not None])
+            rows: list[tuple[str, Entry, uuid.UUID | None]] = []
+            effects: list[tuple[str, Effects, otel_context.Context | None]] = []
+            touched: list[str] = []
+            for pool_name, entry, eid, ctx in items:
+                if eid is not None and eid in seen:
+                    self.stats.duplicates += 1
+                    continue
+                if eid is not None:
+                    seen.add(eid)
+                self._remember_context(entry, ctx)
+                effects.append((pool_name, apply(self.controller(state, pool_name), entry), ctx))
+                rows.append((pool_name, entry, eid))
+                if pool_name not in touched:
+                    touched.append(pool_name)
+            for pool_name in touched:
+                entry = ("schedule", {}, now)
+                effects.append((pool_name, apply(self.controller(state, pool_name), entry), None))
+                rows.append((pool_name, entry, None))
+            self.stats.inputs += len(items)
+            await self._commit(state, rows, effects, next_offset=last_offset + 1)
+            elapsed = time.monotonic() - received
+            if self.latency_hist is not None:
+                self.latency_hist.record(elapsed)
+
+    async def _decode(
+        self, record: ConsumerRecord[bytes, bytes]
+    ) -> tuple[BaseModel, uuid.UUID, bool, otel_context.Context] | None:
+        headers = list(record.headers or ())
+        source = next((v.decode() for k, v in headers if k == SOURCE_HEADER), "")
+        duplicate = any(k == DUPLICATE_HEADER for k, _ in headers)
+        try:
+            envelope = decode(source, record.value or b"")
+        except (ValueError, KeyError) as exc:  # the router validated it: this is a bug or tampering
+            await self._dead_letter(record, exc)
+            return None
+        return envelope.payload, envelope.event_id, duplicate, extract_context(headers)
+
+    async def _dead_letter(self, record: ConsumerRecord[bytes, bytes], exc: Exception) -> None:
+        self.stats.dead_lettered += 1
+        log.error("preemption: undecodable inbox record %d@%d: %r", record.partition, record.offset, exc)
+        if self.producer is not None:
+            failed = FailedRecord(topic=record.topic, partition=record.partition, offset=record.offset,
+                                  value=record.value, consumer_group=self.settings.preemption_group)  # fmt: skip
+            letter = build_dead_letter(failed, error=exc, failed_at=datetime.now(UTC), producer=PRODUCER)
+            await self.producer.send(DEAD_LETTER_TOPIC, letter)
+
+    async def _seen(self, event_ids: list[uuid.UUID]) -> set[uuid.UUID]:
+        if not event_ids:
+            return set()
+        async with self.pool.acquire() as connection:
+            return await store.seen_events(connection, event_ids)
+
+    async def _advance(self, state: PartitionState, next_offset: int) -> None:
+        """Only heartbeats: keep the offset in memory (re-reading a few heartbeats is harmless)."""
+        state.next_offset = next_offset
+
+    # ----- timers ----------------------------------------------------------------------------------
+    async def tick(self) -> None:
+        async with self.lock:
+            now = self.clock.now()
+            timeout = self.settings.preemption_node_timeout_s
+            for state in list(self.partitions.values()):
+                rows: list[tuple[str, Entry, uuid.UUID | None]] = []
+                effects: list[tuple[str, Effects, otel_context.Context | None]] = []
+                for pool_name, controller in state.controllers.items():
+                    for node in sorted(controller.nodes):
+                        if node in controller.down:
+                            continue
+                        seen = state.last_seen.setdefault(node, now)
+                        if now - seen > timeout:
+                            entry: Entry = ("node_down", {"node": node}, now)
+                            effects.append((pool_name, apply(controller, entry), None))
+                            rows.append((pool_name, entry, None))
+                            log.warning("preemption: node %s silent for %.0fs: marked down", node, now - seen)
+                    entry = ("tick", {}, now)
+                    out = apply(controller, entry)
+                    if out:
+                        effects.append((pool_name, out, None))
+                        rows.append((pool_name, entry, None))
+                if rows:
+                    await self._commit(state, rows, effects, next_offset=None)
+            if now - self.last_status >= self.settings.preemption_status_s:
+                self.last_status = now
+                await self._publish_status(now)
+
+    async def _publish_status(self, now: float) -> None:
+        for state in list(self.partitions.values()):
+            statuses = [_status(c, now) for c in state.controllers.values() if c.nodes]
+            if not statuses or self.settings.preemption_dry_run:
+                continue
+            try:
+                async with self.pool.acquire() as connection, connection.transaction():
+                    await store.check_epoch(connection, state.claim, None)
+                    for status in statuses:
+                        await enqueue(connection, "gfs.pools.status", wrap(status, producer=PRODUCER, occurred_at=_utc(now)))
+            except store.FencedError:
+                await self._fenced(state)
+        self.on_committed()
+
+    # ----- the transaction ------------------------------------------------------------------------
+    async def _commit(
+        self,
+        state: PartitionState,
+        rows: list[tuple[str, Entry, uuid.UUID | None]],
+        effects: list[tuple[str, Effects, otel_context.Context | None]],
+        *,
+        next_offset: int | None,
+    ) -> None:
+        tracer = trace.get_tracer(TRACER)
+        dry = self.settings.preemption_dry_run
+        try:
+            async with self.pool.acquire() as connection, connection.transaction():
+                await store.check_epoch(connection, state.claim, next_offset)
+                await store.append_journal(connection, state.claim.partition, rows)
+                for pool_name, out, ctx in effects:
+                    await store.record_decisions(connection, pool_name, out.decisions, dry_run=dry)
+                    if dry:
+                        continue
+                    for message in [*out.events, *out.commands]:
+                        await self._enqueue(connection, tracer, message, ctx)
+        except store.FencedError:
+            await self._fenced(state)
+            return
+        except Exception:
+            # Memory ran ahead of what is durable: rebuild the partition from Postgres.
+            log.exception("preemption: commit failed on partition %d; rebuilding it", state.claim.partition)
+            self.stats.rebuilt += 1
+            self.partitions.pop(state.claim.partition, None)
+            raise
+        if next_offset is not None:
+            state.next_offset = next_offset
+        self.stats.batches += 1
+        for _, out, _ in effects:
+            n = len(out.decisions)
+            self.stats.decisions += n
+            self.stats.commands += len(out.commands)
+            self.stats.events += len(out.events)
+            for event in out.events:
+                if isinstance(event, TaskEvicted):
+                    key = (event.reason.value, _pool_of_task(state, event.task_id))
+                    self.evictions_by_reason[key] = self.evictions_by_reason.get(key, 0) + 1
+            if self.decisions_counter is not None:
+                for d in out.decisions:
+                    self.decisions_counter.add(1, {"kind": d.kind})
+        self.on_committed()
+
+    async def _enqueue(
+        self, connection: asyncpg.Connection, tracer: trace.Tracer, message: BaseModel, ctx: otel_context.Context | None
+    ) -> None:
+        task_id = _task_of(message)
+        parent = self.contexts.get(task_id, ctx) if task_id else ctx
+        if isinstance(message, BindCommand):
+            message = sign(message, key=self._key(message.node))
+            name = f"command {type(message).__name__}"
+        elif isinstance(message, EvictCommand):
+            message = sign(message, key=self._key(message.node))
+            name = f"command {type(message).__name__}"
+        else:
+            name = f"event {type(message).__name__}"
+        with tracer.start_as_current_span(name, context=parent, attributes={"gfs.task_id": task_id or ""}):
+            envelope = wrap(message, producer=PRODUCER, occurred_at=datetime.now(UTC))
+            await enqueue(connection, topic_for_event_type(type(message).__name__).name, envelope)
+
+    def _key(self, node: str) -> bytes:
+        found = self.keys.get(node)
+        if found is None:
+            found = self.keys[node] = node_key(self.secret, node)
+        return found
+
+    def _remember_context(self, entry: Entry, ctx: otel_context.Context | None = None) -> None:
+        kind, data, _ = entry
+        if kind != "submit":
+            return
+        tid = str(data["task"]["task_id"])
+        carrier = data.get("trace")
+        if isinstance(carrier, dict) and carrier:
+            self.contexts[tid] = propagate.extract(carrier)
+        elif ctx is not None:
+            self.contexts[tid] = ctx
+
+    async def _fenced(self, state: PartitionState) -> None:
+        self.stats.fenced += 1
+        log.error("preemption %s: partition %d was claimed by another instance; dropping it",
+                  self.instance, state.claim.partition)  # fmt: skip
+        self.partitions.pop(state.claim.partition, None)
+
+
+def _task_of(message: BaseModel) -> str:
+    if isinstance(message, EvictCommand):
+        return message.task_ids[0]
+    value = getattr(message, "task_id", "")
+    return value if isinstance(value, str) else ""
+
+
+def _pool_of_task(state: PartitionState, task_id: str) -> str:
+    for name, controller in state.controllers.items():
+        if task_id in controller.seen:
+            return name
+    return ""
+
+
+def _utc(seconds: float) -> datetime:
+    return datetime.fromtimestamp(seconds, UTC)
+
+
+def _status(controller: PoolController, now: float) -> PoolStatus:
+    rt = controller.runtime
+    inputs = rt.quota_inputs(rt.now if rt.now > now else now, None)
+    return PoolStatus(
+        pool=controller.pool,
+        observed_at=_utc(now),
+        capacity_gpus=int(inputs.capacity),
+        idle_gpus=int(inputs.idle_gpus),
+        spot_in_use_gpus=max(0.0, float(inputs.spot_in_use)),
+        hp_running_gpus=max(0.0, float(rt.state.hp_in_use)),
+        hp_queued_gpus=max(0.0, float(rt.hp.gpus)),
+        spot_head_wait_s=None if inputs.head_wait_s is None else max(0.0, inputs.head_wait_s),
+        quota_held_wait_s=None if inputs.quota_held_wait_s is None else max(0.0, inputs.quota_held_wait_s),
+    )
+
+
+class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
+    def __init__(self, decider: Decider, consumer: AIOKafkaConsumer, ready: asyncio.Event) -> None:
+        self.decider = decider
+        self.consumer = consumer
+        self.ready = ready
+
+    async def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
+        for tp in revoked:
+            await self.decider.drop(tp.partition)
+
+    async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
+        for tp in assigned:
+            offset = await self.decider.take(tp.partition)
+            self.consumer.seek(tp, offset)
+        self.ready.set()
+
+
+def _observe(decider: Decider) -> dict[str, Callable[[CallbackOptions], list[Observation]]]:
+    def tasks(_: CallbackOptions) -> list[Observation]:
+        out = []
+        for name, controller in decider.owned_pools().items():
+            for key, value in controller.running_and_queued().items():
+                cls, state = key.split("_")
+                out.append(Observation(value, {"pool": name, "class": cls, "state": state}))
+        return out
+
+    def evictions(_: CallbackOptions) -> list[Observation]:
+        return [Observation(v, {"reason": r, "pool": p}) for (r, p), v in sorted(decider.evictions_by_reason.items())]
+
+    def owned(_: CallbackOptions) -> list[Observation]:
+        return [Observation(len(decider.partitions), {"instance": decider.instance})]
+
+    def quota(_: CallbackOptions) -> list[Observation]:
+        return [
+            Observation(q, {"pool": name, "guarantee_hours": str(h)})
+            for name, c in decider.owned_pools().items()
+            for h, q in c.runtime.quota.items()
+        ]
+
+    return {
+        "gfs_preemption_tasks": tasks,
+        "gfs_preemption_evictions": evictions,
+        "gfs_preemption_partitions_owned": owned,
+        "gfs_preemption_quota_gpus": quota,
+    }
+
+
+def build_api(decider: Decider, metrics: Metrics, ready: asyncio.Event) -> web.Application:
+    async def healthz(_: web.Request) -> web.Response:
+        return web.json_response({"status": "alive", "instance": decider.instance})
+
+    async def readyz(_: web.Request) -> web.Response:
+        ok = ready.is_set()
+        return web.json_response({"ready": ok, "partitions": sorted(decider.partitions)}, status=200 if ok else 503)
+
+    async def pools(_: web.Request) -> web.Response:
+        out = {}
+        for name, c in sorted(decider.owned_pools().items()):
+            out[name] = {
+                "nodes": len(c.nodes), "down": sorted(c.down), "capacity_gpus": int(c.runtime.state.online_capacity),
+                "quota_gpus": {str(h): q for h, q in sorted(c.runtime.quota.items())},
+                "quota_version": c.quota_version, "quota_frozen": c.quota_frozen,
+                "pending_binds": sorted(c.pending), **c.running_and_queued(),
+            }  # fmt: skip
+        return web.json_response({"instance": decider.instance, "pools": out})
+
+    async def explain(request: web.Request) -> web.Response:
+        task_id = request.match_info["task_id"]
+        live = None
+        for c in decider.owned_pools().values():
+            if task_id in c.seen:
+                live = explanation_dict(c.explain(task_id))
+        async with decider.pool.acquire() as connection:
+            history = await store.decisions_of(connection, task_id)
+        return web.json_response({"task_id": task_id, "live": live, "decisions": history})
+
+    async def decisions(request: web.Request) -> web.Response:
+        limit = min(500, int(request.query.get("limit", "50")))
+        async with decider.pool.acquire() as connection:
+            rows = await store.recent_decisions(connection, limit)
+        return web.json_response(rows)
+
+    app = web.Application()
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/pools", pools)
+    app.router.add_get("/explain/{task_id}", explain)
+    app.router.add_get("/decisions", decisions)
+    app.router.add_get("/metrics", metrics_handler(metrics))
+    return app
+
+
+async def _decide(consumer: AIOKafkaConsumer, decider: Decider, stop: asyncio.Event) -> None:
+    while not stop.is_set():
+        batch = await consumer.getmany(timeout_ms=200, max_records=500)
+        for tp, records in batch.items():
+            try:
+                await decider.handle_batch(tp.partition, records)
+            except Exception:
+                # The partition was dropped (memory ahead of Postgres): take it again and re-read.
+                await asyncio.sleep(0.5)
+                if tp in consumer.assignment():
+                    consumer.seek(tp, await decider.take(tp.partition))
+
+
+async def _every(seconds: float, stop: asyncio.Event, action: Callable[[], Any]) -> None:
+    while not stop.is_set():
+        try:
+            await action()
+        except Exception:
+            log.exception("preemption: timer failed; retrying")
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), timeout=seconds)
+
+
+async def run_preemption_service(
+    settings: PreemptionSettings,
+    stop: asyncio.Event,
+    *,
+    clock: Clock | None = None,
+    ready: asyncio.Event | None = None,
+    started: Callable[[Decider], None] | None = None,
+) -> Stats:
+    """Run the router, the decider, the timers, the outbox relay and the SRE API until `stop`."""
+    clock = clock or SystemClock()
+    ready = ready or asyncio.Event()
+    secret = settings.master_secret()
+    instance = settings.preemption_instance or f"{socket.gethostname()}-{os.getpid()}"
+    metrics = configure_metrics(settings.otel_service_name or PRODUCER)
+    inbox = replace(inbox_spec(settings.preemption_inbox_partitions), name=settings.preemption_inbox_topic)
+    await ensure_topics(settings.bootstrap_servers, [inbox])
+    runner: web.AppRunner | None = None
+    async with (
+        open_pool(settings.database_url, max_size=6) as pool,
+        EnvelopeProducer(bootstrap_servers=settings.bootstrap_servers, client_id=f"gfs-preemption-{instance}") as producer,
+    ):
+        relay = OutboxRelay(pool, producer, poll_interval_s=0.5)
+        decider = Decider(pool, settings, clock, instance, secret, on_committed=relay.wake, producer=producer)
+        meter = metrics.meter(TRACER)
+        decider.latency_hist = meter.create_histogram(
+            "gfs_preemption_decision_latency_seconds", unit="s",
+            description="From reading an inbox batch to its decisions, journal and commands committed",
+        )  # fmt: skip
+        decider.decisions_counter = meter.create_counter("gfs_preemption_decisions", description="Decision records by kind")
+        for name, callback in _observe(decider).items():
+            meter.create_observable_gauge(name, callbacks=[callback])
+        router = Router(pool, producer, inbox=inbox.name, pools=settings.pool_allowlist())
+        try:
+            if settings.preemption_api_port:
+                runner = web.AppRunner(build_api(decider, metrics, ready))
+                await runner.setup()
+                await web.TCPSite(runner, settings.preemption_api_host, settings.preemption_api_port).start()
+            consumer = AIOKafkaConsumer(
+                bootstrap_servers=settings.bootstrap_servers,
+                group_id=settings.preemption_group,
+                enable_auto_commit=False,
+                auto_offset_reset="earliest",
+                isolation_level="read_committed",
+                session_timeout_ms=settings.preemption_session_timeout_ms,
+                heartbeat_interval_ms=max(500, settings.preemption_session_timeout_ms // 4),
+                client_id=f"gfs-preemption-{instance}",
+            )
+            consumer.subscribe([inbox.name], listener=_Listener(decider, consumer, ready))
+            await consumer.start()
+            if started is not None:
+                started(decider)
+            jobs = [
+                asyncio.create_task(_decide(consumer, decider, stop)),
+                asyncio.create_task(
+                    consume(list(ROUTED_TOPICS), settings.preemption_router_group, router.handle,
+                            bootstrap_servers=settings.bootstrap_servers, stop=stop,
+                            dead_letter_producer=producer, producer_name="gfs-preemption-router")  # fmt: skip
+                ),
+                asyncio.create_task(_every(settings.preemption_tick_s, stop, decider.tick)),
+                asyncio.create_task(relay.run(stop)),
+            ]
+            try:
+                done, _ = await asyncio.wait([*jobs, asyncio.create_task(stop.wait())], return_when=asyncio.FIRST_COMPLETED)
+                for job in done:
+                    if job in jobs and job.exception() is not None:
+                        raise job.exception()  # type: ignore[misc]
+            finally:
+                stop.set()
+                ready.clear()
+                for job in jobs:
+                    job.cancel()
+                await asyncio.gather(*jobs, return_exceptions=True)
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(relay.drain(), timeout=10.0)
+                with contextlib.suppress(Exception):
+                    await consumer.stop()
+        finally:
+            if runner is not None:
+                await runner.cleanup()
+            metrics.shutdown()
+    return decider.stats
