@@ -16,6 +16,18 @@ stack_env() {
   # The default bootstrap, not $KAFKA_BOOTSTRAP_SERVERS: this stack always listens there.
   echo "export KAFKA_BOOTSTRAP_SERVERS=$KAFKA_DEFAULT_BOOTSTRAP"
   echo "export DATABASE_URL=$GFS_DATABASE_URL"
+  # The master secret node commands are signed with (per-node keys derive from it): generated
+  # once per checkout into the ignored stack folder, for development and tests only.
+  echo "export GFS_COMMAND_SECRET=$(dev_command_secret)"
+}
+
+dev_command_secret() {
+  local file="$REPO_DIR/.stack/command-secret"
+  if [[ ! -s "$file" ]]; then
+    mkdir -p "$REPO_DIR/.stack"
+    (umask 077 && head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$file")
+  fi
+  cat "$file"
 }
 
 stack_status() {

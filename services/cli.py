@@ -28,6 +28,9 @@ _COMMANDS: tuple[tuple[str, str, str], ...] = (
     ("simulate", "services.simulator.cli", "simulate"),
     ("evaluate", "services.simulator.evaluate_cli", "evaluate"),
     ("packing", "services.simulator.packing_cli", "packing"),
+    ("fake-task", "services.node_agent.fake_task_cli", "fake_task"),
+    ("replay", "services.producers.replay", "replay"),
+    ("explain", "services.preemption.explain_cli", "explain"),
 )
 
 

@@ -58,3 +58,83 @@ def forecast() -> None:
     from services.forecast.app import ForecastServiceSettings, run_forecast_worker
 
     run_forecast_worker(ForecastServiceSettings())
+
+
+@app.command("preemption")
+def preemption(
+    policy: str = typer.Option(None, "--policy", help="scheduling policy (default gfs; lease-based ones are refused)"),
+    port: int = typer.Option(None, "--port", help="SRE API port (default 8082; 0: none)"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="decide and record, publish nothing"),
+    instance: str = typer.Option(None, "--instance", help="this instance's name (default host-pid)"),
+) -> None:
+    """The preemption service: submissions, quotas, telemetry and acks in; bind/evict commands out."""
+    from services.preemption.service import PreemptionSettings, run_preemption_service
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    overrides: dict[str, object] = {}
+    if policy is not None:
+        overrides["preemption_policy"] = policy
+    if port is not None:
+        overrides["preemption_api_port"] = port
+    if dry_run:
+        overrides["preemption_dry_run"] = True
+    if instance is not None:
+        overrides["preemption_instance"] = instance
+    settings = PreemptionSettings(**overrides)  # type: ignore[arg-type]
+    try:
+        settings.controller_settings()
+        settings.master_secret()
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+
+    async def main(stop: asyncio.Event) -> None:
+        from services.platform.tracing import configure_tracing
+
+        configure_tracing(settings)
+        await run_preemption_service(settings, stop)
+
+    _run_until_signalled(main)
+
+
+@app.command("node-agent")
+def node_agent(
+    node: str = typer.Option(None, "--node", help="this node's name (default: the host name)"),
+    gpu_model: str = typer.Option(None, "--gpu-model", help="the pool name (default: NVML's model name)"),
+    gpus: int = typer.Option(None, "--gpus", help="GPU count of the fake backend (default 8)"),
+    fake_gpus: bool = typer.Option(False, "--fake-gpus", help="no NVML: report idle fake GPUs"),
+    telemetry_s: float = typer.Option(5.0, "--telemetry-s", help="telemetry (heartbeat) interval"),
+    state_dir: str = typer.Option(
+        None, "--state-dir", help="journal and worker logs (default .stack/agents/<node>)"
+    ),
+    metrics_port: int = typer.Option(0, "--metrics-port", help="serve /metrics on this port (0: none)"),
+) -> None:
+    """The node agent: this node's bind/evict commands in; workers, acks and telemetry out."""
+    from pathlib import Path
+
+    from services.node_agent.service import AgentOptions, default_node_name, run_node_agent
+    from services.node_agent.settings import MissingKeyError, NodeAgentSettings
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    options = AgentOptions(
+        node=node or default_node_name(),
+        gpu_model=gpu_model,
+        gpus=gpus,
+        fake_gpus=fake_gpus,
+        telemetry_s=telemetry_s,
+        state_dir=Path(state_dir).resolve() if state_dir else None,
+        metrics_port=metrics_port,
+    )
+    settings = NodeAgentSettings()
+    try:
+        settings.command_key(options.node)
+    except MissingKeyError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+
+    async def main(stop: asyncio.Event) -> None:
+        from services.platform.tracing import configure_tracing
+
+        configure_tracing(settings)
+        await run_node_agent(settings, options, stop)
+
+    _run_until_signalled(main)

@@ -5,7 +5,9 @@
 - `quota-latency`: a pool forecast published -> its SpotQuota published, through a running quota
   service (target: p99 under 50 ms);
 - `stream`: task events at a fixed rate through a running forecast worker, its consumer lag over
-  time (target: 2,000 events/s with bounded lag for 10 minutes).
+  time (target: 2,000 events/s with bounded lag for 10 minutes);
+- `agent-sigterm` (issue 12): eviction command -> SIGTERM sent by a node agent with fake GPUs
+  (target: p99 under 50 ms).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Annotated
@@ -302,3 +305,149 @@ async def _stream(rate: float, seconds: float, pools: int, tenants: int) -> None
         await producer.stop()
         await admin.close()
         await probe.stop()
+
+
+def _register_preemption() -> None:
+    # The preemption benchmark lives in its own module (it is larger than the others here).
+    from services.livebench.preemption_bench import preemption
+
+    app.command("preemption")(preemption)
+
+
+_register_preemption()
+
+
+@app.command("agent-sigterm")
+def agent_sigterm(
+    tasks: Annotated[int, typer.Option(help="spot fake tasks bound, then evicted one command each")] = 200,
+    rate: Annotated[float, typer.Option(help="eviction commands per second (0: all at once)")] = 100.0,
+    grace: Annotated[float, typer.Option(help="grace period of each eviction, s")] = 5.0,
+) -> None:
+    """Eviction command -> SIGTERM sent, through a `gfs serve node-agent` with fake GPUs (target:
+    p99 under 50 ms). Measured from each command's `issued_at` to the SIGTERM time the agent
+    journals (the same instant its gfs_agent_sigterm_* histograms record)."""
+    asyncio.run(_agent_sigterm(tasks, rate, grace))
+
+
+async def _agent_sigterm(n: int, rate: float, grace: float) -> None:
+    import json
+
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    from schemas.commands import BindCommand, EvictCommand
+    from schemas.envelope import wrap
+    from schemas.tasks import EvictionReason, Placement, TaskClass
+    from schemas.topics import decode
+    from services.platform.kafka.producer import EnvelopeProducer
+    from services.platform.settings import PlatformSettings
+    from services.platform.signing import node_key, sign
+
+    servers = PlatformSettings().bootstrap_servers
+    node = f"bench-agent-{uuid.uuid4().hex[:8]}"
+    secret = uuid.uuid4().hex * 2
+    key = node_key(secret.encode(), node)
+    workdir = Path(f"/tmp/{node}")
+    state = workdir / "state"
+    workdir.mkdir(parents=True)
+    gfs = str(Path(sys.executable).parent / "gfs")
+    env = {**os.environ, "GFS_COMMAND_SECRET": secret}
+    log = (workdir / "agent.log").open("wb")
+    agent = subprocess.Popen(
+        [gfs, "serve", "node-agent", "--node", node, "--fake-gpus", "--gpus", str(n), "--gpu-model", "BENCH",
+         "--telemetry-s", "5", "--state-dir", str(state)],
+        env=env, stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    acks = AIOKafkaConsumer(bootstrap_servers=servers, enable_auto_commit=False)
+    await acks.start()
+    parts = [
+        TopicPartition(t, p) for t in ("gfs.commands.worker-ack", "gfs.commands.evict-ack") for p in range(6)
+    ]
+    acks.assign(parts)
+    await acks.seek_to_end(*parts)
+    counts = {"WorkerStarted": 0, "EvictAck": 0}
+
+    async def read_acks() -> None:
+        while True:
+            for records in (await acks.getmany(timeout_ms=100)).values():
+                for record in records:
+                    if record.key == node.encode():
+                        kind = decode(record.topic, record.value or b"").event_type
+                        counts[kind] = counts.get(kind, 0) + 1
+
+    async def until(what: str, done: Callable[[], bool], timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while not done():
+            if agent.poll() is not None:
+                raise RuntimeError(f"the agent exited; see {workdir / 'agent.log'}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"timed out waiting for {what}")
+            await asyncio.sleep(0.1)
+
+    def workers_ready() -> int:
+        logs = list((state / "logs").glob("*.log")) if (state / "logs").exists() else []
+        return sum(1 for p in logs if b"started" in p.read_bytes())
+
+    reader = asyncio.create_task(read_acks())
+    argv = (sys.executable, "-m", "services.node_agent.fake_task")
+    try:
+        async with EnvelopeProducer(bootstrap_servers=servers) as producer:
+            t0 = time.monotonic()
+            for i in range(n):
+                bind = BindCommand(
+                    command_id=uuid.uuid4(), node=node, task_id=f"{node}-t{i}", task_class=TaskClass.SPOT,
+                    placements=(Placement(worker_index=0, node=node, gpu_indices=(i,)),), command=argv,
+                    issued_at=datetime.now(UTC),
+                )  # fmt: skip
+                await producer.send("gfs.commands.bind", wrap(sign(bind, key=key), producer="bench"))
+            await until("the workers' WorkerStarted", lambda: counts["WorkerStarted"] >= n, 300)
+            await until("the workers to run", lambda: workers_ready() >= n, 300)
+            typer.echo(f"{n} fake tasks bound and running in {time.monotonic() - t0:.1f} s")
+
+            async def evict(i: int) -> None:
+                command = EvictCommand(
+                    command_id=uuid.uuid4(), node=node, task_ids=(f"{node}-t{i}",),
+                    reason=EvictionReason.PREEMPTED_BY_HP, grace_seconds=grace, issued_at=datetime.now(UTC),
+                )  # fmt: skip
+                await producer.send("gfs.commands.evict", wrap(sign(command, key=key), producer="bench"))
+
+            t0 = time.monotonic()
+            if rate <= 0:
+                await asyncio.gather(*(evict(i) for i in range(n)))
+            else:
+                for i in range(n):
+                    await evict(i)
+                    await asyncio.sleep(max(0.0, t0 + (i + 1) / rate - time.monotonic()))
+            await until("the EvictAcks", lambda: counts["EvictAck"] >= n, 120)
+            evicting_s = time.monotonic() - t0
+            stat = Path(f"/proc/{agent.pid}/stat").read_text().rsplit(")", 1)[1].split()
+            agent_cpu_s = (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")
+    finally:
+        reader.cancel()
+        await asyncio.gather(reader, return_exceptions=True)
+        await acks.stop()
+        agent.terminate()
+        agent.wait(timeout=30)
+        log.close()
+    journal = json.loads((state / "journal.json").read_text())
+    issued, received = [], []
+    for entry in journal["commands"].values():
+        if entry["kind"] == "evict" and entry["sigterm_at"]:
+            sigterm = datetime.fromisoformat(entry["sigterm_at"])
+            issued.append(1000 * (sigterm - datetime.fromisoformat(entry["issued_at"])).total_seconds())
+            received.append(1000 * (sigterm - datetime.fromisoformat(entry["received_at"])).total_seconds())
+    outcomes: dict[str, int] = {}
+    for entry in journal["commands"].values():
+        if entry["kind"] == "evict" and entry["ack"]:
+            outcomes[entry["ack"]["outcome"]] = outcomes.get(entry["ack"]["outcome"], 0) + 1
+    offered = "all at once" if rate <= 0 else f"{rate:g}/s"
+    typer.echo(f"{len(issued)} evictions ({offered}, one task each), outcomes {outcomes}")
+    for label, values in (("issued_at -> SIGTERM sent", issued), ("received -> SIGTERM sent", received)):
+        typer.echo(
+            f"  {label}: p50 {_percentile(values, 0.5):.1f} ms, p99 {_percentile(values, 0.99):.1f} ms, "
+            f"max {max(values):.1f} ms"
+        )
+    typer.echo(
+        f"  evictions done in {evicting_s:.1f} s; the agent's CPU over the whole run {agent_cpu_s:.1f} s "
+        f"(machine: {os.cpu_count()} cores, shared with the broker, this client and the tasks)"
+    )
+    typer.echo(f"  (agent log and journal: {workdir})")

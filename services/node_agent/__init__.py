@@ -1,3 +1,4 @@
-"""The node agent (one per GPU node: carries out bind and evict commands, reads NVML). It arrives
-with the live pipeline; the package exists now so the import contracts already hold it apart from
-the other services."""
+"""The node agent (`gfs serve node-agent`): one per GPU node. It carries out this node's signed
+bind and evict commands on processes it starts itself, journals them locally, acknowledges each
+worker and eviction, and publishes NVML (or fake) telemetry as the node's heartbeat. See
+`docs/services.md` ("Node agent"); `fake_task` is the GPU-free worker for demos and tests."""

@@ -15,6 +15,7 @@ never sent telemetry) go to the dead-letter topic with the reason.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -30,7 +31,7 @@ from schemas.telemetry import NodeTelemetry
 from schemas.topics import DEAD_LETTER_TOPIC, TopicSpec, encode
 from schemas.workers import WorkerExited, WorkerStarted
 from services.platform.kafka.dead_letter import FailedRecord, build_dead_letter
-from services.platform.kafka.processing import MessageContext
+from services.platform.kafka.processing import NO_RETRY, ConsumeStats, MessageContext, RecordProcessor
 from services.platform.kafka.producer import EnvelopeProducer
 from services.platform.tracing import inject_headers
 from services.preemption import store
@@ -76,6 +77,7 @@ class Router:
     routed: int = 0
     unroutable: int = 0
     skipped: int = 0
+    in_flight: list[asyncio.Future[Any]] = field(default_factory=list)
 
     async def handle(self, envelope: Envelope[Any], context: MessageContext) -> None:
         if self.pools is not None and not self._maybe_ours(envelope.payload):
@@ -96,10 +98,17 @@ class Router:
         headers.append((SOURCE_HEADER, context.topic.encode()))
         if duplicate:
             headers.append((DUPLICATE_HEADER, b"1"))
-        await self.producer.send_raw(
+        sent = await self.producer.send_raw_later(
             self.inbox, value=encode(envelope), key=pool.encode(), headers=inject_headers(headers)
         )
+        self.in_flight.append(sent)
         self.routed += 1
+
+    async def flush(self) -> None:
+        """Wait for the broker's ack of everything forwarded so far (before offsets are committed)."""
+        in_flight, self.in_flight = self.in_flight, []
+        if in_flight:
+            await asyncio.gather(*in_flight)
 
     def _maybe_ours(self, payload: object) -> bool:
         """Cheap pre-filter for records that name their pool."""
@@ -149,3 +158,40 @@ class Router:
         await self.producer.send(DEAD_LETTER_TOPIC, letter)
         self.unroutable += 1
         log.warning("router: dead-lettered %s@%d: %s", context.topic, context.offset, exc)
+
+
+async def route(
+    router: Router,
+    *,
+    bootstrap_servers: list[str],
+    group: str,
+    stop: asyncio.Event,
+    stats: ConsumeStats | None = None,
+) -> None:
+    """The router's loop: per fetched batch, decode (bad records to the dead-letter topic, as the
+    platform's loop does), forward every record without waiting, then wait for all the acks and
+    commit the batch's offsets. At-least-once, one commit and one round of acks per batch instead
+    of per record."""
+    from aiokafka import AIOKafkaConsumer
+
+    processor = RecordProcessor(
+        sink=router.producer, group=group, handler=router.handle, retry=NO_RETRY,
+        producer_name=router.producer_name, now=lambda: datetime.now(UTC), stats=stats or ConsumeStats(),
+    )  # fmt: skip
+    consumer = AIOKafkaConsumer(
+        *ROUTED_TOPICS, bootstrap_servers=bootstrap_servers, group_id=group, enable_auto_commit=False,
+        auto_offset_reset="earliest", isolation_level="read_committed",
+    )  # fmt: skip
+    await consumer.start()
+    try:
+        while not stop.is_set():
+            batch = await consumer.getmany(timeout_ms=200, max_records=2000)
+            if not batch:
+                continue
+            for records in batch.values():
+                for record in records:
+                    await processor.process(record)
+            await router.flush()
+            await consumer.commit({tp: records[-1].offset + 1 for tp, records in batch.items()})
+    finally:
+        await consumer.stop()

@@ -48,7 +48,6 @@ from schemas.tasks import TaskEvicted
 from schemas.telemetry import NodeTelemetry
 from schemas.topics import DEAD_LETTER_TOPIC, decode, topic_for_event_type
 from services.platform.clock import Clock, SystemClock
-from services.platform.kafka.consumer import consume
 from services.platform.kafka.dead_letter import FailedRecord, build_dead_letter
 from services.platform.kafka.producer import EnvelopeProducer
 from services.platform.kafka.topic_admin import ensure_topics
@@ -61,7 +60,7 @@ from services.platform.tracing import extract_context
 from services.preemption import store
 from services.preemption.controller import ControllerSettings, Effects, PoolController, explanation_dict
 from services.preemption.inputs import Entry, apply, entry_for
-from services.preemption.router import DUPLICATE_HEADER, INBOX_TOPIC, ROUTED_TOPICS, SOURCE_HEADER, Router, inbox_spec
+from services.preemption.router import DUPLICATE_HEADER, INBOX_TOPIC, SOURCE_HEADER, Router, inbox_spec, route
 
 log = logging.getLogger(__name__)
 
@@ -609,9 +608,8 @@ async def run_preemption_service(
             jobs = [
                 asyncio.create_task(_decide(consumer, decider, stop)),
                 asyncio.create_task(
-                    consume(list(ROUTED_TOPICS), settings.preemption_router_group, router.handle,
-                            bootstrap_servers=settings.bootstrap_servers, stop=stop,
-                            dead_letter_producer=producer, producer_name="gfs-preemption-router")  # fmt: skip
+                    route(router, bootstrap_servers=settings.bootstrap_servers,
+                          group=settings.preemption_router_group, stop=stop)  # fmt: skip
                 ),
                 asyncio.create_task(_every(settings.preemption_tick_s, stop, decider.tick)),
                 asyncio.create_task(relay.run(stop)),

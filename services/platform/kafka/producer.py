@@ -7,6 +7,8 @@ callers rely on "send returned" meaning "durable" before they commit their own i
 
 from __future__ import annotations
 
+import asyncio
+
 from collections.abc import Iterable
 from types import TracebackType
 from typing import Any, Self
@@ -68,3 +70,14 @@ class EnvelopeProducer:
         """Publish already-encoded bytes as-is (tests of the dead-letter path use this to put
         malformed records on a topic). Awaits the broker ack."""
         return await self._producer.send_and_wait(topic_name, value=value, key=key, headers=list(headers))
+
+    async def send_raw_later(
+        self, topic_name: str, *, value: bytes, key: bytes | None, headers: Iterable[tuple[str, bytes]] = ()
+    ) -> asyncio.Future[RecordMetadata]:
+        """Queue encoded bytes for publishing and return the future of the broker's ack without
+        waiting for it: a loop that forwards a batch awaits all the futures once, before it
+        commits the batch's offsets (records of one partition keep their order)."""
+        future: asyncio.Future[RecordMetadata] = await self._producer.send(
+            topic_name, value=value, key=key, headers=list(headers)
+        )
+        return future

@@ -1,0 +1,339 @@
+"""`gfs livebench preemption`: submit -> BindCommand latency and decisions/s with full-scale state.
+
+What it does, on the running stack (`make up`):
+1. starts `gfs serve preemption` as a child process on a fresh Postgres schema, with an inbox
+   topic, consumer groups and pool names of its own (pools are "<GPU model>.<run id>"), so runs
+   never see each other;
+2. registers every node of the inventory (default: the GFS cluster, 4,278 nodes, 10,412 GPUs)
+   with one NodeTelemetry each, and a SpotQuota per pool (60% of the pool);
+3. fills the cluster to the target allocation (default 80%) with HP and spot tasks, and adds
+   gangs that cannot fit, so queues are not empty;
+4. for `--seconds`, offers task events at `--rate` per second: submissions and finishes
+   (WorkerExited for every worker of a running task), chosen to hold the allocation near the
+   target; it plays the node agents' part for evictions (an EvictAck at once), so held binds go
+   out after one round trip;
+5. prints the configuration, the latency of tasks placed on arrival (submit sent -> BindCommand
+   read back), split into "no preemption" and "with preemption" (which includes the ack round
+   trip), a latency histogram, and the decisions committed per second.
+
+Heartbeats are not sent during the run (the node timeout is set out of reach): 4,278 agents
+every 5 s would be another 856 records/s through the router; they change nothing durable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import csv
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Annotated, Any
+from urllib.parse import urlencode, urlsplit, urlunsplit
+
+import asyncpg
+import typer
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from schemas.commands import BindCommand, EvictAck, EvictCommand, EvictOutcome
+from schemas.envelope import wrap
+from schemas.quota import GuaranteeQuota, SpotQuota
+from schemas.tasks import TaskClass, TaskSubmitted
+from schemas.telemetry import GpuSample, NodeTelemetry
+from schemas.topics import decode, topic
+from schemas.workers import WorkerExited
+from services.platform.kafka.producer import EnvelopeProducer
+from services.platform.migrations import discover, migrate
+from services.platform.settings import PlatformSettings
+
+REPO = Path(__file__).resolve().parents[2]
+SHAPES = ((1, 0.40), (2, 0.20), (4, 0.20), (8, 0.20))  # GPUs per worker, share of tasks
+
+
+@dataclass(slots=True)
+class Running:
+    cls: TaskClass
+    gpus: float
+    binds: list[BindCommand] = field(default_factory=list)
+    workers: int = 1
+
+
+@dataclass(slots=True)
+class BenchState:
+    capacity: int = 0
+    allocated: float = 0.0
+    submitted_at: dict[str, float] = field(default_factory=dict)  # task -> perf_counter at submit
+    latency: dict[str, float] = field(default_factory=dict)  # task -> first bind latency
+    running: dict[str, Running] = field(default_factory=dict)
+    pending: dict[str, Running] = field(default_factory=dict)  # submitted, not bound yet
+    binds: int = 0
+    evicts: int = 0
+    exits: int = 0
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
+
+
+def _dsn(database_url: str, schema: str) -> str:
+    parts = urlsplit(database_url)
+    query = "&".join(filter(None, [parts.query, urlencode({"search_path": schema})]))
+    return urlunsplit(parts._replace(query=query))
+
+
+def _inventory(path: Path) -> list[tuple[str, str, int]]:
+    with path.open(newline="") as handle:
+        return [(row["node_name"], row["gpu_model"], int(row["gpu_capacity_num"])) for row in csv.DictReader(handle)]
+
+
+def preemption(
+    rate: Annotated[float, typer.Option(help="task events per second in the measured phase")] = 200.0,
+    seconds: Annotated[float, typer.Option(help="length of the measured phase")] = 600.0,
+    fill: Annotated[float, typer.Option(help="target share of GPUs allocated")] = 0.8,
+    hp_share: Annotated[float, typer.Option(help="share of HP submissions")] = 0.5,
+    nodes: Annotated[Path | None, typer.Option(help="node_info_df.csv (default: the GFS inventory)")] = None,
+    seed: Annotated[int, typer.Option()] = 7,
+    keep_schema: Annotated[bool, typer.Option(help="keep the run's Postgres schema")] = False,
+) -> None:
+    """Submit -> BindCommand latency (p50/p99/p99.9) and decisions/s through a running preemption
+    service with full-scale cluster state (prints numbers; needs `make up`)."""
+    settings = PlatformSettings()
+    inventory = nodes or settings.gfs_shared_dir / "data" / "gfs-v2026" / "node_info_df.csv"
+    asyncio.run(_bench(settings, _inventory(inventory), rate, seconds, fill, hp_share, seed, keep_schema))
+
+
+async def _bench(
+    settings: PlatformSettings, inventory: list[tuple[str, str, int]], rate: float, seconds: float,
+    fill: float, hp_share: float, seed: int, keep_schema: bool,
+) -> None:  # fmt: skip
+    rng = random.Random(seed)
+    run = uuid.uuid4().hex[:6]
+    schema = f"bench_{run}"
+    secret = os.environ.get("GFS_COMMAND_SECRET") or uuid.uuid4().hex * 2
+    admin = await asyncpg.connect(settings.database_url)
+    await admin.execute(f'CREATE SCHEMA "{schema}"')
+    dsn = _dsn(settings.database_url, schema)
+    connection = await asyncpg.connect(dsn)
+    await migrate(connection, discover())
+    pools: dict[str, int] = Counter()
+    for _, model, gpus in inventory:
+        pools[f"{model}.{run}"] += gpus
+    largest = {p: 0 for p in pools}
+    for _, model, gpus in inventory:
+        largest[f"{model}.{run}"] = max(largest[f"{model}.{run}"], gpus)
+    state = BenchState(capacity=sum(pools.values()))
+    port = 18000 + rng.randrange(1000)
+    env = os.environ | {
+        "DATABASE_URL": dsn, "GFS_COMMAND_SECRET": secret,
+        "PREEMPTION_GROUP": f"bench-pre-{run}", "PREEMPTION_ROUTER_GROUP": f"bench-router-{run}",
+        "PREEMPTION_INBOX_TOPIC": f"bench-inbox-{run}", "PREEMPTION_POOLS": ",".join(pools),
+        "PREEMPTION_NODE_TIMEOUT_S": "1e9", "PREEMPTION_API_PORT": str(port), "PREEMPTION_GRACE_S": "5",
+        "PREEMPTION_ACK_MARGIN_S": "5",
+    }  # fmt: skip
+    log_path = REPO / ".stack" / f"bench-preemption-{run}.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("wb") as log:
+        service = subprocess.Popen([sys.executable, "-m", "services", "serve", "preemption"], cwd=REPO, env=env,
+                                   stdout=log, stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+    print(f"run {run}: service pid {service.pid}, log {log_path}, schema {schema}")
+    print(f"cluster: {len(inventory)} nodes, {state.capacity} GPUs, {len(pools)} pools; fill {fill:.0%}, "
+          f"rate {rate:g} events/s for {seconds:g} s, HP share {hp_share:.0%}, seed {seed}")  # fmt: skip
+    try:
+        async with EnvelopeProducer(bootstrap_servers=settings.bootstrap_servers, client_id=f"bench-{run}") as producer:
+            reader = asyncio.create_task(_read(settings, state, producer, run))
+            await asyncio.sleep(2.0)
+            t0 = time.perf_counter()
+            now = datetime.now(UTC)
+            for name, model, gpus in inventory:
+                samples = tuple(GpuSample(index=i, utilisation_pct=0, memory_used_mib=0, memory_total_mib=80_000) for i in range(gpus))
+                await producer.send("gfs.nodes.telemetry", wrap(NodeTelemetry(node=f"{run}-{name}", gpu_model=f"{model}.{run}", sampled_at=now, gpus=samples), producer="bench"))
+            for pool, cap in pools.items():
+                q = SpotQuota(pool=pool, quotas=tuple(GuaranteeQuota(guarantee_hours=h, quota_gpus=0.6 * cap) for h in (1, 2, 4)),
+                              eta=1.0, capacity_gpus=cap, valid_from=now, valid_until=now + timedelta(days=1), forecast_version="bench")  # fmt: skip
+                await producer.send("gfs.quotas", wrap(q, producer="bench"))
+            await _until_registered(port, len(inventory))
+            print(f"registered {len(inventory)} nodes in {time.perf_counter() - t0:.1f} s")
+
+            pool_names = list(pools)
+            weights = [pools[p] for p in pool_names]
+
+            def new_task(cls: TaskClass | None = None, *, gang: bool = False) -> TaskSubmitted:
+                pool = rng.choices(pool_names, weights)[0]
+                shapes = [g for g, _ in SHAPES if g <= largest[pool]]
+                g = rng.choices(shapes, [w for s, w in SHAPES if s in shapes])[0]
+                workers = 8 if gang else 1
+                cls = cls or (TaskClass.HP if rng.random() < hp_share else TaskClass.SPOT)
+                tid = f"{run}-{uuid.uuid4().hex[:10]}"
+                return TaskSubmitted(task_id=tid, tenant=f"org-{rng.randrange(20)}", gpu_model=pool, gpus_per_worker=g,
+                                     workers=workers, task_class=cls, command=("gfs", "fake-task"))  # fmt: skip
+
+            async def submit(task: TaskSubmitted) -> None:
+                state.pending[task.task_id] = Running(task.task_class, task.gpus_per_worker * task.workers, workers=task.workers)
+                state.submitted_at[task.task_id] = time.perf_counter()
+                await producer.send("gfs.tasks.submit", wrap(task, producer="bench"))
+
+            # Fill to the target, then queue gangs that cannot fit now.
+            t1 = time.perf_counter()
+            while state.allocated < fill * state.capacity:
+                if len(state.pending) < 300:  # a bounded backlog: the fill is not the measurement
+                    for _ in range(50):
+                        await submit(new_task())
+                await asyncio.sleep(0.05)
+                if time.perf_counter() - t1 > 900:
+                    break
+            for _ in range(20):
+                await submit(new_task(TaskClass.HP, gang=True))
+            await asyncio.sleep(3.0)
+            print(f"filled to {state.allocated / state.capacity:.1%} allocated ({len(state.running)} running, "
+                  f"{len(state.pending)} queued) in {time.perf_counter() - t1:.1f} s")  # fmt: skip
+            state.latency.clear()
+            measured_from = datetime.now(UTC)
+            start = time.perf_counter()
+            offered: Counter[str] = Counter()
+            k = 0
+            while (elapsed := time.perf_counter() - start) < seconds:
+                due = start + k / rate
+                if due > time.perf_counter():
+                    await asyncio.sleep(due - time.perf_counter())
+                k += 1
+                if state.allocated > fill * state.capacity and state.running:
+                    tid = rng.choice(list(state.running))
+                    r = state.running.pop(tid)
+                    state.allocated -= r.gpus
+                    for b in r.binds:
+                        for p in b.placements:
+                            ack = WorkerExited(command_id=b.command_id, node=b.node, task_id=tid, worker_index=p.worker_index,
+                                               exit_code=0, exited_at=datetime.now(UTC))  # fmt: skip
+                            await producer.send("gfs.commands.worker-ack", wrap(ack, producer="bench"))
+                    offered["finish"] += 1
+                else:
+                    await submit(new_task())
+                    offered["submit"] += 1
+            measured_s = time.perf_counter() - start
+            await asyncio.sleep(3.0)
+            reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await reader
+        await _report(dsn, state, measured_from, measured_s, offered, rate)
+    finally:
+        service.terminate()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            service.wait(timeout=20)
+        if service.poll() is None:
+            service.kill()
+        await connection.close()
+        if not keep_schema:
+            await admin.execute(f'DROP SCHEMA "{schema}" CASCADE')
+        await admin.close()
+
+
+async def _until_registered(port: int, nodes: int, timeout: float = 600.0) -> None:
+    import aiohttp
+
+    deadline = time.monotonic() + timeout
+    async with aiohttp.ClientSession() as http:
+        while time.monotonic() < deadline:
+            with contextlib.suppress(aiohttp.ClientError, OSError):
+                async with http.get(f"http://127.0.0.1:{port}/pools") as response:
+                    body = await response.json()
+                    if sum(p["nodes"] for p in body["pools"].values()) >= nodes and all(p["quota_version"] for p in body["pools"].values()):
+                        return
+            await asyncio.sleep(0.5)
+    raise TimeoutError("the preemption service did not register every node in time")
+
+
+async def _read(settings: PlatformSettings, state: BenchState, producer: EnvelopeProducer, run: str) -> None:
+    """Read bind and evict commands back; ack evictions at once (the agents' part)."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=settings.bootstrap_servers, enable_auto_commit=False)
+    await consumer.start()
+    try:
+        tps = [TopicPartition(t, p) for t in ("gfs.commands.bind", "gfs.commands.evict") for p in range(topic(t).partitions)]
+        consumer.assign(tps)
+        await consumer.seek_to_end(*tps)
+        prefix = f"{run}-"
+        while True:
+            batch = await consumer.getmany(timeout_ms=50)
+            received = time.perf_counter()
+            for records in batch.values():
+                for r in records:
+                    if not (r.key or b"").decode().startswith(prefix):
+                        continue
+                    payload = decode(r.topic, r.value or b"").payload
+                    if isinstance(payload, BindCommand):
+                        state.binds += 1
+                        tid = payload.task_id
+                        if tid not in state.latency and tid in state.submitted_at:
+                            state.latency[tid] = received - state.submitted_at[tid]
+                        r_ = state.pending.pop(tid, None) or state.running.get(tid)
+                        if r_ is None:
+                            continue
+                        if tid not in state.running:
+                            state.running[tid] = r_
+                            state.allocated += r_.gpus
+                        r_.binds.append(payload)
+                    elif isinstance(payload, EvictCommand):
+                        state.evicts += 1
+                        for tid in payload.task_ids:
+                            gone = state.running.pop(tid, None)
+                            if gone is not None:
+                                state.allocated -= gone.gpus
+                                gone.binds.clear()
+                                state.pending[tid] = gone
+                        ack = EvictAck(command_id=payload.command_id, node=payload.node, task_ids=payload.task_ids,
+                                       outcome=EvictOutcome.CHECKPOINTED, acked_at=datetime.now(UTC))  # fmt: skip
+                        await producer.send("gfs.commands.evict-ack", wrap(ack, producer="bench"))
+    finally:
+        await consumer.stop()
+
+
+async def _report(dsn: str, state: BenchState, since: datetime, measured_s: float, offered: Counter[str], rate: float) -> None:
+    connection = await asyncpg.connect(dsn)
+    try:
+        rows = await connection.fetch(
+            "SELECT task_id, kind, at, detail FROM preemption_decision WHERE kind IN ('accepted', 'started') AND at >= $1",
+            since,
+        )
+        decided = await connection.fetchval(
+            "SELECT count(*) FROM preemption_decision WHERE at >= $1 AND kind IN ('started', 'evicted', 'rejected', 'finished', 'accepted')",
+            since,
+        )
+        window = await connection.fetchrow("SELECT min(at) AS a, max(at) AS b FROM preemption_decision WHERE at >= $1", since)
+    finally:
+        await connection.close()
+    accepted: dict[str, datetime] = {}
+    first_start: dict[str, tuple[datetime, bool]] = {}
+    for r in rows:
+        if r["kind"] == "accepted":
+            accepted[r["task_id"]] = r["at"]
+        elif r["task_id"] not in first_start:
+            first_start[r["task_id"]] = (r["at"], bool(json.loads(r["detail"]).get("preempted")))
+    plain: list[float] = []
+    preempting: list[float] = []
+    for tid, (at, preempted) in first_start.items():
+        if accepted.get(tid) == at and tid in state.latency:  # placed in the pass of its own submission
+            (preempting if preempted else plain).append(state.latency[tid] * 1000)
+    span = (window["b"] - window["a"]).total_seconds() if window["a"] is not None else measured_s
+    print(f"\nmeasured phase: {measured_s:.1f} s, offered {sum(offered.values()) / measured_s:.1f} events/s "
+          f"(target {rate:g}): {offered['submit']} submissions, {offered['finish']} finishes")  # fmt: skip
+    print(f"commands read back: {state.binds} binds, {state.evicts} evictions; allocation at the end "
+          f"{state.allocated / state.capacity:.1%}, {len(state.pending)} tasks waiting")  # fmt: skip
+    print(f"decision records (accepted/started/evicted/rejected/finished): {decided} in {span:.1f} s "
+          f"= {decided / max(span, 1e-9):.1f}/s")  # fmt: skip
+    for name, values in (("placed on arrival, no preemption", plain), ("placed on arrival by preemption (incl. ack round trip)", preempting)):
+        if not values:
+            print(f"{name}: none")
+            continue
+        print(f"{name}: n={len(values)} submit->BindCommand ms p50 {_percentile(values, 0.5):.1f} "
+              f"p99 {_percentile(values, 0.99):.1f} p99.9 {_percentile(values, 0.999):.1f} max {max(values):.1f}")  # fmt: skip
+    edges = [5, 10, 20, 50, 100, 200, 500, 1000, 5000]
+    counts = Counter(next((e for e in edges if v <= e), float("inf")) for v in plain)
+    print("histogram (no preemption), ms: " + ", ".join(f"<={e}: {counts.get(e, 0)}" for e in edges) + f", more: {counts.get(float('inf'), 0)}")

@@ -1,0 +1,72 @@
+"""Which commands the agent may act on: addressed to this node, signed with its key, fresh.
+
+Checks run in that order, so a forged command that is also old counts as forged (the reason that
+matters), and freshness is judged on the *signed* `issued_at` only (an attacker cannot refresh a
+captured command without breaking its signature). Nothing here raises for a bad command: the
+caller logs the reason and counts it in `gfs_agent_commands_rejected_total{reason}`.
+
+A rejected command's id is never recorded as seen: otherwise a forged command could claim the id
+of a real one yet to come and make the agent skip it as a repeat.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from enum import StrEnum
+
+from schemas.commands import BindCommand, EvictCommand
+from services.platform.signing import SignatureCheck, check_signature
+
+
+class Rejection(StrEnum):
+    """The `reason` label of gfs_agent_commands_rejected_total."""
+
+    WRONG_NODE = "wrong_node"  # keyed to this node but addressed to another (misrouted or altered)
+    UNSIGNED = "unsigned"
+    MALFORMED_SIGNATURE = "malformed_signature"
+    SIGNATURE_MISMATCH = "signature_mismatch"  # forged (other key) or tampered (altered after signing)
+    STALE = "stale"  # issued longer ago than the window
+    FUTURE = "future"  # issued further ahead than the allowed clock skew
+    UNDECODABLE = "undecodable"  # not a valid command at all (also dead-lettered)
+
+
+_SIGNATURE_REJECTIONS = {
+    SignatureCheck.UNSIGNED: Rejection.UNSIGNED,
+    SignatureCheck.MALFORMED: Rejection.MALFORMED_SIGNATURE,
+    SignatureCheck.MISMATCH: Rejection.SIGNATURE_MISMATCH,
+}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CommandGuard:
+    node: str
+    key: bytes
+    max_age: timedelta
+    clock_skew: timedelta
+
+    def check(self, command: BindCommand | EvictCommand, now: datetime) -> Rejection | None:
+        """None when the command may be acted on, else why not."""
+        if command.node != self.node:
+            return Rejection.WRONG_NODE
+        signature = check_signature(command, key=self.key)
+        if signature is not SignatureCheck.VALID:
+            return _SIGNATURE_REJECTIONS[signature]
+        if command.issued_at < now - self.max_age:
+            return Rejection.STALE
+        if command.issued_at > now + self.clock_skew:
+            return Rejection.FUTURE
+        return None
+
+    def explain(self, command: BindCommand | EvictCommand, reason: Rejection, now: datetime) -> str:
+        """A log line's worth of why (never the key or the expected signature)."""
+        if reason is Rejection.WRONG_NODE:
+            return f"addressed to node {command.node!r}, this agent is {self.node!r}"
+        if reason in (Rejection.STALE, Rejection.FUTURE):
+            age = (now - command.issued_at).total_seconds()
+            return (
+                f"issued_at {command.issued_at.isoformat()} is {age:.1f} s old; accepted window is "
+                f"-{self.clock_skew.total_seconds():g} s .. {self.max_age.total_seconds():g} s"
+            )
+        signature = check_signature(command, key=self.key)
+        return signature.message

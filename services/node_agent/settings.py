@@ -1,0 +1,64 @@
+"""`NodeAgentSettings`: the agent's environment (key material, staleness window, state directory)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field, SecretStr, field_validator
+
+from services.platform.settings import REPO_ROOT, PlatformSettings
+from services.platform.signing import MIN_KEY_BYTES, node_key
+
+
+class MissingKeyError(RuntimeError):
+    """Neither GFS_NODE_KEY nor GFS_COMMAND_SECRET is set (or the one set is unusable)."""
+
+
+class NodeAgentSettings(PlatformSettings):
+    """Env: GFS_NODE_KEY (hex of this node's own command key; preferred: the node never holds the
+    master secret) or GFS_COMMAND_SECRET (the scheduler's master secret, UTF-8; the agent derives
+    its key with `signing.node_key`, handy for one-machine stacks and tests).
+    """
+
+    gfs_command_secret: SecretStr | None = None
+    gfs_node_key: SecretStr | None = None
+    # Commands issued longer ago than this are stale (and their ids are forgotten after it).
+    agent_command_max_age_s: float = Field(default=300.0, gt=0)
+    # How far in the future a command's issued_at may be (the scheduler's clock runs ahead).
+    agent_clock_skew_s: float = Field(default=30.0, ge=0)
+    # Journals and worker logs: <agent_state_root>/<node>/ unless --state-dir says otherwise.
+    # Relative paths resolve against the repository root, like the stack's own `.stack/`.
+    agent_state_root: Path = Path(".stack/agents")
+    # How often the agent polls its workers for exit.
+    agent_watch_s: float = Field(default=0.05, gt=0)
+    # After SIGKILL, how long to wait for the process to go before the eviction is FAILED.
+    agent_kill_wait_s: float = Field(default=10.0, gt=0)
+
+    @field_validator("agent_state_root", mode="after")
+    @classmethod
+    def _resolve_root(cls, value: Path) -> Path:
+        path = value.expanduser()
+        return path if path.is_absolute() else REPO_ROOT / path
+
+    def state_dir(self, node: str) -> Path:
+        return self.agent_state_root / node
+
+    def command_key(self, node: str) -> bytes:
+        """This node's HMAC key; `MissingKeyError` with what to set when there is none."""
+        if self.gfs_node_key is not None and self.gfs_node_key.get_secret_value().strip():
+            try:
+                key = bytes.fromhex(self.gfs_node_key.get_secret_value().strip())
+            except ValueError:
+                raise MissingKeyError("GFS_NODE_KEY must be the node key in hex") from None
+            if len(key) < MIN_KEY_BYTES:
+                raise MissingKeyError(f"GFS_NODE_KEY must be at least {MIN_KEY_BYTES} bytes")
+            return key
+        if self.gfs_command_secret is not None and self.gfs_command_secret.get_secret_value():
+            master = self.gfs_command_secret.get_secret_value().encode("utf-8")
+            if len(master) < MIN_KEY_BYTES:
+                raise MissingKeyError(f"GFS_COMMAND_SECRET must be at least {MIN_KEY_BYTES} bytes")
+            return node_key(master, node)
+        raise MissingKeyError(
+            "the node agent needs a key to verify commands: set GFS_NODE_KEY (hex of this node's key, "
+            "`gfs`'s signing.node_key(master, node)) or GFS_COMMAND_SECRET (the scheduler's master secret)"
+        )

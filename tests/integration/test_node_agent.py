@@ -1,0 +1,419 @@
+"""The node agent on the real broker: signed commands in, real `fake-task` processes started and
+stopped, acks and telemetry out; forged/tampered/stale/wrong-node commands refused and counted;
+repeats re-acked; a fresh agent skips week-old commands; an agent killed with -9 and restarted
+re-adopts its worker. Each test uses its own node name (so its own partition key and group)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+import pytest_asyncio
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+from schemas.commands import BindCommand, EvictAck, EvictCommand, EvictOutcome
+from schemas.envelope import Envelope, wrap
+from schemas.tasks import EvictionReason, Placement, TaskClass
+from schemas.telemetry import NodeTelemetry
+from schemas.topics import decode, encode
+from schemas.workers import WorkerExited, WorkerStarted
+from services.node_agent import procs
+from services.node_agent.agent import UNKNOWN_EXIT_CODE
+from services.node_agent.service import AgentOptions, CommandReader, run_node_agent
+from services.node_agent.settings import NodeAgentSettings
+from services.platform.kafka.producer import EnvelopeProducer
+from services.platform.kafka.topic_admin import TopicsReport
+from services.platform.signing import node_key, sign
+
+pytestmark = pytest.mark.integration
+
+SECRET = "integration-master-secret-" + "x" * 16
+WAIT_S = 30.0
+ACK_TOPICS = ("gfs.commands.worker-ack", "gfs.commands.evict-ack", "gfs.nodes.telemetry")
+TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
+TRACEPARENT = f"00-{TRACE_ID}-00f067aa0ba902b7-01"
+
+
+def _node() -> str:
+    return f"it-node-{uuid.uuid4().hex[:8]}"
+
+
+def _fake_task(*args: str) -> tuple[str, ...]:
+    return (sys.executable, "-m", "services.node_agent.fake_task", *args)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _bind(node: str, task_id: str, *args: str, gpus: tuple[int, ...] = (0,), **changes: Any) -> BindCommand:
+    fields: dict[str, Any] = {
+        "command_id": uuid.uuid4(),
+        "node": node,
+        "task_id": task_id,
+        "task_class": TaskClass.SPOT,
+        "placements": (Placement(worker_index=0, node=node, gpu_indices=gpus),),
+        "command": _fake_task(*args),
+        "issued_at": datetime.now(UTC),
+    }
+    return BindCommand(**(fields | changes))
+
+
+def _evict(node: str, *task_ids: str, grace: float = 2.0, **changes: Any) -> EvictCommand:
+    fields: dict[str, Any] = {
+        "command_id": uuid.uuid4(),
+        "node": node,
+        "task_ids": task_ids,
+        "reason": EvictionReason.PREEMPTED_BY_HP,
+        "grace_seconds": grace,
+        "issued_at": datetime.now(UTC),
+    }
+    return EvictCommand(**(fields | changes))
+
+
+def _signed(command: Any, node: str, master: str = SECRET) -> Any:
+    return sign(command, key=node_key(master.encode(), node))
+
+
+@dataclass
+class Acks:
+    """Everything the agent of `node` published on the ack and telemetry topics, with headers."""
+
+    node: str
+    records: list[tuple[Envelope[Any], dict[str, bytes]]] = field(default_factory=list)
+
+    def of(self, kind: type[Any]) -> list[Any]:
+        return [env.payload for env, _ in self.records if isinstance(env.payload, kind)]
+
+    def headers_of(self, kind: type[Any]) -> list[dict[str, bytes]]:
+        return [headers for env, headers in self.records if isinstance(env.payload, kind)]
+
+    async def until(self, predicate: Callable[[Acks], bool], what: str, timeout: float = WAIT_S) -> None:
+        deadline = time.monotonic() + timeout
+        while not predicate(self):
+            if time.monotonic() > deadline:
+                seen = [(type(env.payload).__name__) for env, _ in self.records]
+                raise AssertionError(f"timed out waiting for {what}; seen: {seen}")
+            await asyncio.sleep(0.05)
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def ack_reader(
+    kafka_bootstrap: str, registry_topics: TopicsReport
+) -> AsyncIterator[Callable[[str], Acks]]:
+    """Reads the ack topics from their current end (no group); `watch(node)` collects a node's."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=kafka_bootstrap, enable_auto_commit=False)
+    await consumer.start()
+    partitions = [TopicPartition(t, p) for t in ACK_TOPICS for p in range(6)]
+    consumer.assign(partitions)
+    await consumer.seek_to_end(*partitions)
+    watched: dict[bytes, Acks] = {}
+
+    async def pump() -> None:
+        while True:
+            for records in (await consumer.getmany(timeout_ms=100)).values():
+                for record in records:
+                    acks = watched.get(record.key or b"")
+                    if acks is not None:
+                        headers = {k: v for k, v in record.headers or ()}
+                        acks.records.append((decode(record.topic, record.value or b""), headers))
+
+    task = asyncio.create_task(pump())
+
+    def watch(node: str) -> Acks:
+        return watched.setdefault(node.encode(), Acks(node))
+
+    try:
+        yield watch
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await consumer.stop()
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def publisher(kafka_bootstrap: str, registry_topics: TopicsReport) -> AsyncIterator[EnvelopeProducer]:
+    async with EnvelopeProducer(bootstrap_servers=kafka_bootstrap) as producer:
+        yield producer
+
+
+async def _publish(producer: EnvelopeProducer, command: BindCommand | EvictCommand) -> None:
+    topic = "gfs.commands.bind" if isinstance(command, BindCommand) else "gfs.commands.evict"
+    await producer.send(topic, wrap(command, producer="it"), headers=[("traceparent", TRACEPARENT.encode())])
+
+
+def _settings(kafka: str, tmp_path: Path) -> NodeAgentSettings:
+    return NodeAgentSettings(
+        kafka_bootstrap_servers=kafka,
+        gfs_command_secret=SECRET,  # type: ignore[arg-type]
+        agent_state_root=tmp_path,
+        agent_kill_wait_s=5.0,
+    )
+
+
+@contextlib.asynccontextmanager
+async def _agent(kafka: str, tmp_path: Path, node: str, metrics_port: int = 0) -> AsyncIterator[Path]:
+    """An in-process agent with 4 fake GPUs; yields its state dir. Its workers are killed after."""
+    state_dir = tmp_path / node
+    stop, ready = asyncio.Event(), asyncio.Event()
+    options = AgentOptions(
+        node=node, gpu_model="IT-GPU", gpus=4, fake_gpus=True, telemetry_s=1.0, state_dir=state_dir,
+        metrics_port=metrics_port,
+    )  # fmt: skip
+    task = asyncio.create_task(run_node_agent(_settings(kafka, tmp_path), options, stop, ready=ready))
+    waiter = asyncio.create_task(ready.wait())
+    await asyncio.wait([task, waiter], timeout=WAIT_S, return_when=asyncio.FIRST_COMPLETED)
+    if task.done():
+        task.result()  # raises the agent's start-up error
+    assert ready.is_set(), "the agent did not become ready"
+    try:
+        yield state_dir
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, WAIT_S)
+        _kill_workers(state_dir)
+
+
+def _journal(state_dir: Path) -> dict[str, Any]:
+    return dict(json.loads((state_dir / "journal.json").read_text()))
+
+
+def _kill_workers(state_dir: Path) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        for worker in _journal(state_dir)["workers"].values():
+            if worker["pid"] and worker["start_ticks"] and worker["exited_at"] is None:
+                procs.signal_group(worker["pid"], worker["start_ticks"], signal.SIGKILL)
+
+
+def _log_of(state_dir: Path, task_id: str) -> str:
+    logs = list((state_dir / "logs").glob(f"{task_id}.*.log"))
+    return "".join(p.read_text() for p in logs)
+
+
+async def _until_running(state_dir: Path, task_id: str) -> None:
+    # The fake task prints "started" once its SIGTERM handler is in place.
+    deadline = time.monotonic() + WAIT_S
+    while "started" not in _log_of(state_dir, task_id):
+        assert time.monotonic() < deadline, f"{task_id} never started"
+        await asyncio.sleep(0.05)
+
+
+async def test_bind_exit_evict_and_kill_on_the_real_broker(
+    kafka_bootstrap: str, publisher: EnvelopeProducer, ack_reader: Callable[[str], Acks], tmp_path: Path
+) -> None:
+    node = _node()
+    acks = ack_reader(node)
+    env_file = tmp_path / "env.json"
+    async with _agent(kafka_bootstrap, tmp_path, node) as state_dir:
+        steady = _bind(node, "steady", "--env-file", str(env_file), gpus=(1, 2), checkpoint_interval_s=30.0)
+        brief = _bind(node, "brief", "--duration", "0.5", "--exit-code", "4", gpus=(0,))
+        stubborn = _bind(node, "stubborn", "--ignore-sigterm", gpus=(3,))
+        for command in (steady, brief, stubborn):
+            await _publish(publisher, _signed(command, node))
+        await acks.until(lambda a: len(a.of(WorkerStarted)) == 3, "three WorkerStarted")
+        assert {s.task_id for s in acks.of(WorkerStarted)} == {"steady", "brief", "stubborn"}
+        env = json.loads(env_file.read_text())
+        assert (env["CUDA_VISIBLE_DEVICES"], env["GFS_TASK_ID"], env["GFS_CHECKPOINT_INTERVAL_S"]) == (
+            "1,2", "steady", "30.0",
+        )  # fmt: skip
+        # The acks continue the command's trace.
+        assert all(TRACE_ID.encode() in h.get("traceparent", b"") for h in acks.headers_of(WorkerStarted))
+
+        # A natural exit: its code, not evicted.
+        await acks.until(lambda a: any(e.task_id == "brief" for e in a.of(WorkerExited)), "brief's exit")
+        (brief_exit,) = [e for e in acks.of(WorkerExited) if e.task_id == "brief"]
+        assert (brief_exit.exit_code, brief_exit.evicted) == (4, False)
+
+        # Telemetry (the heartbeat) shows the shares of the running workers.
+        await acks.until(lambda a: bool(a.of(NodeTelemetry)), "telemetry")
+        await _until_running(state_dir, "steady")
+        await _until_running(state_dir, "stubborn")
+
+        # Evictions: SIGTERM seen -> CHECKPOINTED; SIGTERM ignored -> KILLED after the grace.
+        graceful, forced = _evict(node, "steady", grace=5.0), _evict(node, "stubborn", grace=1.0)
+        await _publish(publisher, _signed(graceful, node))
+        await _publish(publisher, _signed(forced, node))
+        await acks.until(lambda a: len(a.of(EvictAck)) == 2, "two EvictAcks")
+        outcomes = {ack.command_id: ack.outcome for ack in acks.of(EvictAck)}
+        assert outcomes == {
+            graceful.command_id: EvictOutcome.CHECKPOINTED,
+            forced.command_id: EvictOutcome.KILLED,
+        }
+        assert "checkpointed" in _log_of(state_dir, "steady")
+        assert "sigterm ignored" in _log_of(state_dir, "stubborn")
+        assert all(TRACE_ID.encode() in h.get("traceparent", b"") for h in acks.headers_of(EvictAck))
+        await acks.until(lambda a: len(a.of(WorkerExited)) == 3, "the evicted workers' exits")
+        exits = {e.task_id: (e.exit_code, e.evicted) for e in acks.of(WorkerExited)}
+        assert exits == {"brief": (4, False), "steady": (0, True), "stubborn": (-9, True)}
+        # The SIGTERM latency is recorded in the journal (and the histogram).
+        entry = _journal(state_dir)["commands"][str(graceful.command_id)]
+        assert entry["sigterm_at"] is not None and entry["ack_published"]
+
+
+async def test_forged_tampered_stale_and_wrong_node_commands_are_refused_and_repeats_reacked(
+    kafka_bootstrap: str, publisher: EnvelopeProducer, ack_reader: Callable[[str], Acks], tmp_path: Path
+) -> None:
+    node, other = _node(), _node()
+    acks = ack_reader(node)
+    # Published before the agent starts (a fresh group): still carried out, being recent.
+    early = _signed(_bind(node, "early"), node)
+    await _publish(publisher, early)
+
+    port = _free_port()
+    async with _agent(kafka_bootstrap, tmp_path, node, metrics_port=port) as state_dir:
+        forged = _signed(_bind(node, "forged"), node, master="another-master-secret-" + "y" * 16)
+        tampered = _signed(_bind(node, "tampered"), node).model_copy(
+            update={"command": ("sh", "-c", "echo tampered")}
+        )
+        stale = _signed(_bind(node, "stale", issued_at=datetime.now(UTC) - timedelta(hours=1)), node)
+        # Keyed to this node (its partition) but addressed to another, and validly signed for it.
+        wrong = _signed(_evict(other, "early"), other)
+        for command in (forged, tampered, stale):
+            await _publish(publisher, command)
+        await publisher.send_raw(
+            "gfs.commands.evict", value=encode(wrap(wrong, producer="it")), key=node.encode()
+        )
+        await publisher.send_raw("gfs.commands.evict", value=b"\x00 not a command", key=node.encode())
+        # Replays: the same bind and the same eviction again.
+        await _publish(publisher, early)
+        await acks.until(lambda a: len(a.of(WorkerStarted)) == 2, "early's WorkerStarted twice")
+        first, again = acks.of(WorkerStarted)
+        assert first == again and first.task_id == "early"
+        await _until_running(state_dir, "early")
+        eviction = _signed(_evict(node, "early", grace=2.0), node)
+        await _publish(publisher, eviction)
+        await acks.until(lambda a: len(a.of(EvictAck)) == 1, "early's EvictAck")
+        await _publish(publisher, eviction)
+        await acks.until(lambda a: len(a.of(EvictAck)) == 2, "the repeated EvictAck")
+        assert acks.of(EvictAck)[0] == acks.of(EvictAck)[1]
+        assert acks.of(EvictAck)[0].outcome is EvictOutcome.CHECKPOINTED
+        assert _log_of(state_dir, "early").count("checkpointed") == 1  # acted on once
+        assert _log_of(state_dir, "early").count("started") == 1
+
+        async with aiohttp.ClientSession() as http, http.get(f"http://127.0.0.1:{port}/metrics") as response:
+            text = await response.text()
+        counts = {
+            line.split('reason="')[1].split('"')[0]: float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines()
+            if line.startswith("gfs_agent_commands_rejected_total{")
+        }
+        assert counts == {"signature_mismatch": 2, "stale": 1, "wrong_node": 1, "undecodable": 1}
+        assert "gfs_agent_sigterm_latency_seconds_count" in text
+        # Nothing of the refused commands ran.
+        started = {w["task_id"] for w in _journal(state_dir)["workers"].values()}
+        assert started == {"early"}
+
+
+def _gfs() -> str:
+    return str(Path(sys.executable).parent / "gfs")
+
+
+def _spawn_agent(node: str, tmp_path: Path, kafka: str, log: Path) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": kafka, "GFS_COMMAND_SECRET": SECRET}
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            [_gfs(), "serve", "node-agent", "--node", node, "--fake-gpus", "--gpus", "2",
+             "--gpu-model", "IT-GPU", "--telemetry-s", "1", "--state-dir", str(tmp_path / node)],
+            env=env, stdout=out, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+
+
+async def test_an_agent_killed_with_sigkill_readopts_its_worker_after_a_restart(
+    kafka_bootstrap: str, publisher: EnvelopeProducer, ack_reader: Callable[[str], Acks], tmp_path: Path
+) -> None:
+    node = _node()
+    acks = ack_reader(node)
+    state_dir = tmp_path / node
+    log = tmp_path / "agent.log"
+    agent = _spawn_agent(node, tmp_path, kafka_bootstrap, log)
+    try:
+        await _publish(publisher, _signed(_bind(node, "survivor"), node))
+        await acks.until(lambda a: len(a.of(WorkerStarted)) == 1, "WorkerStarted", timeout=60)
+        await _until_running(state_dir, "survivor")
+        (started,) = acks.of(WorkerStarted)
+        agent.send_signal(signal.SIGKILL)
+        agent.wait(timeout=10)
+        worker = _journal(state_dir)["workers"][f"{started.command_id}/0"]
+        assert procs.is_running(worker["pid"], worker["start_ticks"])  # the worker outlived its agent
+
+        agent = _spawn_agent(node, tmp_path, kafka_bootstrap, log)
+        eviction = _signed(_evict(node, "survivor", grace=5.0), node)
+        await _publish(publisher, eviction)
+        await acks.until(lambda a: bool(a.of(EvictAck)), "the EvictAck after the restart", timeout=60)
+        assert acks.of(EvictAck)[0].outcome is EvictOutcome.CHECKPOINTED
+        await acks.until(lambda a: bool(a.of(WorkerExited)), "the re-adopted worker's exit")
+        (exited,) = acks.of(WorkerExited)
+        assert (exited.exit_code, exited.evicted) == (UNKNOWN_EXIT_CODE, True)
+        assert not procs.is_running(worker["pid"], worker["start_ticks"])
+        assert "checkpointed" in _log_of(state_dir, "survivor")
+        assert len(acks.of(WorkerStarted)) == 1  # the bind was not acted on again
+        assert "re-adopting" in log.read_text()
+    finally:
+        if agent.poll() is None:
+            agent.send_signal(signal.SIGTERM)
+            try:
+                agent.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                agent.kill()
+        _kill_workers(state_dir)
+
+
+async def test_a_fresh_group_starts_after_old_commands(
+    kafka_bootstrap: str, publisher: EnvelopeProducer, registry_topics: TopicsReport
+) -> None:
+    """A new agent's group has no committed offset: it starts at the first record newer than the
+    staleness window (by record timestamp), so a week-old command is never even read."""
+    node = _node()
+    week_ago = datetime.now(UTC) - timedelta(days=7)
+    old = _signed(_bind(node, "ancient", issued_at=week_ago), node)
+    raw = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap)
+    await raw.start()
+    try:
+        # Appended now, stamped a week ago, as a command left over from long ago would be.
+        old_at = await raw.send_and_wait(
+            "gfs.commands.bind", encode(wrap(old, producer="it")), key=node.encode(),
+            timestamp_ms=int(week_ago.timestamp() * 1000),
+        )  # fmt: skip
+    finally:
+        await raw.stop()
+    await asyncio.sleep(0.05)
+    window_start = datetime.now(UTC)
+    await asyncio.sleep(0.05)
+    recent = _signed(_bind(node, "recent"), node)
+    recent_at = await publisher.send("gfs.commands.bind", wrap(recent, producer="it"))
+    assert recent_at.partition == old_at.partition  # same key, same partition
+
+    reader = CommandReader(node=node, servers=[kafka_bootstrap], max_age_s=60.0)
+    await reader.start(window_start + timedelta(seconds=60))  # the window starts at `window_start`
+    try:
+        tp = TopicPartition("gfs.commands.bind", old_at.partition)
+        assert tp in reader.consumer.assignment() and len(reader.consumer.assignment()) == 2
+        assert old_at.offset < await reader.consumer.position(tp) <= recent_at.offset
+        seen: list[str] = []
+        deadline = time.monotonic() + WAIT_S
+        while "recent" not in seen and time.monotonic() < deadline:
+            for records in (await reader.consumer.getmany(timeout_ms=200)).values():
+                seen += [
+                    decode(r.topic, r.value or b"").payload.task_id for r in records if r.key == reader.key
+                ]
+        assert seen == ["recent"]
+    finally:
+        await reader.stop()
