@@ -103,17 +103,18 @@ def preemption(
     nodes: Annotated[Path | None, typer.Option(help="node_info_df.csv (default: the GFS inventory)")] = None,
     seed: Annotated[int, typer.Option()] = 7,
     keep_schema: Annotated[bool, typer.Option(help="keep the run's Postgres schema")] = False,
+    profile: Annotated[Path | None, typer.Option(help="run the service under cProfile, stats to this file")] = None,
 ) -> None:
     """Submit -> BindCommand latency (p50/p99/p99.9) and decisions/s through a running preemption
     service with full-scale cluster state (prints numbers; needs `make up`)."""
     settings = PlatformSettings()
     inventory = nodes or settings.gfs_shared_dir / "data" / "gfs-v2026" / "node_info_df.csv"
-    asyncio.run(_bench(settings, _inventory(inventory), rate, seconds, fill, hp_share, seed, keep_schema))
+    asyncio.run(_bench(settings, _inventory(inventory), rate, seconds, fill, hp_share, seed, keep_schema, profile))
 
 
 async def _bench(
     settings: PlatformSettings, inventory: list[tuple[str, str, int]], rate: float, seconds: float,
-    fill: float, hp_share: float, seed: int, keep_schema: bool,
+    fill: float, hp_share: float, seed: int, keep_schema: bool, profile: Path | None = None,
 ) -> None:  # fmt: skip
     rng = random.Random(seed)
     run = uuid.uuid4().hex[:6]
@@ -142,7 +143,8 @@ async def _bench(
     log_path = REPO / ".stack" / f"bench-preemption-{run}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("wb") as log:
-        service = subprocess.Popen([sys.executable, "-m", "services", "serve", "preemption"], cwd=REPO, env=env,
+        profiler = ["-m", "cProfile", "-o", str(profile)] if profile is not None else []
+        service = subprocess.Popen([sys.executable, *profiler, "-m", "services", "serve", "preemption"], cwd=REPO, env=env,
                                    stdout=log, stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
     print(f"run {run}: service pid {service.pid}, log {log_path}, schema {schema}")
     print(f"cluster: {len(inventory)} nodes, {state.capacity} GPUs, {len(pools)} pools; fill {fill:.0%}, "
@@ -162,6 +164,10 @@ async def _bench(
                 await producer.send("gfs.quotas", wrap(q, producer="bench"))
             await _until_registered(port, len(inventory))
             print(f"registered {len(inventory)} nodes in {time.perf_counter() - t0:.1f} s")
+            # A new router group starts at the beginning of the input topics (earlier runs' records,
+            # skipped as not ours): wait until it has caught up, so that is not measured.
+            behind = await _router_caught_up(settings, f"bench-router-{run}")
+            print(f"router caught up with the topics' history ({behind} records behind at the end)")
 
             pool_names = list(pools)
             weights = [pools[p] for p in pool_names]
@@ -184,7 +190,10 @@ async def _bench(
             # Fill to the target, then queue gangs that cannot fit now.
             t1 = time.perf_counter()
             while state.allocated < fill * state.capacity:
-                if len(state.pending) < 300:  # a bounded backlog: the fill is not the measurement
+                # A bounded backlog of recent submissions (ones that queue for long, e.g. spot over
+                # its quota, stop counting after 3 s): the fill is not the measurement.
+                recent = time.perf_counter() - 3.0
+                if sum(1 for t in state.pending if state.submitted_at[t] > recent) < 300:
                     for _ in range(50):
                         await submit(new_task())
                 await asyncio.sleep(0.05)
@@ -233,6 +242,29 @@ async def _bench(
         await connection.close()
         if not keep_schema:
             await admin.execute(f'DROP SCHEMA "{schema}" CASCADE')
+        await admin.close()
+
+
+async def _router_caught_up(settings: PlatformSettings, group: str, timeout: float = 900.0) -> int:
+    from aiokafka.admin import AIOKafkaAdminClient
+
+    from services.platform.kafka.lag import LagProbe
+    from services.preemption.router import ROUTED_TOPICS
+
+    probe = LagProbe(settings.bootstrap_servers, group, ROUTED_TOPICS)
+    admin = AIOKafkaAdminClient(bootstrap_servers=settings.bootstrap_servers)
+    consumer = AIOKafkaConsumer(*ROUTED_TOPICS, bootstrap_servers=settings.bootstrap_servers)
+    await admin.start()
+    await consumer.start()
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            behind = sum((await probe.measure(admin, consumer)).values())
+            if behind < 50 or time.monotonic() > deadline:
+                return behind
+            await asyncio.sleep(1.0)
+    finally:
+        await consumer.stop()
         await admin.close()
 
 

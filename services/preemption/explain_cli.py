@@ -14,7 +14,6 @@ import urllib.request
 from typing import Any
 
 import typer
-from rich.console import Console
 
 
 def explain(
@@ -28,17 +27,23 @@ def explain(
     if as_json:
         typer.echo(json.dumps({"task_id": task_id, "live": live and live.get("live"), "decisions": decisions}, indent=2))
         return
-    console = Console()
     if not decisions and not (live and live.get("live")):
-        console.print(f"no decision recorded for task {task_id}")
+        typer.echo(f"no decision recorded for task {task_id}", err=True)
         raise typer.Exit(1)
-    console.print(render(task_id, decisions, live.get("live") if live else None))
+    # Plain text, not wrapped to the terminal: lines are grep-able and copy-pasteable.
+    typer.echo(render(task_id, decisions, live.get("live") if live else None))
 
 
 def render(task_id: str, decisions: list[dict[str, Any]], live: dict[str, Any] | None) -> str:
     lines = [f"task {task_id}"]
     if live is not None:
-        lines.append(f"  now: {live.get('message', live.get('state'))}")
+        now = f"  now: {live['state']}"
+        queued = live.get("queued")
+        if queued:
+            now += f"; still queued: {queued['message']}"
+            if queued.get("blocked_by"):
+                now += f" (behind {queued['blocked_by']})"
+        lines.append(now)
     for d in decisions:
         detail = d["detail"]
         head = f"  {d['at']} {d['kind']}"

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
+import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -48,6 +50,7 @@ ROUTED_TOPICS = (
     "gfs.commands.evict-ack",
     "gfs.commands.worker-ack",
 )
+UNKNOWN_NODE_TTL_S = 30.0
 _TRACE_HEADERS = frozenset({"traceparent", "tracestate"})
 
 
@@ -78,6 +81,7 @@ class Router:
     unroutable: int = 0
     skipped: int = 0
     in_flight: list[asyncio.Future[Any]] = field(default_factory=list)
+    unknown_nodes: dict[str, float] = field(default_factory=dict)  # node -> monotonic retry time
 
     async def handle(self, envelope: Envelope[Any], context: MessageContext) -> None:
         if self.pools is not None and not self._maybe_ours(envelope.payload):
@@ -134,6 +138,7 @@ class Router:
                 async with self.pool.acquire() as connection:
                     await store.route_node(connection, payload.node, payload.gpu_model)
                 self.nodes[payload.node] = payload.gpu_model
+                self.unknown_nodes.pop(payload.node, None)
             return payload.gpu_model, False
         if isinstance(payload, SpotQuota):
             return payload.pool, False
@@ -144,9 +149,15 @@ class Router:
     async def _node_pool(self, node: str) -> str:
         found = self.nodes.get(node)
         if found is None:
+            # A node looked up in vain is not asked again for a while (acks of a cluster this
+            # deployment does not schedule would otherwise cost a query each).
+            now = time.monotonic()
+            if self.unknown_nodes.get(node, -math.inf) > now:
+                raise UnroutableError(f"node {node!r} never sent telemetry: its pool is unknown")
             async with self.pool.acquire() as connection:
                 found = await store.node_pool(connection, node)
             if found is None:
+                self.unknown_nodes[node] = now + UNKNOWN_NODE_TTL_S
                 raise UnroutableError(f"node {node!r} never sent telemetry: its pool is unknown")
             self.nodes[node] = found
         return found

@@ -42,7 +42,7 @@ from opentelemetry.metrics import CallbackOptions, Observation
 from pydantic import BaseModel, SecretStr
 
 from schemas.commands import BindCommand, EvictCommand
-from schemas.envelope import wrap
+from schemas.envelope import Envelope, wrap
 from schemas.pool_status import PoolStatus
 from schemas.tasks import TaskEvicted
 from schemas.telemetry import NodeTelemetry
@@ -52,11 +52,11 @@ from services.platform.kafka.dead_letter import FailedRecord, build_dead_letter
 from services.platform.kafka.producer import EnvelopeProducer
 from services.platform.kafka.topic_admin import ensure_topics
 from services.platform.metrics import Metrics, configure_metrics, metrics_handler
-from services.platform.outbox import OutboxRelay, enqueue
+from services.platform.outbox import OutboxRelay, enqueue, enqueue_many
 from services.platform.postgres import open_pool
 from services.platform.settings import PlatformSettings
 from services.platform.signing import node_key, sign
-from services.platform.tracing import extract_context
+from services.platform.tracing import extract_context, inject_headers
 from services.preemption import store
 from services.preemption.controller import ControllerSettings, Effects, PoolController, explanation_dict
 from services.preemption.inputs import Entry, apply, entry_for
@@ -332,12 +332,15 @@ class Decider:
             async with self.pool.acquire() as connection, connection.transaction():
                 await store.check_epoch(connection, state.claim, next_offset)
                 await store.append_journal(connection, state.claim.partition, rows)
-                for pool_name, out, ctx in effects:
-                    await store.record_decisions(connection, pool_name, out.decisions, dry_run=dry)
-                    if dry:
-                        continue
-                    for message in [*out.events, *out.commands]:
-                        await self._enqueue(connection, tracer, message, ctx)
+                outgoing: list[tuple[str, Envelope[Any], list[tuple[str, bytes]]]] = []
+                await store.record_decisions(
+                    connection, [(pool_name, d) for pool_name, out, _ in effects for d in out.decisions], dry_run=dry
+                )
+                for _, out, ctx in effects:
+                    if not dry:
+                        outgoing += [self._outgoing(tracer, m, ctx) for m in [*out.events, *out.commands]]
+                if outgoing:
+                    await enqueue_many(connection, outgoing)
         except store.FencedError:
             await self._fenced(state)
             return
@@ -364,22 +367,27 @@ class Decider:
                     self.decisions_counter.add(1, {"kind": d.kind})
         self.on_committed()
 
-    async def _enqueue(
-        self, connection: asyncpg.Connection, tracer: trace.Tracer, message: BaseModel, ctx: otel_context.Context | None
-    ) -> None:
+    def _outgoing(
+        self, tracer: trace.Tracer, message: BaseModel, ctx: otel_context.Context | None
+    ) -> tuple[str, Envelope[Any], list[tuple[str, bytes]]]:
+        """Sign a command, wrap it, and carry the trace of its task (a span of that trace)."""
         task_id = _task_of(message)
         parent = self.contexts.get(task_id, ctx) if task_id else ctx
         if isinstance(message, BindCommand):
             message = sign(message, key=self._key(message.node))
-            name = f"command {type(message).__name__}"
         elif isinstance(message, EvictCommand):
             message = sign(message, key=self._key(message.node))
-            name = f"command {type(message).__name__}"
+        if isinstance(message, BindCommand | EvictCommand):
+            # A span per command (the decision SREs follow); events carry the task's trace as is.
+            with tracer.start_as_current_span(
+                f"decide {type(message).__name__}", context=parent,
+                attributes={"gfs.task_id": task_id, "gfs.node": message.node},
+            ):  # fmt: skip
+                headers = inject_headers()
         else:
-            name = f"event {type(message).__name__}"
-        with tracer.start_as_current_span(name, context=parent, attributes={"gfs.task_id": task_id or ""}):
-            envelope = wrap(message, producer=PRODUCER, occurred_at=datetime.now(UTC))
-            await enqueue(connection, topic_for_event_type(type(message).__name__).name, envelope)
+            headers = inject_headers(context=parent) if parent is not None else []
+        envelope = wrap(message, producer=PRODUCER, occurred_at=datetime.now(UTC))
+        return topic_for_event_type(type(message).__name__).name, envelope, headers
 
     def _key(self, node: str) -> bytes:
         found = self.keys.get(node)

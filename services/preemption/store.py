@@ -85,13 +85,16 @@ async def append_journal(
 
 
 async def record_decisions(
-    connection: asyncpg.Connection, pool: str, decisions: Iterable[Decision], *, dry_run: bool
+    connection: asyncpg.Connection, decisions: Sequence[tuple[str, Decision]], *, dry_run: bool
 ) -> None:
+    """(pool, decision) pairs, in one round trip."""
+    if not decisions:
+        return
     await connection.executemany(
         "INSERT INTO preemption_decision (pool, task_id, kind, at, dry_run, detail) VALUES ($1, $2, $3, $4, $5, $6::jsonb)",
         [
             (pool, d.task_id, d.kind, datetime.fromtimestamp(d.at_s, UTC), dry_run, json.dumps(d.detail, default=str))
-            for d in decisions
+            for pool, d in decisions
         ],
     )
 
