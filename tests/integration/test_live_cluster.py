@@ -48,7 +48,7 @@ from services.producers.partitioning import partition_for_key
 
 pytestmark = pytest.mark.integration
 
-TAPPED = ("gfs.commands.bind", "gfs.commands.evict", "gfs.commands.evict-ack", "gfs.tasks.lifecycle",
+TAPPED = ("gfs.tasks.submit", "gfs.commands.bind", "gfs.commands.evict", "gfs.commands.evict-ack", "gfs.tasks.lifecycle",
           "gfs.commands.worker-ack")  # fmt: skip
 
 
@@ -235,6 +235,26 @@ async def test_agents_run_preempt_finish_and_survive_a_silent_node(live: Live, k
             assert ack_lost.outcome in (EvictOutcome.CHECKPOINTED, EvictOutcome.KILLED)
             await _until(lambda: not _alive(h1_pid), 10, "the orphaned H1 worker to stop")
             await _until(lambda: _pool_has(port, pool, lambda p: not p["down"]), 20, "the node back up")
+
+        # One trace per task across every hop: the submit (GfsClient), the acceptance, the bind
+        # command, the agent's WorkerStarted and TaskStarted; for the victim C, its eviction
+        # command and the agent's EvictAck as well.
+        def trace_ids(task: str, kinds: tuple[str, ...]) -> dict[str, set[str]]:
+            out: dict[str, set[str]] = {}
+            for _, env, headers in live.tap.items:
+                p = env.payload
+                tasks = getattr(p, "task_ids", None) or (getattr(p, "task_id", None),)
+                if env.event_type in kinds and task in tasks:
+                    parent = dict(headers).get("traceparent", b"").decode()
+                    out.setdefault(env.event_type, set()).add(parent.split("-")[1] if parent else "none")
+            return out
+
+        hops = ("TaskSubmitted", "TaskAccepted", "BindCommand", "WorkerStarted", "TaskStarted")
+        a_traces = trace_ids("A", hops)
+        assert set(a_traces) == set(hops), a_traces
+        assert len(set().union(*a_traces.values())) == 1 and "none" not in a_traces["TaskSubmitted"], a_traces
+        c_traces = trace_ids("C", ("TaskSubmitted", "EvictCommand", "EvictAck", "TaskEvicted"))
+        assert len(c_traces) == 4 and len(set().union(*c_traces.values())) == 1, c_traces
 
         # gfs explain, through the CLI: victims, the alternatives and their costs for C's eviction.
         out = subprocess.run([sys.executable, "-m", "services", "explain", "C", "--api", f"http://127.0.0.1:{port}"],

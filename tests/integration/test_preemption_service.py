@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
@@ -151,6 +152,15 @@ def _registered(decider: Decider, pool: str, nodes: int) -> Any:
     return check
 
 
+def _sample(text: str, name: str, labels: dict[str, str]) -> float | None:
+    """The value of the Prometheus sample `name` whose labels include `labels`."""
+    for line in text.splitlines():
+        match = re.fullmatch(rf"{name}\{{(.*)\}} (\S+)", line)
+        if match and labels.items() <= dict(re.findall(r'(\w+)="([^"]*)"', match.group(1))).items():
+            return float(match.group(2))
+    return None
+
+
 def _key(node: str) -> bytes:
     return node_key(SECRET.encode(), node)
 
@@ -221,6 +231,14 @@ async def test_hp_evicts_then_binds_after_the_ack_signed_and_explained(world: tu
         plan = evictions[0]["detail"]["explanation"]["last_eviction"]["plan"]
         assert plan["winner"]["victims"] == ["B"] and plan["alternatives"][0]["victims"] == ["A"]
         assert plan["winner"]["cost"] < plan["alternatives"][0]["cost"]
+        # Metrics SREs scrape: decision latency, decisions by kind, tasks per class/state/pool,
+        # evictions by reason.
+        async with aiohttp.ClientSession() as http, http.get(f"http://127.0.0.1:{port}/metrics") as response:
+            metrics = await response.text()
+        assert "gfs_preemption_decision_latency_seconds_bucket" in metrics
+        assert 'gfs_preemption_decisions_total{kind="evicted"' in metrics
+        assert _sample(metrics, "gfs_preemption_tasks", {"class": "hp", "pool": c.pool, "state": "running"}) == 1.0
+        assert _sample(metrics, "gfs_preemption_evictions", {"pool": c.pool, "reason": "PREEMPTED_BY_HP"}) == 1.0
         before = {name: sorted(ctl.runtime.state.running) for name, ctl in decider.owned_pools().items()}
         queued = {name: ctl.runtime.queued_ids() for name, ctl in decider.owned_pools().items()}
         counter = {name: ctl.counter for name, ctl in decider.owned_pools().items()}
@@ -241,3 +259,22 @@ async def test_hp_evicts_then_binds_after_the_ack_signed_and_explained(world: tu
         await connection.close()
     assert kinds[:3] == ["accepted", "started", "bind_held"] and "bound" in kinds
 
+
+@pytest.mark.asyncio(loop_scope="session")
+async def test_dry_run_decides_and_records_but_publishes_nothing(world: tuple[Cluster, str], kafka_bootstrap: str) -> None:
+    c, dsn = world
+    settings = _settings(dsn, kafka_bootstrap, c.pool, preemption_dry_run=True)
+    async with _service(settings) as (decider, _):
+        await c.telemetry(c.node(0), 2)
+        await c.quota(2.0)
+        await _until(_registered(decider, c.pool, 1))
+        await c.submit("D", TaskClass.SPOT)
+        await _until(lambda: decider.stats.decisions >= 3)
+        await asyncio.sleep(1.0)
+    assert not c.tap.payloads((BindCommand, TaskAccepted), lambda p: p.task_id == "D")
+    connection = await asyncpg.connect(dsn)
+    try:
+        rows = await connection.fetch("SELECT kind, dry_run FROM preemption_decision WHERE task_id = 'D' ORDER BY id")
+    finally:
+        await connection.close()
+    assert [(r["kind"], r["dry_run"]) for r in rows] == [("accepted", True), ("started", True)]
