@@ -1,5 +1,6 @@
 # Every target does its own set-up, so `make test` and `make demo` work on a fresh machine.
-# The stack (real Kafka 3.9 + PostgreSQL) keeps running after `test`/`demo`; `make down` stops it.
+# The stack (real Kafka 3.9 + PostgreSQL + Jaeger + Prometheus) keeps running after `test`/`demo`;
+# `make down` stops it.
 SHELL := /bin/bash
 .SHELLFLAGS := -euo pipefail -c
 .DEFAULT_GOAL := help
@@ -13,17 +14,19 @@ STACK_ENV := eval "$$(bash $(STACK) env)"
 .PHONY: help setup up down status reset test demo lint
 
 help:
-	@echo "make setup   venv + Kafka jars + PostgreSQL (idempotent)"
-	@echo "make up      start Kafka and Postgres, create topics, apply migrations"
+	@echo "make setup   venv + Kafka jars + PostgreSQL + Jaeger build + Prometheus (idempotent)"
+	@echo "make up      start Kafka, Postgres, Jaeger, Prometheus; create topics, apply migrations"
 	@echo "make test    setup + up + the whole test suite"
 	@echo "make demo    setup + up + scripts/demo.sh"
-	@echo "make down    stop Kafka and Postgres     make reset   stop and wipe their data"
+	@echo "make down    stop the stack              make reset   stop and wipe its data"
 	@echo "make status  is the stack up?            make lint    ruff + import contracts"
 
 setup:
 	bash scripts/bootstrap.sh
 	bash infra/kafka/fetch.sh
 	bash infra/postgres/install.sh
+	bash infra/jaeger/build.sh
+	bash infra/prometheus/install.sh
 
 up: setup
 	bash $(STACK) up

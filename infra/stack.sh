@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# The local stack: a real Kafka 3.9 broker (KRaft, 127.0.0.1:9092) and PostgreSQL (127.0.0.1:55432).
-#   up      fetch/start/wait Kafka, install/start Postgres, create topics, apply migrations
-#   down    stop both (data kept)          reset   stop both and wipe their data
-#   status  exit 0 only when both run       env     print the exports clients need
+# The local stack: a real Kafka 3.9 broker (KRaft, 127.0.0.1:9092), PostgreSQL (127.0.0.1:55432),
+# Jaeger (OTLP 127.0.0.1:4317, UI 127.0.0.1:16686) and Prometheus (127.0.0.1:9090).
+#   up      fetch/start/wait Kafka, install/start Postgres, build/start Jaeger, install/start
+#           Prometheus, create topics, apply migrations
+#   down    stop all four (data kept)       reset   stop all four and wipe their data
+#   status  exit 0 only when all four run   env     print the exports clients need
+#   env --traces   the same plus OTEL_EXPORTER_OTLP_ENDPOINT (services then export spans to Jaeger)
 set -euo pipefail
 INFRA_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO_DIR="$(cd "$INFRA_DIR/.." && pwd)"
@@ -10,6 +13,10 @@ REPO_DIR="$(cd "$INFRA_DIR/.." && pwd)"
 source "$INFRA_DIR/kafka/common.sh"
 # shellcheck source=postgres/common.sh
 source "$INFRA_DIR/postgres/common.sh"
+# shellcheck source=jaeger/common.sh
+source "$INFRA_DIR/jaeger/common.sh"
+# shellcheck source=prometheus/common.sh
+source "$INFRA_DIR/prometheus/common.sh"
 GFS_CLI="$REPO_DIR/.venv/bin/gfs"
 
 stack_env() {
@@ -19,6 +26,15 @@ stack_env() {
   # The master secret node commands are signed with (per-node keys derive from it): generated
   # once per checkout into the ignored stack folder, for development and tests only.
   echo "export GFS_COMMAND_SECRET=$(dev_command_secret)"
+  # Where the observability tests (and people) find Jaeger's query API and Prometheus.
+  echo "export JAEGER_QUERY_URL=$JAEGER_QUERY_URL_DEFAULT"
+  echo "export PROMETHEUS_URL=$PROM_URL_DEFAULT"
+  # Span export is opt-in: with the endpoint set every process ships its spans over OTLP/gRPC, and
+  # when Jaeger is down each one then spends ~7 s retrying at exit (BatchSpanProcessor shutdown),
+  # which would slow every test that stops a service. `env --traces` switches it on.
+  if [[ "${1:-}" == --traces ]]; then
+    echo "export OTEL_EXPORTER_OTLP_ENDPOINT=http://$JAEGER_OTLP_GRPC"
+  fi
 }
 
 dev_command_secret() {
@@ -44,13 +60,29 @@ stack_status() {
     echo "postgres: down"
     ok=1
   fi
+  if pid="$(jaeger_pid)"; then
+    echo "jaeger:   up (pid $pid, UI $JAEGER_QUERY_URL_DEFAULT, OTLP gRPC $JAEGER_OTLP_GRPC)"
+  else
+    echo "jaeger:   down"
+    ok=1
+  fi
+  if pid="$(prom_pid)"; then
+    echo "prometheus: up (pid $pid, $PROM_URL_DEFAULT)"
+  else
+    echo "prometheus: down"
+    ok=1
+  fi
   return "$ok"
 }
 
 stack_up() {
   "$INFRA_DIR/kafka/start.sh"
-  "$INFRA_DIR/postgres/start.sh"   # starts while the JVM warms up
+  "$INFRA_DIR/postgres/start.sh"   # these start while the JVM warms up
+  "$INFRA_DIR/jaeger/start.sh"
+  "$INFRA_DIR/prometheus/start.sh"
   "$INFRA_DIR/kafka/wait.sh"
+  "$INFRA_DIR/jaeger/wait.sh"
+  "$INFRA_DIR/prometheus/wait.sh"
   if [[ ! -x "$GFS_CLI" ]]; then
     echo "stack: $GFS_CLI missing; run scripts/bootstrap.sh (or make setup) first" >&2
     exit 1
@@ -64,9 +96,13 @@ stack_up() {
 
 case "${1:-}" in
   up) stack_up ;;
-  down) "$INFRA_DIR/kafka/stop.sh"; "$INFRA_DIR/postgres/stop.sh" ;;
-  reset) "$INFRA_DIR/kafka/reset.sh"; "$INFRA_DIR/postgres/reset.sh" ;;
+  down)
+    "$INFRA_DIR/kafka/stop.sh"; "$INFRA_DIR/postgres/stop.sh"
+    "$INFRA_DIR/jaeger/stop.sh"; "$INFRA_DIR/prometheus/stop.sh" ;;
+  reset)
+    "$INFRA_DIR/kafka/reset.sh"; "$INFRA_DIR/postgres/reset.sh"
+    "$INFRA_DIR/jaeger/reset.sh"; "$INFRA_DIR/prometheus/reset.sh" ;;
   status) stack_status ;;
-  env) stack_env ;;
-  *) echo "usage: infra/stack.sh up|down|status|env|reset" >&2; exit 2 ;;
+  env) stack_env "${2:-}" ;;
+  *) echo "usage: infra/stack.sh up|down|status|env [--traces]|reset" >&2; exit 2 ;;
 esac

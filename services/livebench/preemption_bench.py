@@ -338,6 +338,9 @@ async def _report(dsn: str, state: BenchState, since: datetime, measured_s: floa
             "SELECT count(*) FROM preemption_decision WHERE at >= $1 AND kind IN ('started', 'evicted', 'rejected', 'finished', 'accepted')",
             since,
         )
+        placements = await connection.fetchval(
+            "SELECT count(*) FROM preemption_decision WHERE at >= $1 AND kind IN ('started', 'evicted')", since
+        )
         window = await connection.fetchrow("SELECT min(at) AS a, max(at) AS b FROM preemption_decision WHERE at >= $1", since)
     finally:
         await connection.close()
@@ -359,7 +362,8 @@ async def _report(dsn: str, state: BenchState, since: datetime, measured_s: floa
     print(f"commands read back: {state.binds} binds, {state.evicts} evictions; allocation at the end "
           f"{state.allocated / state.capacity:.1%}, {len(state.pending)} tasks waiting")  # fmt: skip
     print(f"decision records (accepted/started/evicted/rejected/finished): {decided} in {span:.1f} s "
-          f"= {decided / max(span, 1e-9):.1f}/s")  # fmt: skip
+          f"= {decided / max(span, 1e-9):.1f}/s; placements and evictions alone: {placements} "
+          f"= {placements / max(span, 1e-9):.1f}/s")  # fmt: skip
     for name, values in (("placed on arrival, no preemption", plain), ("placed on arrival by preemption (incl. ack round trip)", preempting)):
         if not values:
             print(f"{name}: none")

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -139,6 +140,10 @@ async def live(
             yield world
         finally:
             world.stop_all()
+            # Agents leave their workers running when they stop (a restarted agent re-adopts
+            # them); the test's own workers must not outlive it.
+            for started in tap.payloads(WorkerStarted, lambda w: w.node.startswith(f"e2e-{world.run}")):
+                _kill_fake_task(started.pid)
             await tap.stop()
 
 
@@ -272,6 +277,16 @@ async def test_agents_run_preempt_finish_and_survive_a_silent_node(live: Live, k
     except BaseException:
         print(live.logs())
         raise
+
+
+def _kill_fake_task(pid: int) -> None:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+            if b"fake_task" not in cmdline.read():
+                return  # the pid was reused by something else
+        os.killpg(pid, signal.SIGKILL)
+    except (OSError, ProcessLookupError):
+        pass
 
 
 def _alive(pid: int) -> bool:

@@ -29,6 +29,11 @@ EXPECTED_TABLES = {
     "outbox",
     "quota_version",
     "quota_input_latest",
+    "preemption_partition",
+    "preemption_journal",
+    "preemption_decision",
+    "preemption_task_route",
+    "preemption_node_route",
 }
 
 
