@@ -230,6 +230,8 @@ async def test_bind_exit_evict_and_kill_on_the_real_broker(
             await _publish(publisher, _signed(command, node))
         await acks.until(lambda a: len(a.of(WorkerStarted)) == 3, "three WorkerStarted")
         assert {s.task_id for s in acks.of(WorkerStarted)} == {"steady", "brief", "stubborn"}
+        # WorkerStarted follows the spawn; the worker writes its environment once it runs.
+        await _until_running(state_dir, "steady")
         env = json.loads(env_file.read_text())
         assert (env["CUDA_VISIBLE_DEVICES"], env["GFS_TASK_ID"], env["GFS_CHECKPOINT_INTERVAL_S"]) == (
             "1,2", "steady", "30.0",
