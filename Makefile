@@ -14,7 +14,7 @@ STACK_ENV := eval "$$(bash $(STACK) env)"
 .PHONY: help setup up down status reset test demo lint
 
 help:
-	@echo "make setup   venv + Kafka jars + PostgreSQL + Jaeger build + Prometheus (idempotent)"
+	@echo "make setup   venv + Kafka jars + PostgreSQL + Jaeger build + Prometheus + Chromium (idempotent)"
 	@echo "make up      start Kafka, Postgres, Jaeger, Prometheus; create topics, apply migrations"
 	@echo "make test    setup + up + the whole test suite"
 	@echo "make demo    setup + up + scripts/demo.sh"
@@ -27,6 +27,7 @@ setup:
 	bash infra/postgres/install.sh
 	bash infra/jaeger/build.sh
 	bash infra/prometheus/install.sh
+	bash infra/chromium/install.sh
 
 up: setup
 	bash $(STACK) up

@@ -21,6 +21,7 @@ _SUBAPPS: tuple[tuple[str, str, str], ...] = (
     ("forecast", "ml.cli", "app"),
     ("serve", "services.serve_cli", "app"),
     ("livebench", "services.livebench.cli", "app"),
+    ("faults", "services.faults.cli", "app"),
 )
 
 # Single commands mounted at the top level: (command name, module, function attribute).

@@ -90,8 +90,12 @@ def preemption(
     async def main(stop: asyncio.Event) -> None:
         from services.platform.tracing import configure_tracing
 
-        configure_tracing(settings)
-        await run_preemption_service(settings, stop)
+        provider = configure_tracing(settings)
+        try:
+            await run_preemption_service(settings, stop)
+        finally:
+            # Flush the batched spans (the last decisions' traces) before the process exits.
+            await asyncio.to_thread(provider.shutdown)
 
     _run_until_signalled(main)
 
@@ -134,7 +138,10 @@ def node_agent(
     async def main(stop: asyncio.Event) -> None:
         from services.platform.tracing import configure_tracing
 
-        configure_tracing(settings)
-        await run_node_agent(settings, options, stop)
+        provider = configure_tracing(settings)
+        try:
+            await run_node_agent(settings, options, stop)
+        finally:
+            await asyncio.to_thread(provider.shutdown)  # flush the batched spans (the last acks')
 
     _run_until_signalled(main)

@@ -6,6 +6,9 @@ Steps (spec 5.3, 5.2):
    worker against the tentative state and committed only if every worker fits (spec 8 #8).
 2. Spot queue in the policy's order: quota admission (S_v + g w <= Q_v(H)), then normal placement
    of every worker or none. Spot never preempts.
+3. Eviction budget (`CycleContext.eviction_budget`, the pool's eviction cap): the pass counts the
+   victims it commits to; a preemption whose plans would exceed what is left is not made (the HP
+   task waits as EVICTION_BUDGET, raising the threshold like NO_PREEMPTION_PLAN). None = no cap.
 
 The pass works on the pool under a journal and rolls it back, so the caller's state is unchanged;
 the caller applies the returned decisions (decide/do split).
@@ -36,6 +39,7 @@ class CycleContext(NamedTuple):
     quota: Mapping[int, float]  # guarantee hours -> Q_v(H)
     preemption: PreemptionContext
     version: int  # the pool's capacity version (bumped whenever GPUs are freed or quota changes)
+    eviction_budget: int | None = None  # evictions this pass may commit to (None: no cap)
 
 
 class CycleOutcome(NamedTuple):
@@ -74,12 +78,14 @@ class _Attempt(enum.Enum):
     STARTED = "started"
     NO_FIT = "no-fit"  # raises the `failed` threshold to this size (spec 5.3)
     NO_PREEMPTION_PLAN = "no-preemption-plan"  # an HP miss with preemption on: as NO_FIT
+    EVICTION_BUDGET = "eviction-budget"  # a plan exists but exceeds the eviction cap: as NO_FIT
     OVER_QUOTA = "over-quota"  # stops the bucket but leaves the threshold alone
 
 
 _REASON = {
     _Attempt.NO_FIT: Unschedulable.NO_FIT,
     _Attempt.NO_PREEMPTION_PLAN: Unschedulable.NO_PREEMPTION_PLAN,
+    _Attempt.EVICTION_BUDGET: Unschedulable.EVICTION_BUDGET,
     _Attempt.OVER_QUOTA: Unschedulable.OVER_QUOTA,
 }
 
@@ -136,14 +142,30 @@ def _hp_pass(
     blocked: list[tuple[TaskClass, SortKey, Blocked]],
     skipped: list[tuple[TaskClass, SortKey]],
 ) -> None:
+    budget = _Budget(ctx.eviction_budget)
+
     def try_start(spec: TaskSpec) -> _Attempt:
-        return _start_hp(pool, spec, policy, ctx, decisions)
+        return _start_hp(pool, spec, policy, ctx, decisions, budget)
 
     _queue_pass(queue, TaskClass.HP, ctx, try_start, blocked, skipped)
 
 
+class _Budget:
+    """The evictions a pass may still commit to (None: no cap)."""
+
+    __slots__ = ("left",)
+
+    def __init__(self, left: int | None) -> None:
+        self.left = left
+
+
 def _start_hp(
-    pool: PoolState, spec: TaskSpec, policy: SchedulingPolicy, ctx: CycleContext, decisions: list[Decision]
+    pool: PoolState,
+    spec: TaskSpec,
+    policy: SchedulingPolicy,
+    ctx: CycleContext,
+    decisions: list[Decision],
+    budget: _Budget,
 ) -> _Attempt:
     placements = place_task(pool, spec, policy.placement)
     if placements is not None:
@@ -152,24 +174,29 @@ def _start_hp(
         return _Attempt.STARTED
     if not ctx.preemption_enabled:
         return _Attempt.NO_FIT
-    if _start_hp_preemptive(pool, spec, policy, ctx, decisions):
-        return _Attempt.STARTED
-    return _Attempt.NO_PREEMPTION_PLAN
+    return _start_hp_preemptive(pool, spec, policy, ctx, decisions, budget)
 
 
 def _start_hp_preemptive(
-    pool: PoolState, spec: TaskSpec, policy: SchedulingPolicy, ctx: CycleContext, decisions: list[Decision]
-) -> bool:
+    pool: PoolState,
+    spec: TaskSpec,
+    policy: SchedulingPolicy,
+    ctx: CycleContext,
+    decisions: list[Decision],
+    budget: _Budget,
+) -> _Attempt:
     if not spec.is_fractional:
         # Quick refusal: even evicting every spot task leaves too few GPUs for the gang.
         k = spec.whole_gpus_per_worker
         if int((pool.non_hp // k).sum()) < spec.workers:
-            return False
+            return _Attempt.NO_PREEMPTION_PLAN
+    if budget.left is not None and budget.left <= 0:
+        return _Attempt.EVICTION_BUDGET
     mark = pool.mark()
     evictions: list[EvictTask] = []
     plans: list[PreemptionPlan] = []
     placed: list[WorkerPlacement] = []
-    ok = True
+    failure: _Attempt | None = None
     for p in _fits_now(pool, spec, policy):  # workers that fit without preemption come first
         reserve(pool, p, spec.task_class)
         placed.append(p)
@@ -178,9 +205,15 @@ def _start_hp_preemptive(
         if maybe is not None:
             p = maybe
         else:
-            plan = policy.victims.plan(pool, spec, ctx.preemption)
+            pctx = ctx.preemption
+            if budget.left is not None:
+                pctx = pctx._replace(eviction_budget=budget.left - len(evictions))
+            plan = policy.victims.plan(pool, spec, pctx)
             if plan is None:
-                ok = False
+                failure = _Attempt.NO_PREEMPTION_PLAN
+                break
+            if budget.left is not None and len(evictions) + len(plan.victims) > budget.left:
+                failure = _Attempt.EVICTION_BUDGET
                 break
             plans.append(plan)
             for victim in plan.victims:
@@ -191,13 +224,15 @@ def _start_hp_preemptive(
         placed.append(p)
     for p in reversed(placed):
         release(pool, p, spec.task_class)
-    if not ok:
+    if failure is not None:
         pool.rollback_to(mark)  # gang HP tasks are placed atomically or not at all
-        return False
+        return failure
     pool.add_task(RunningTask(spec, ctx.now, tuple(placed)))
     decisions.extend(evictions)
     decisions.append(StartTask(spec.task_id, tuple(placed), preempted=bool(evictions), plans=tuple(plans)))
-    return True
+    if budget.left is not None:
+        budget.left -= len(evictions)
+    return _Attempt.STARTED
 
 
 def _fits_now(pool: PoolState, spec: TaskSpec, policy: SchedulingPolicy) -> list[WorkerPlacement]:

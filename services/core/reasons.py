@@ -21,6 +21,7 @@ class Unschedulable(enum.Enum):
 
     NO_FIT = "no node has enough free GPUs"
     NO_PREEMPTION_PLAN = "no node can free enough GPUs by evicting spot tasks"
+    EVICTION_BUDGET = "preempting would exceed the pool's eviction cap for this interval"
     OVER_QUOTA = "admitting the spot task would exceed the pool's spot quota"
     THRESHOLD = "a task of this size already failed in this pass (spec 5.3 `failed` threshold)"
     HEAD_OF_LINE = "a task ahead in the queue is blocked"

@@ -20,11 +20,16 @@ Rules the drivers rely on (docs/core-api.md):
   placement or preemption until it is up again.
 - A cancelled task leaves its queue, or stops if running (completed periods count, the
   interrupted one is void, as for a node loss).
+- Eviction cap (`set_eviction_cap(max_evictions, interval_s)`, off by default): each pass gets the
+  budget max_evictions - (preemption evictions in the last interval_s) and the victim search
+  respects it (`cycle.py`); a change of the budget is a new capacity version, so an HP task held by
+  the cap is retried when the window slides.
 """
 
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Mapping
 
 import numpy as np
@@ -32,7 +37,7 @@ import numpy as np
 from services.core.cycle import CycleContext, schedule_pool
 from services.core.decisions import EvictTask, StartTask
 from services.core.devices import DeviceAllocator
-from services.core.eviction_log import EvictionLog
+from services.core.eviction_log import DAY_S, EvictionLog
 from services.core.explain import (
     CandidateNode,
     EvictionRecord,
@@ -79,6 +84,10 @@ class PoolRuntime:
         self.eta = 1.0
         self.ledger = GuaranteeLedger(qs.feedback_window_s)
         self.evictions = EvictionLog()
+        # Preemption evictions' times (the eviction cap's window; the last day at most).
+        self._evicted_times: deque[float] = deque()
+        self.eviction_cap: tuple[int, float] | None = None  # (max evictions, interval seconds)
+        self._budget: int | None = None  # the budget of the last pass
         self.devices = DeviceAllocator(tuple(int(g) for g in state.node_cap))
         self._track_devices = settings.device_indices
         self.feasibility = PoolFeasibility(tuple(int(g) for g in state.node_cap))
@@ -210,6 +219,10 @@ class PoolRuntime:
             return PassResult(self.passes, now, tuple(self._stop_unrenewed(now)) if self._released else ())
         self.passes += 1
         ledger = self.ledger
+        budget = self.eviction_budget(now)
+        if budget != self._budget:  # the cap's window slid or changed: retry the memos
+            self._budget = budget
+            self.version += 1
         ctx = CycleContext(
             now=now,
             preemption_enabled=preemption_enabled,
@@ -223,6 +236,7 @@ class PoolRuntime:
                 cost_weight=self.settings.cost_weight,
             ),
             version=self.version,
+            eviction_budget=budget,
         )
         outcome = schedule_pool(self.state, self.hp, self.spot, self.policy, ctx)
         outcomes: list[Outcome] = []
@@ -265,8 +279,33 @@ class PoolRuntime:
         stop = self._stop(d.task_id, now, d.node, d.reason, d.preemptor, void_partial=False, requeue=True)
         if self.policy.use_eviction_scores:
             self.evictions.record(now, d.node)
+        times = self._evicted_times
+        times.append(now)
+        while times[0] <= now - DAY_S:
+            times.popleft()
         self.version += 1
         return stop
+
+    # ----- eviction cap ---------------------------------------------------------------------------
+    def set_eviction_cap(self, max_evictions: int | None, interval_s: float = 3600.0) -> None:
+        """At most `max_evictions` preemption evictions in any `interval_s` (at most a day); None
+        lifts the cap. Evictions before the call count."""
+        if max_evictions is None:
+            self.eviction_cap = None
+        else:
+            if max_evictions < 0 or not 0.0 < interval_s <= DAY_S:
+                raise ValueError("max_evictions must be >= 0 and interval_s in (0, 86400]")
+            self.eviction_cap = (int(max_evictions), float(interval_s))
+        self.version += 1
+
+    def eviction_budget(self, now: float) -> int | None:
+        """Evictions a pass at `now` may still make under the cap (None: no cap)."""
+        if self.eviction_cap is None:
+            return None
+        limit, interval = self.eviction_cap
+        since = now - interval
+        recent = sum(1 for t in self._evicted_times if t > since)
+        return max(0, limit - recent)
 
     def _stop(
         self,

@@ -55,12 +55,20 @@ class PreemptionContext(NamedTuple):
     succeeded_periods: int  # S_v
     t_win_s: float  # T_win, the normalising window of the lost-GPU-time term (default 31 days)
     cost_weight: float = 5.0
+    # Evictions this pass may still commit to (the pool's eviction cap), None = no cap. Selectors
+    # should prefer a plan within it when one exists; the cycle refuses any plan above it.
+    eviction_budget: int | None = None
 
 
 class VictimSelector(Protocol):
     name: str
 
     def plan(self, pool: PoolState, spec: TaskSpec, ctx: PreemptionContext) -> PreemptionPlan | None: ...
+
+
+def within_budget(plan: PreemptionPlan, ctx: PreemptionContext) -> bool:
+    """Does the plan stay within the pass's remaining eviction budget (always, without a cap)?"""
+    return ctx.eviction_budget is None or len(plan.victims) <= ctx.eviction_budget
 
 
 def lost_gpu_seconds(pool: PoolState, task_id: TaskId, now: float) -> float:
@@ -138,21 +146,42 @@ class GfsVictims:
     def plan(self, pool: PoolState, spec: TaskSpec, ctx: PreemptionContext) -> PreemptionPlan | None:
         if spec.is_fractional:
             frac = self._plan_fractional(pool, spec.gpus_per_worker, ctx)
-            if frac is not None:
+            if frac is not None and within_budget(frac, ctx):
                 return frac
+            whole = self._plan_whole(pool, spec.whole_gpus_per_worker, ctx)
+            if frac is None or (whole is not None and within_budget(whole, ctx)):
+                return whole
+            return frac  # over the budget: the cycle refuses it (EVICTION_BUDGET)
         return self._plan_whole(pool, spec.whole_gpus_per_worker, ctx)
 
     def _plan_whole(self, pool: PoolState, k: int, ctx: PreemptionContext) -> PreemptionPlan | None:
+        """Best fit on preemptible GPUs: the nodes with the fewest; the cheapest of them. Under an
+        eviction budget, the first best-fit tier with a plan within it (else the unconstrained
+        best, which the cycle refuses)."""
         non_hp = pool.non_hp
         feasible = non_hp >= k
         if not feasible.any():
             return None
         least = int(non_hp[feasible].min())
+        first = self._best_of(pool, np.flatnonzero(non_hp == least).tolist(), k, ctx)
+        if first is None or within_budget(first, ctx):
+            return first
+        for level in np.unique(non_hp[feasible]).tolist():
+            found = self._best_of(pool, np.flatnonzero(non_hp == level).tolist(), k, ctx, capped=True)
+            if found is not None:
+                return found
+        return first
+
+    def _best_of(
+        self, pool: PoolState, nodes: list[int], k: int, ctx: PreemptionContext, *, capped: bool = False
+    ) -> PreemptionPlan | None:
         best: PreemptionPlan | None = None
         plans: list[PreemptionPlan] = []
-        for node in np.flatnonzero(non_hp == least).tolist():
+        for node in nodes:
             plan = self._plan_node(pool, int(node), k, ctx)
             plans.append(plan)
+            if capped and not within_budget(plan, ctx):
+                continue
             if best is None or plan.cost < best.cost:
                 best = plan
         return None if best is None else with_alternatives(best, plans)
@@ -189,6 +218,7 @@ class GfsVictims:
             return None
         fullest = float(hp[ok].max())
         best: PreemptionPlan | None = None
+        fitting: PreemptionPlan | None = None  # the cheapest within the eviction budget
         plans: list[PreemptionPlan] = []
         for slot in np.flatnonzero(ok & (hp >= fullest - _EPS)).tolist():
             occupants = pool.slot_tasks.get(int(slot), {})
@@ -199,7 +229,10 @@ class GfsVictims:
             plans.append(plan)
             if best is None or plan.cost < best.cost:
                 best = plan
-        return None if best is None else with_alternatives(best, plans)
+            if within_budget(plan, ctx) and (fitting is None or plan.cost < fitting.cost):
+                fitting = plan
+        chosen = fitting if fitting is not None else best
+        return None if chosen is None else with_alternatives(chosen, plans)
 
 
 def fraction_two_pointer(

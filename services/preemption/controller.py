@@ -22,6 +22,11 @@ Rules (docs/services.md, "Preemption service"):
 - When the quota in force expires (valid_until passed, no newer SpotQuota), the quota is frozen
   at the spot GPUs running then: no new spot admissions above what runs, and no eviction.
   Before the first SpotQuota a pool admits no spot task.
+- SRE controls (`control`, a journaled entry, so a replay restores them): the kill switch turns
+  preemption off in every pass; a quota freeze keeps the quota in force (SpotQuota messages are
+  recorded, not applied), an override puts given values in force, and clearing either applies the
+  last SpotQuota received; the eviction cap is the core's per-pass budget
+  (`PoolRuntime.set_eviction_cap`).
 """
 
 from __future__ import annotations
@@ -108,6 +113,48 @@ class ControllerSettings:
             raise ValueError("grace_s and ack_margin_s must not be negative")
 
 
+QUOTA_MODES = ("freeze", "override")
+
+
+@dataclass(frozen=True, slots=True)
+class Controls:
+    """The SRE controls in force on one pool (services/preemption/controls.py sets them)."""
+
+    kill_switch: bool = False  # no preemption at all
+    quota_mode: str | None = None  # "freeze", "override" or None (the quota service's quota)
+    quota_gpus: tuple[tuple[int, float], ...] = ()  # the override, per guarantee hours
+    max_evictions: int | None = None  # eviction cap: at most this many per interval_s (None: none)
+    interval_s: float = 3600.0
+
+    def __post_init__(self) -> None:
+        if self.quota_mode is not None and self.quota_mode not in QUOTA_MODES:
+            raise ValueError(f"quota mode must be one of {QUOTA_MODES} or None, not {self.quota_mode!r}")
+        if self.quota_mode == "override" and not self.quota_gpus:
+            raise ValueError("a quota override needs quota_gpus")
+        if any(h < 1 or q < 0 for h, q in self.quota_gpus):
+            raise ValueError("quota_gpus: guarantee hours >= 1 and GPUs >= 0")
+        if self.max_evictions is not None and (self.max_evictions < 0 or not 0 < self.interval_s <= 86400):
+            raise ValueError("eviction cap: max_evictions >= 0 and interval_s in (0, 86400]")
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "kill_switch": self.kill_switch, "quota_mode": self.quota_mode,
+            "quota_gpus": {str(h): q for h, q in self.quota_gpus}, "max_evictions": self.max_evictions,
+            "interval_s": self.interval_s,
+        }  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Controls:
+        gpus = data.get("quota_gpus") or {}
+        return cls(
+            kill_switch=bool(data.get("kill_switch", False)),
+            quota_mode=data.get("quota_mode"),
+            quota_gpus=tuple(sorted((int(h), float(q)) for h, q in gpus.items())),
+            max_evictions=None if data.get("max_evictions") is None else int(data["max_evictions"]),
+            interval_s=float(data.get("interval_s", 3600.0)),
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class Decision:
     """One decision record (persisted; `gfs explain` reads them)."""
@@ -188,6 +235,8 @@ class PoolController:
         self.quota_valid_until: float | None = None
         self.quota_frozen = False
         self.quota_version = ""  # "<forecast_version>@<valid_from>" of the SpotQuota in force
+        self.last_quota: SpotQuota | None = None  # the last SpotQuota received (in force or held)
+        self.controls = Controls()
         self.counter = 0
         self._periods: list[tuple[float, str, float]] = []  # (period end, task, its run start)
         self.decided = 0
@@ -281,13 +330,28 @@ class PoolController:
 
     # ----- quota ----------------------------------------------------------------------------------
     def quota(self, quota: SpotQuota, now: float) -> Effects:
-        out = Effects()
-        given = {q.guarantee_hours: q.quota_gpus for q in quota.quotas}
+        self.last_quota = quota
+        if self.controls.quota_mode is not None:  # frozen or overridden by an SRE: recorded only
+            out = Effects()
+            given = self._quota_values({q.guarantee_hours: q.quota_gpus for q in quota.quotas})
+            version = f"{quota.forecast_version}@{quota.valid_from.isoformat()}"
+            held = {str(h): v for h, v in given.items()}
+            detail = {"mode": self.controls.quota_mode, "quota": held, "version": version}
+            out.decisions.append(Decision("", "quota_held", now, detail))
+            return out
+        return self._apply_quota(quota, now)
+
+    def _quota_values(self, given: dict[int, float]) -> dict[int, float]:
         values: dict[int, float] = {}
         for hours in sorted(self.runtime.quota):
             # A duration not offered (3 h) takes the next longer one's quota (tasks cannot ask it).
             longer = [given[h] for h in sorted(given) if h >= hours]
             values[hours] = longer[0] if longer else min(given.values())
+        return values
+
+    def _apply_quota(self, quota: SpotQuota, now: float) -> Effects:
+        out = Effects()
+        values = self._quota_values({q.guarantee_hours: q.quota_gpus for q in quota.quotas})
         self._now(now)
         changed = self.runtime.update_quota(values, quota.eta)
         self.quota_valid_until = quota.valid_until.timestamp()
@@ -385,7 +449,8 @@ class PoolController:
         for pending in list(self.pending.values()):
             if pending.deadline_s <= now:
                 out.extend(self._release(pending, now, "grace period passed without every acknowledgement"))
-        if self.quota_valid_until is not None and not self.quota_frozen and now > self.quota_valid_until:
+        until = self.quota_valid_until
+        if until is not None and now > until and not self.quota_frozen and self.controls.quota_mode is None:
             self.quota_frozen = True
             in_use = self.runtime.state.spot_in_use
             self.runtime.update_quota(dict.fromkeys(self.runtime.quota, in_use), self.runtime.eta)
@@ -396,6 +461,7 @@ class PoolController:
         """One scheduling pass: starts become BindCommands (held while victims stop), evictions
         EvictCommands."""
         out = Effects()
+        preemption = preemption and not self.controls.kill_switch
         result = self.runtime.schedule(self._now(now), preemption_enabled=preemption, quota_enabled=True)
         victims: dict[str, list[uuid.UUID]] = {}
         for outcome in result.outcomes:
@@ -408,6 +474,33 @@ class PoolController:
             else:
                 out.extend(self._started(outcome, now, victims.get(outcome.task_id, [])))
         self.decided += len(result.outcomes)
+        return out
+
+    # ----- SRE controls -----------------------------------------------------------------------------
+    def control(self, wanted: Controls, now: float, *, audit_id: int | None = None) -> Effects:
+        """Put the SRE controls `wanted` in force (module doc); a `control` decision record."""
+        out = Effects()
+        before = self.controls
+        if wanted == before:
+            return out
+        self.controls = wanted
+        self._now(now)
+        if wanted.kill_switch != before.kill_switch:
+            self.runtime.invalidate()  # HP tasks held by the switch are retried
+        if (wanted.max_evictions, wanted.interval_s) != (before.max_evictions, before.interval_s):
+            self.runtime.set_eviction_cap(wanted.max_evictions, wanted.interval_s)
+        if (wanted.quota_mode, wanted.quota_gpus) != (before.quota_mode, before.quota_gpus):
+            if wanted.quota_mode == "override":
+                self.runtime.update_quota(self._quota_values(dict(wanted.quota_gpus)), self.runtime.eta)
+            elif wanted.quota_mode is None:  # back to the quota service's: the last one received
+                if self.last_quota is not None:
+                    out.extend(self._apply_quota(self.last_quota, now))
+                else:
+                    self.runtime.update_quota(dict.fromkeys(self.runtime.quota, 0.0), self.runtime.eta)
+            # "freeze": the quota in force stays
+        detail = {"controls": wanted.as_dict(), "previous": before.as_dict(), "audit_id": audit_id,
+                  "quota_in_force": {str(h): q for h, q in sorted(self.runtime.quota.items())}}  # fmt: skip
+        out.decisions.append(Decision("", "control", now, detail))
         return out
 
     # ----- internals ------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ from schemas.quota import SpotQuota
 from schemas.tasks import TaskCancelled, TaskSubmitted
 from schemas.telemetry import NodeTelemetry
 from schemas.workers import WorkerExited, WorkerStarted
-from services.preemption.controller import Effects, PoolController
+from services.preemption.controller import Controls, Effects, PoolController
 
 Entry = tuple[str, dict[str, Any], float]
 
@@ -67,4 +67,8 @@ def apply(controller: PoolController, entry: Entry) -> Effects:
         return effects
     if kind == "schedule":
         return controller.schedule(at, preemption=bool(data.get("preemption", True)))
+    if kind == "control":  # SRE controls (services/preemption/controls.py)
+        audit = data.get("audit_id")
+        wanted = Controls.from_dict(data["controls"])
+        return controller.control(wanted, at, audit_id=None if audit is None else int(audit))
     raise ValueError(f"unknown journal entry kind {kind!r}")

@@ -57,7 +57,8 @@ from services.platform.postgres import open_pool
 from services.platform.settings import PlatformSettings
 from services.platform.signing import node_key, sign
 from services.platform.tracing import extract_context, inject_headers
-from services.preemption import store
+from services.preemption import controls, store
+from services.preemption.dashboard import register_dashboard, with_trace_id
 from services.preemption.controller import ControllerSettings, Effects, PoolController, explanation_dict
 from services.preemption.inputs import Entry, apply, entry_for
 from services.preemption.router import DUPLICATE_HEADER, INBOX_TOPIC, SOURCE_HEADER, Router, inbox_spec, route
@@ -88,6 +89,7 @@ class PreemptionSettings(PlatformSettings):
     preemption_instance: str = ""  # default: host-pid
     preemption_session_timeout_ms: int = 6000
     gfs_command_secret: SecretStr | None = None
+    preemption_admin_token: SecretStr | None = None  # bearer token of SRE control writes (none: refused)
 
     def controller_settings(self) -> ControllerSettings:
         return ControllerSettings(
@@ -279,9 +281,13 @@ class Decider:
         async with self.lock:
             now = self.clock.now()
             timeout = self.settings.preemption_node_timeout_s
+            wanted = await controls.load(self.pool)  # SRE controls in force (controls.py)
             for state in list(self.partitions.values()):
                 rows: list[tuple[str, Entry, uuid.UUID | None]] = []
                 effects: list[tuple[str, Effects, otel_context.Context | None]] = []
+                for pool_name, control in controls.entries(state.controllers, wanted, now):
+                    effects.append((pool_name, apply(state.controllers[pool_name], control), None))
+                    rows.append((pool_name, control, None))
                 for pool_name, controller in state.controllers.items():
                     for node in sorted(controller.nodes):
                         if node in controller.down:
@@ -334,7 +340,7 @@ class Decider:
                 await store.append_journal(connection, state.claim.partition, rows)
                 outgoing: list[tuple[str, Envelope[Any], list[tuple[str, bytes]]]] = []
                 await store.record_decisions(
-                    connection, [(pool_name, d) for pool_name, out, _ in effects for d in out.decisions], dry_run=dry
+                    connection, [(pool_name, with_trace_id(d, self.contexts)) for pool_name, out, _ in effects for d in out.decisions], dry_run=dry
                 )
                 for _, out, ctx in effects:
                     if not dry:
@@ -536,6 +542,8 @@ def build_api(decider: Decider, metrics: Metrics, ready: asyncio.Event) -> web.A
     app.router.add_get("/explain/{task_id}", explain)
     app.router.add_get("/decisions", decisions)
     app.router.add_get("/metrics", metrics_handler(metrics))
+    controls.register(app, decider)
+    register_dashboard(app, decider)  # /dashboard (dashboard.py)
     return app
 
 

@@ -1,0 +1,34 @@
+"""`gfs faults run`: kill -9 every service at random moments and stop the broker and Postgres
+under load, then check no task was lost, evicted twice or run twice (services/faults/harness.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+app = typer.Typer(help="Fault injection against the live pipeline (needs `make up`).", no_args_is_help=True)
+
+
+@app.command("run")
+def run(
+    kills: Annotated[int, typer.Option(help="kill -9 per service (forecast, quota, preemption, an agent)")] = 5,
+    outage_s: Annotated[float, typer.Option(help="broker and Postgres outage length (0: none)")] = 30.0,
+    load_s: Annotated[float, typer.Option(help="length of the loaded window the faults fall in")] = 300.0,
+    rate: Annotated[float, typer.Option(help="task submissions per second")] = 3.0,
+    agents: Annotated[int, typer.Option(help="node agents (fake GPUs)")] = 3,
+    seed: Annotated[int, typer.Option()] = 0,
+    workdir: Annotated[Path, typer.Option(help="logs, journals and the report")] = Path(".stack/faults"),
+) -> None:
+    """The full fault run (defaults: 5 kills per service, 30-s outages, 5 minutes of load)."""
+    from services.faults.harness import FaultPlan, run_faults
+
+    plan = FaultPlan(kills_per_service=kills, outage_s=outage_s, load_s=load_s, rate=rate, agents=agents, seed=seed)
+    report = asyncio.run(run_faults(plan, workdir=workdir))
+    text = json.dumps(report.as_dict(), indent=2, default=str)
+    (workdir / "report.json").write_text(text)
+    typer.echo(text)
+    raise typer.Exit(0 if report.ok else 1)

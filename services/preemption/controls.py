@@ -1,0 +1,368 @@
+"""SRE safety controls of the preemption service: kill switch, quota freeze/override, eviction cap.
+
+What each control does to decisions is the controller's (`PoolController.control`, a journaled
+`control` entry) and the core's (the eviction cap is the pass's eviction budget, planned by the
+victim search). This module is the I/O around it: the SRE API's routes, authentication, the
+Postgres tables (`0005_controls.sql`) and the desired state every decider syncs to.
+
+How a control reaches the instance that owns the pool (docs/operations.md, "Safety controls"):
+- A write (any instance, authenticated by the bearer token `PREEMPTION_ADMIN_TOKEN`) changes the
+  row of `preemption_control` and appends an audit row (who, when, what, why, the value replaced)
+  in ONE transaction: the table is the desired state, cluster-wide, whoever owns which pool.
+- Every decider reads the table on its timer (`Decider.tick`, every `PREEMPTION_TICK_S`) and, for
+  each pool it owns whose controls differ, applies a `control` entry through `inputs.apply` and
+  journals it in the same transaction as its effects (epoch-checked). A restart or a failover
+  replays the journal, then the next tick syncs to the table again, so nothing is lost and no
+  instance needs to know who owns what. A cluster-wide control reaches pools created later too.
+- The instance that took the write runs its timer at once, so on its own pools the control is in
+  force before the response; other owners apply it within one tick.
+Why not the inbox: a control record there would need a wire schema, could not reach pools that do
+not exist yet (cluster-wide scope), and would leave no readable "what is in force" for the API.
+
+Reads (`GET /controls`, `GET /controls/audit`) need no token.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
+
+import asyncpg
+from aiohttp import web
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from services.preemption.controller import Controls, PoolController
+from services.preemption.inputs import Entry
+
+if TYPE_CHECKING:
+    from services.preemption.service import Decider
+
+log = logging.getLogger(__name__)
+
+ALL = "*"  # the scope of a control for every pool
+KILL_SWITCH, QUOTA, EVICTION_CAP = "kill_switch", "quota", "eviction_cap"
+_M = TypeVar("_M", bound=BaseModel)
+
+
+# ----- requests ----------------------------------------------------------------------------------
+class _Write(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    who: str = Field(min_length=1, max_length=200)
+    reason: str = Field(min_length=1, max_length=2000)
+    pool: str | None = Field(default=None, min_length=1)
+
+
+class KillSwitchRequest(_Write):
+    on: bool
+
+
+class QuotaRequest(_Write):
+    pool: str = Field(min_length=1)  # required here
+    mode: Literal["freeze", "override", "clear"]
+    quota_gpus: dict[int, float] | None = None  # guarantee hours -> GPUs (override only)
+
+    @model_validator(mode="after")
+    def _values(self) -> QuotaRequest:
+        if self.mode == "override":
+            if not self.quota_gpus:
+                raise ValueError('mode \'override\' needs quota_gpus, e.g. {"1": 10, "4": 6}')
+            if any(h < 1 or q < 0 for h, q in self.quota_gpus.items()):
+                raise ValueError("quota_gpus: guarantee hours >= 1 and GPUs >= 0")
+        elif self.quota_gpus is not None:
+            raise ValueError(f"quota_gpus is only for mode 'override', not {self.mode!r}")
+        return self
+
+
+class EvictionCapRequest(_Write):
+    max_evictions: int | None = Field(ge=0)  # None lifts the cap
+    interval_s: float = Field(default=3600.0, gt=0, le=86400)
+
+
+# ----- the desired state ---------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class ControlRow:
+    control: str
+    scope: str
+    value: dict[str, Any]
+    set_by: str
+    set_at: datetime
+    reason: str
+    audit_id: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "control": self.control,
+            "scope": self.scope,
+            "value": self.value,
+            "set_by": self.set_by,
+            "set_at": self.set_at.isoformat(),
+            "reason": self.reason,
+            "audit_id": self.audit_id,
+        }
+
+
+_warned_missing = False
+
+
+async def load(pool: asyncpg.Pool) -> list[ControlRow]:
+    """The controls in force (an empty list before migration 0005 is applied, with a warning)."""
+    global _warned_missing
+    try:
+        async with pool.acquire() as connection:
+            rows = await connection.fetch(
+                "SELECT control, scope, value, set_by, set_at, reason, audit_id FROM preemption_control"
+            )
+    except asyncpg.UndefinedTableError:
+        if not _warned_missing:
+            _warned_missing = True
+            log.warning(
+                "preemption: table preemption_control is missing (run `gfs db migrate`): no SRE controls"
+            )
+        return []
+    return [
+        ControlRow(
+            str(r["control"]),
+            str(r["scope"]),
+            json.loads(r["value"]),
+            str(r["set_by"]),
+            r["set_at"],
+            str(r["reason"]),
+            int(r["audit_id"]),
+        )
+        for r in rows
+    ]
+
+
+def desired(pool: str, rows: list[ControlRow]) -> tuple[Controls, int | None]:
+    """The controls `pool` must have, and the latest audit id behind them."""
+    used: list[ControlRow] = []
+    kill = [r for r in rows if r.control == KILL_SWITCH and r.scope in (ALL, pool) and r.value.get("on")]
+    used += kill
+    quota = next((r for r in rows if r.control == QUOTA and r.scope == pool), None)
+    caps = {r.scope: r for r in rows if r.control == EVICTION_CAP and r.scope in (ALL, pool)}
+    cap = caps.get(pool, caps.get(ALL))
+    mode: str | None = None
+    gpus: dict[str, float] = {}
+    if quota is not None:
+        used.append(quota)
+        mode, gpus = quota.value["mode"], quota.value.get("quota_gpus") or {}
+    max_evictions, interval = None, 3600.0
+    if cap is not None:
+        used.append(cap)
+        max_evictions, interval = int(cap.value["max_evictions"]), float(cap.value["interval_s"])
+    controls = Controls.from_dict(
+        {
+            "kill_switch": bool(kill),
+            "quota_mode": mode,
+            "quota_gpus": gpus,
+            "max_evictions": max_evictions,
+            "interval_s": interval,
+        }
+    )
+    return controls, max((r.audit_id for r in used), default=None)
+
+
+def entries(
+    controllers: dict[str, PoolController], rows: list[ControlRow], now: float
+) -> list[tuple[str, Entry]]:
+    """A `control` journal entry for each pool whose controls differ from the desired ones."""
+    out: list[tuple[str, Entry]] = []
+    for name, controller in controllers.items():
+        wanted, audit_id = desired(name, rows)
+        if wanted != controller.controls:
+            out.append((name, ("control", {"controls": wanted.as_dict(), "audit_id": audit_id}, now)))
+    return out
+
+
+# ----- writes ----------------------------------------------------------------------------------------
+def _refusal(request: web.Request, decider: Decider) -> web.Response | None:
+    token = decider.settings.preemption_admin_token
+    expected = token.get_secret_value() if token is not None else ""
+    if not expected:
+        return web.json_response(
+            {
+                "error": "control writes are disabled: no admin token is configured "
+                "(set PREEMPTION_ADMIN_TOKEN on the preemption service); reads need none"
+            },
+            status=503,
+        )
+    scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), expected.encode()):
+        return web.json_response(
+            {"error": "missing or wrong bearer token (Authorization: Bearer <PREEMPTION_ADMIN_TOKEN>)"},
+            status=401,
+            headers={"WWW-Authenticate": 'Bearer realm="gfs-preemption"'},
+        )
+    return None
+
+
+async def _body(request: web.Request, model: type[_M]) -> _M | web.Response:
+    try:
+        return model.model_validate(await request.json())
+    except (ValidationError, ValueError) as exc:
+        detail = exc.errors(include_url=False) if isinstance(exc, ValidationError) else str(exc)
+        return web.json_response(
+            {"error": "invalid request", "detail": json.loads(json.dumps(detail, default=str))}, status=400
+        )
+
+
+async def write(
+    decider: Decider, control: str, scope: str, value: dict[str, Any] | None, who: str, reason: str
+) -> dict[str, Any]:
+    """Set (or clear, `value` None) one control with its audit row, in one transaction; then apply
+    it at once on the pools this instance owns."""
+    async with decider.pool.acquire() as connection, connection.transaction():
+        await connection.execute("SELECT pg_advisory_xact_lock(hashtext('preemption_control'))")
+        previous = await connection.fetchval(
+            "SELECT value FROM preemption_control WHERE control = $1 AND scope = $2", control, scope
+        )
+        action = value if value is not None else {"cleared": True}
+        audit_id = await connection.fetchval(
+            """INSERT INTO preemption_control_audit (who, control, scope, action, previous, reason, instance)
+               VALUES ($1, $2, $3, $4::jsonb, $5::jsonb, $6, $7) RETURNING id""",
+            who,
+            control,
+            scope,
+            json.dumps(action),
+            previous,
+            reason,
+            decider.instance,
+        )
+        if value is None:
+            await connection.execute(
+                "DELETE FROM preemption_control WHERE control = $1 AND scope = $2", control, scope
+            )
+        else:
+            await connection.execute(
+                """INSERT INTO preemption_control (control, scope, value, set_by, reason, audit_id)
+                   VALUES ($1, $2, $3::jsonb, $4, $5, $6)
+                   ON CONFLICT (control, scope) DO UPDATE
+                       SET value = $3::jsonb, set_by = $4, set_at = now(), reason = $5, audit_id = $6""",
+                control,
+                scope,
+                json.dumps(value),
+                who,
+                reason,
+                audit_id,
+            )
+    log.warning(
+        "preemption: SRE control %s[%s] = %s by %s (%s), audit %d",
+        control,
+        scope,
+        action,
+        who,
+        reason,
+        audit_id,
+    )
+    try:
+        await decider.tick()  # the timer's sync, now: in force here before we answer
+    except Exception:
+        log.exception("preemption: applying control %d at once failed; the next tick retries", audit_id)
+    applied = {name: c.controls.as_dict() for name, c in sorted(decider.owned_pools().items())}
+    return {
+        "audit_id": audit_id,
+        "control": control,
+        "scope": scope,
+        "value": value,
+        "previous": None if previous is None else json.loads(previous),
+        "applied_here": applied,
+    }
+
+
+def register(app: web.Application, decider: Decider) -> None:
+    """The controls' routes on the SRE API (called from `service.build_api`)."""
+
+    async def kill_switch(request: web.Request) -> web.Response:
+        if (refused := _refusal(request, decider)) is not None:
+            return refused
+        body = await _body(request, KillSwitchRequest)
+        if isinstance(body, web.Response):
+            return body
+        value = {"on": True} if body.on else None
+        return web.json_response(
+            await write(decider, KILL_SWITCH, body.pool or ALL, value, body.who, body.reason)
+        )
+
+    async def quota(request: web.Request) -> web.Response:
+        if (refused := _refusal(request, decider)) is not None:
+            return refused
+        body = await _body(request, QuotaRequest)
+        if isinstance(body, web.Response):
+            return body
+        value: dict[str, Any] | None = None
+        if body.mode != "clear":
+            value = {
+                "mode": body.mode,
+                "quota_gpus": {str(h): q for h, q in sorted((body.quota_gpus or {}).items())},
+            }
+        return web.json_response(await write(decider, QUOTA, body.pool, value, body.who, body.reason))
+
+    async def eviction_cap(request: web.Request) -> web.Response:
+        if (refused := _refusal(request, decider)) is not None:
+            return refused
+        body = await _body(request, EvictionCapRequest)
+        if isinstance(body, web.Response):
+            return body
+        value = (
+            None
+            if body.max_evictions is None
+            else {"max_evictions": body.max_evictions, "interval_s": body.interval_s}
+        )
+        return web.json_response(
+            await write(decider, EVICTION_CAP, body.pool or ALL, value, body.who, body.reason)
+        )
+
+    async def current(_: web.Request) -> web.Response:
+        rows = await load(decider.pool)
+        now = decider.clock.now()
+        pools = {}
+        for name, c in sorted(decider.owned_pools().items()):
+            wanted, _audit = desired(name, rows)
+            pools[name] = {
+                "applied": c.controls.as_dict(),
+                "in_sync": wanted == c.controls,
+                "eviction_budget_left": c.runtime.eviction_budget(max(now, c.runtime.now)),
+                "quota_gpus": {str(h): q for h, q in sorted(c.runtime.quota.items())},
+            }
+        return web.json_response(
+            {"instance": decider.instance, "controls": [r.as_dict() for r in rows], "pools": pools}
+        )
+
+    async def audit(request: web.Request) -> web.Response:
+        limit = max(1, min(1000, int(request.query.get("limit", "100"))))
+        pool = request.query.get("pool")
+        async with decider.pool.acquire() as connection:
+            rows = await connection.fetch(
+                """SELECT id, at, who, control, scope, action, previous, reason, instance
+                   FROM preemption_control_audit WHERE $1::text IS NULL OR scope = $1 OR scope = '*'
+                   ORDER BY id DESC LIMIT $2""",
+                pool,
+                limit,
+            )
+        return web.json_response(
+            [
+                {
+                    "id": r["id"],
+                    "at": r["at"].isoformat(),
+                    "who": r["who"],
+                    "control": r["control"],
+                    "scope": r["scope"],
+                    "action": json.loads(r["action"]),
+                    "previous": None if r["previous"] is None else json.loads(r["previous"]),
+                    "reason": r["reason"],
+                    "instance": r["instance"],
+                }
+                for r in rows
+            ]
+        )
+
+    app.router.add_post("/controls/kill-switch", kill_switch)
+    app.router.add_post("/controls/quota", quota)
+    app.router.add_post("/controls/eviction-cap", eviction_cap)
+    app.router.add_get("/controls", current)
+    app.router.add_get("/controls/audit", audit)

@@ -1,0 +1,430 @@
+"""The SRE dashboard of the preemption service: `/dashboard` on its SRE API (PREEMPTION_API_PORT).
+
+One server-rendered HTML page (no JavaScript, no CDN: it works offline and in `--dump-dom`),
+refreshed every 15 s by the browser, with:
+
+- quota against forecast per owned pool: the spot quota in force per guarantee duration (and its
+  version), capacity, and the HP demand forecast behind the quota service's last quota, read from
+  the quota service's `quota_input_latest` table when it shares the database (else the version
+  string alone); plotted in `/dashboard/quota.svg`;
+- evictions over time: `preemption_decision` rows of kind `evicted` in time buckets per pool
+  (`/dashboard/evictions.svg`);
+- queue lengths: running and queued tasks per pool and class, live from the deciders
+  (`/dashboard/queues.svg`);
+- the latest decisions with their explanation and a link to each task's trace in Jaeger
+  (`{JAEGER_UI_URL}/trace/{trace_id}`; the trace id is the one the decision recorded, see
+  `with_trace_id`, else the one of the task's submission this instance remembers).
+
+`/dashboard/data` is the JSON behind it all. Plots are SVG rendered with matplotlib (Agg) in a
+worker thread. Values in the page carry `data-k` attributes (e.g. `data-k="pool:P:hp_queued"`),
+so tests read them without scraping layout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import html
+import io
+import json
+import os
+import threading
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+import asyncpg
+from aiohttp import web
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+
+from services.preemption import store
+from services.preemption.controller import Decision
+
+if TYPE_CHECKING:
+    from services.preemption.service import Decider
+
+JAEGER_UI_URL = "http://127.0.0.1:16686"  # the stack's Jaeger (infra/jaeger); JAEGER_UI_URL overrides
+REFRESH_S = 15
+DEFAULT_WINDOW_S = 6 * 3600
+DEFAULT_BUCKET_S = 300
+MAX_POOLS_PLOTTED = 8
+_PLOT_LOCK = threading.Lock()
+
+
+# ----- trace ids ----------------------------------------------------------------------------------
+def trace_id_of(contexts: dict[str, otel_context.Context], task_id: str) -> str | None:
+    """The 32-hex trace id of `task_id`'s submission, if this instance saw it."""
+    ctx = contexts.get(task_id) if task_id else None
+    if ctx is None:
+        return None
+    span = trace.get_current_span(ctx).get_span_context()
+    return format(span.trace_id, "032x") if span.is_valid else None
+
+
+def with_trace_id(decision: Decision, contexts: dict[str, otel_context.Context]) -> Decision:
+    """`decision` with its task's trace id in the detail (`trace_id`), for links to Jaeger."""
+    found = trace_id_of(contexts, decision.task_id)
+    if found is None or "trace_id" in decision.detail:
+        return decision
+    return replace(decision, detail={**decision.detail, "trace_id": found})
+
+
+# ----- data ---------------------------------------------------------------------------------------
+def _explain(detail: dict[str, Any]) -> str:
+    """One line of why, from a decision's detail."""
+    why = detail.get("explanation")
+    if isinstance(why, dict):
+        parts = [str(why.get("message", ""))]
+        last = why.get("last_eviction")
+        if isinstance(last, dict):
+            plan = last.get("plan") or {}
+            winner = plan.get("winner") or {}
+            text = f"{last.get('reason', '')} by {last.get('preemptor') or '-'} on {last.get('node', '')}"
+            if winner:
+                text += f"; victims {', '.join(winner.get('victims', []))} cost {winner.get('cost', 0):.3g}"
+                text += f"; {len(plan.get('alternatives', []))} alternatives"
+            parts.append(text)
+        return " | ".join(p for p in parts if p)
+    for key in ("message", "why", "reason", "detail"):
+        if detail.get(key):
+            return str(detail[key])
+    shown = {k: v for k, v in detail.items() if k not in ("trace_id",)}
+    text = json.dumps(shown, default=str, sort_keys=True)
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
+async def _forecasts(connection: asyncpg.Connection, pools: list[str]) -> dict[str, dict[str, Any]]:
+    """The quota service's latest pool forecast per pool (empty when its tables are elsewhere)."""
+    try:
+        rows = await connection.fetch(
+            "SELECT pool, as_of, payload FROM quota_input_latest WHERE kind = 'forecast' AND pool = ANY($1::text[])",
+            pools,
+        )
+        quotas = await connection.fetch(
+            "SELECT pool, guarantee_hours, quota_gpus, min_free_gpus, eta, forecast_id, computed_at FROM spot_quota "
+            "WHERE pool = ANY($1::text[])",
+            pools,
+        )  # fmt: skip
+    except (asyncpg.UndefinedTableError, asyncpg.InsufficientPrivilegeError):
+        return {}
+    out: dict[str, dict[str, Any]] = {}
+    for r in rows:
+        payload = json.loads(r["payload"]) if isinstance(r["payload"], str) else dict(r["payload"])
+        horizon = sorted(payload.get("horizon", []), key=lambda h: h.get("hour_ahead", 0))
+        quantile = _quantile_key(horizon)
+        out[r["pool"]] = {
+            "origin_time": r["as_of"].isoformat(),
+            "model": f"{payload.get('model_name', '')} {payload.get('model_version', '')}".strip(),
+            "quantile": quantile,
+            "hours_ahead": [int(h.get("hour_ahead", 0)) for h in horizon],
+            "hp_demand_mean": [float(h.get("mean", 0.0)) for h in horizon],
+            "hp_demand_quantile": [
+                float((h.get("quantiles") or {}).get(quantile, h.get("mean", 0.0))) for h in horizon
+            ],
+        }
+    for r in quotas:
+        entry = out.setdefault(r["pool"], {})
+        entry.setdefault("quota_service", {})[str(r["guarantee_hours"])] = {
+            "quota_gpus": float(r["quota_gpus"]), "min_free_gpus": int(r["min_free_gpus"]), "eta": float(r["eta"]),
+            "forecast_id": r["forecast_id"], "computed_at": r["computed_at"].isoformat(),
+        }  # fmt: skip
+    return out
+
+
+def _quantile_key(horizon: list[dict[str, Any]]) -> str:
+    keys = sorted({k for h in horizon for k in (h.get("quantiles") or {})}, key=float)
+    return keys[-1] if keys else ""
+
+
+async def _evictions(connection: asyncpg.Connection, window_s: int, bucket_s: int) -> dict[str, Any]:
+    rows = await connection.fetch(
+        """SELECT pool, floor(extract(epoch FROM at) / $2) * $2 AS bucket, count(*) AS n
+           FROM preemption_decision
+           WHERE kind = 'evicted' AND NOT dry_run AND at > now() - make_interval(secs => $1)
+           GROUP BY 1, 2 ORDER BY 2, 1""",
+        float(window_s), float(bucket_s),
+    )  # fmt: skip
+    series: dict[str, dict[str, int]] = {}
+    for r in rows:
+        at = datetime.fromtimestamp(float(r["bucket"]), UTC).isoformat()
+        series.setdefault(r["pool"], {})[at] = int(r["n"])
+    return {"window_s": window_s, "bucket_s": bucket_s, "by_pool": series,
+            "total": sum(sum(v.values()) for v in series.values())}  # fmt: skip
+
+
+async def dashboard_data(
+    decider: Decider, *, limit: int = 20, window_s: int = DEFAULT_WINDOW_S, bucket_s: int = DEFAULT_BUCKET_S,
+    jaeger_ui_url: str = JAEGER_UI_URL,
+) -> dict[str, Any]:  # fmt: skip
+    owned = dict(sorted(decider.owned_pools().items()))
+    pools: dict[str, Any] = {}
+    for name, c in owned.items():
+        pools[name] = {
+            "nodes": len(c.nodes), "down": sorted(c.down), "capacity_gpus": int(c.runtime.state.online_capacity),
+            "quota_gpus": {str(h): q for h, q in sorted(c.runtime.quota.items())},
+            "quota_version": c.quota_version, "quota_frozen": c.quota_frozen, "pending_binds": len(c.pending),
+            **c.running_and_queued(),
+        }  # fmt: skip
+    async with decider.pool.acquire() as connection:
+        forecasts = await _forecasts(connection, list(owned))
+        evictions = await _evictions(connection, window_s, bucket_s)
+        rows = await store.recent_decisions(connection, limit)
+    for name, entry in pools.items():
+        entry["forecast"] = forecasts.get(name)
+    decisions = []
+    for row in rows:
+        detail = row["detail"]
+        trace_id = detail.get("trace_id") or trace_id_of(decider.contexts, row["task_id"])
+        decisions.append({
+            "pool": row["pool"], "task_id": row["task_id"], "kind": row["kind"], "at": row["at"],
+            "dry_run": row["dry_run"], "explanation": _explain(detail), "trace_id": trace_id,
+            "trace_url": f"{jaeger_ui_url}/trace/{trace_id}" if trace_id else None,
+        })  # fmt: skip
+    return {
+        "instance": decider.instance, "generated_at": datetime.now(UTC).isoformat(), "jaeger_ui_url": jaeger_ui_url,
+        "pools": pools, "evictions": evictions, "decisions": decisions,
+    }  # fmt: skip
+
+
+# ----- plots (matplotlib, SVG) --------------------------------------------------------------------
+def _figure(rows: int, height: float = 2.6) -> tuple[Any, Any]:
+    # matplotlib's object API (no pyplot: no global figure state), one render at a time (_PLOT_LOCK).
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(8.0, max(2.4, height * rows)))
+    axes = fig.subplots(rows, 1, squeeze=False)
+    return fig, [row[0] for row in axes]
+
+
+def _svg(fig: Any) -> bytes:
+    out = io.BytesIO()
+    fig.tight_layout()
+    fig.savefig(out, format="svg")
+    return out.getvalue()
+
+
+def _locked(render: Any, data: dict[str, Any]) -> bytes:
+    with _PLOT_LOCK:
+        result: bytes = render(data)
+        return result
+
+
+def _empty(message: str) -> bytes:
+    fig, (ax,) = _figure(1, 1.2)
+    ax.axis("off")
+    ax.text(0.5, 0.5, message, ha="center", va="center", fontsize=11, color="#555")
+    return _svg(fig)
+
+
+def quota_svg(data: dict[str, Any]) -> bytes:
+    """Per pool: capacity, the HP demand forecast (p-quantile and mean), the spare it leaves, and
+    the spot quota in force per guarantee duration (steps at 1, 2, 4 h)."""
+    pools = list(data["pools"].items())[:MAX_POOLS_PLOTTED]
+    if not pools:
+        return _empty("no pool owned by this instance")
+    fig, axes = _figure(len(pools))
+    for ax, (name, p) in zip(axes, pools, strict=True):
+        capacity = p["capacity_gpus"]
+        quota = sorted((float(h), q) for h, q in p["quota_gpus"].items())
+        hours = [h for h, _ in quota] or [1.0]
+        forecast = p.get("forecast") or {}
+        ahead = forecast.get("hours_ahead") or []
+        if ahead:
+            q = forecast["hp_demand_quantile"]
+            ax.plot(
+                ahead, q, "o-", color="#c0392b", label=f"HP demand forecast p{forecast.get('quantile', '')}"
+            )
+            ax.plot(
+                ahead, forecast["hp_demand_mean"], ":", color="#c0392b", alpha=0.6, label="HP demand mean"
+            )
+            ax.fill_between(
+                ahead,
+                q,
+                [capacity] * len(ahead),
+                color="#27ae60",
+                alpha=0.12,
+                label="spare (capacity - forecast)",
+            )
+            hours = sorted(set(hours) | set(ahead))
+        ax.axhline(capacity, color="#333", linestyle="--", linewidth=1, label=f"capacity {capacity}")
+        if quota:
+            ax.step([h for h, _ in quota], [v for _, v in quota], where="post", color="#2471a3", linewidth=2,
+                    label="spot quota in force")  # fmt: skip
+            ax.plot([h for h, _ in quota], [v for _, v in quota], "s", color="#2471a3")
+        ax.set_xlim(0, max(hours) + 0.5)
+        ax.set_ylim(0, max(1.0, capacity * 1.1))
+        version = p.get("quota_version") or "no quota yet"
+        ax.set_title(f"{name}: quota against forecast ({version})", fontsize=9, loc="left")
+        ax.set_xlabel("hours ahead / guarantee hours", fontsize=8)
+        ax.set_ylabel("GPUs", fontsize=8)
+        ax.tick_params(labelsize=8)
+        ax.legend(fontsize=7, loc="upper right")
+    return _svg(fig)
+
+
+def evictions_svg(data: dict[str, Any]) -> bytes:
+    ev = data["evictions"]
+    by_pool: dict[str, dict[str, int]] = ev["by_pool"]
+    if not by_pool:
+        return _empty(f"no eviction in the last {ev['window_s'] / 3600:.3g} h")
+    buckets = sorted({b for series in by_pool.values() for b in series})
+    times = [datetime.fromisoformat(b) for b in buckets]
+    width = timedelta(seconds=ev["bucket_s"] * 0.8)
+    fig, (ax,) = _figure(1, 3.0)
+    bottom = [0] * len(buckets)
+    for name, series in sorted(by_pool.items()):
+        counts = [series.get(b, 0) for b in buckets]
+        ax.bar(times, counts, width=width, bottom=bottom, align="edge", label=name)
+        bottom = [a + b for a, b in zip(bottom, counts, strict=True)]
+    ax.set_title(f"evictions per {ev['bucket_s'] // 60 or ev['bucket_s']} {'min' if ev['bucket_s'] >= 60 else 's'}"
+                 f" (last {ev['window_s'] / 3600:.3g} h, {ev['total']} in all)", fontsize=9, loc="left")  # fmt: skip
+    end = datetime.now(UTC) + timedelta(seconds=ev["bucket_s"])
+    ax.set_xlim(min(times[0], end - timedelta(seconds=ev["window_s"])), end)  # the whole window, now on the right
+    ax.set_ylabel("evictions", fontsize=8)
+    ax.tick_params(labelsize=8)
+    ax.yaxis.get_major_locator().set_params(integer=True)
+    fig.autofmt_xdate()
+    ax.legend(fontsize=7)
+    return _svg(fig)
+
+
+def queues_svg(data: dict[str, Any]) -> bytes:
+    pools = list(data["pools"].items())[: MAX_POOLS_PLOTTED * 2]
+    if not pools:
+        return _empty("no pool owned by this instance")
+    fig, (ax,) = _figure(1, 0.5 + 0.45 * len(pools))
+    names = [n for n, _ in pools]
+    ys = list(range(len(names)))
+    series = (("hp_running", "#c0392b", 1.0), ("hp_queued", "#c0392b", 0.45),
+              ("spot_running", "#2471a3", 1.0), ("spot_queued", "#2471a3", 0.45))  # fmt: skip
+    height = 0.8 / len(series)
+    for i, (key, color, alpha) in enumerate(series):
+        values = [p[key] for _, p in pools]
+        ax.barh(
+            [y + i * height for y in ys],
+            values,
+            height=height,
+            color=color,
+            alpha=alpha,
+            label=key.replace("_", " "),
+        )
+    ax.set_yticks([y + 0.4 - height / 2 for y in ys], names, fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("tasks", fontsize=8)
+    ax.xaxis.get_major_locator().set_params(integer=True)
+    ax.set_title("tasks running and queued per pool and class", fontsize=9, loc="left")
+    ax.legend(fontsize=7, loc="lower right")
+    return _svg(fig)
+
+
+# ----- the page -----------------------------------------------------------------------------------
+def _e(value: Any) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def _cell(key: str, value: Any) -> str:
+    return f'<td data-k="{_e(key)}">{_e(value)}</td>'
+
+
+def render_page(data: dict[str, Any], query: str = "") -> str:
+    pools = data["pools"]
+    rows = []
+    for name, p in pools.items():
+        f = p.get("forecast") or {}
+        peak = max(f.get("hp_demand_quantile") or [0.0]) if f.get("hours_ahead") else None
+        forecast = (
+            "-"
+            if peak is None
+            else f"p{f.get('quantile', '')} peak {peak:g} GPUs over {len(f['hours_ahead'])} h"
+        )
+        quota = ", ".join(f"{h} h: {q:g}" for h, q in p["quota_gpus"].items()) or "none"
+        k = f"pool:{name}"
+        rows.append(
+            "<tr>" + _cell(f"{k}:name", name) + _cell(f"{k}:nodes", p["nodes"]) + _cell(f"{k}:capacity_gpus", p["capacity_gpus"])
+            + _cell(f"{k}:quota_gpus", quota) + _cell(f"{k}:quota_version", p["quota_version"] or "-")
+            + _cell(f"{k}:forecast", forecast) + _cell(f"{k}:hp_running", p["hp_running"])
+            + _cell(f"{k}:hp_queued", p["hp_queued"]) + _cell(f"{k}:spot_running", p["spot_running"])
+            + _cell(f"{k}:spot_queued", p["spot_queued"]) + _cell(f"{k}:down", len(p["down"]))
+            + "</tr>"
+        )  # fmt: skip
+    decisions = []
+    for i, d in enumerate(data["decisions"]):
+        k = f"decision:{i}"
+        link = f'<a data-k="{k}:trace" href="{_e(d["trace_url"])}">trace</a>' if d["trace_url"] else "-"
+        decisions.append(
+            f'<tr class="kind-{_e(d["kind"])}">' + _cell(f"{k}:at", d["at"][11:23]) + _cell(f"{k}:pool", d["pool"])
+            + _cell(f"{k}:task_id", d["task_id"]) + _cell(f"{k}:kind", d["kind"])
+            + f'<td class="why" data-k="{k}:explanation">{_e(d["explanation"])}</td><td>{link}</td></tr>'
+        )  # fmt: skip
+    ev = data["evictions"]
+    suffix = f"?{_e(query)}" if query else ""
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<meta http-equiv="refresh" content="{REFRESH_S}">
+<title>GFS preemption - {_e(data["instance"])}</title>
+<style>
+body {{ font-family: DejaVu Sans, Helvetica, Arial, sans-serif; margin: 16px; color: #222; font-size: 13px; }}
+h1 {{ font-size: 18px; margin: 0 0 4px; }} h2 {{ font-size: 15px; margin: 18px 0 6px; }}
+table {{ border-collapse: collapse; }} td, th {{ border: 1px solid #ddd; padding: 3px 6px; text-align: left; }}
+th {{ background: #f3f3f3; }} .why {{ max-width: 640px; font-size: 12px; }} .muted {{ color: #777; }}
+tr.kind-evicted td {{ background: #fdecea; }} tr.kind-started td {{ background: #eef7ee; }}
+.plots {{ display: flex; flex-wrap: wrap; gap: 12px; }} .plots img {{ border: 1px solid #eee; max-width: 100%; }}
+</style></head>
+<body>
+<h1>GFS preemption service <span class="muted">instance {_e(data["instance"])}</span></h1>
+<div class="muted">generated <span data-k="generated_at">{_e(data["generated_at"])}</span>, refreshes every {REFRESH_S} s;
+JSON: <a href="/dashboard/data{suffix}">/dashboard/data</a>; traces: <a href="{_e(data["jaeger_ui_url"])}">Jaeger</a></div>
+<h2>Pools: quota against forecast, queues</h2>
+<table id="pools"><tr><th>pool</th><th>nodes</th><th>capacity</th><th>spot quota (guarantee h: GPUs)</th>
+<th>quota version</th><th>HP forecast</th><th>HP running</th><th>HP queued</th><th>spot running</th><th>spot queued</th>
+<th>nodes down</th></tr>
+{"".join(rows) or '<tr><td colspan="11">no pool owned by this instance</td></tr>'}
+</table>
+<div class="plots">
+<img id="quota-plot" alt="quota against forecast per pool" src="/dashboard/quota.svg">
+<div><img id="queues-plot" alt="queue lengths per pool and class" src="/dashboard/queues.svg"><br>
+<img id="evictions-plot" alt="evictions over time" src="/dashboard/evictions.svg{suffix}"></div>
+</div>
+<h2>Evictions: <span data-k="evictions:total">{ev["total"]}</span> in the last {ev["window_s"] / 3600:.3g} h</h2>
+<h2>Latest decisions</h2>
+<table id="decisions"><tr><th>at (UTC)</th><th>pool</th><th>task</th><th>decision</th><th>why</th><th>trace</th></tr>
+{"".join(decisions) or '<tr><td colspan="6">no decision yet</td></tr>'}
+</table>
+</body></html>
+"""
+
+
+def register_dashboard(app: web.Application, decider: Decider, *, jaeger_ui_url: str | None = None) -> None:
+    """Add `/dashboard`, `/dashboard/data` and the plots to the SRE API `app`."""
+    ui = (jaeger_ui_url or os.environ.get("JAEGER_UI_URL") or JAEGER_UI_URL).rstrip("/")
+
+    async def data_of(request: web.Request) -> dict[str, Any]:
+        try:
+            limit = max(1, min(200, int(request.query.get("limit", "20"))))
+            window_s = max(60, int(float(request.query.get("window_s", DEFAULT_WINDOW_S))))
+            bucket_s = max(1, int(float(request.query.get("bucket_s", DEFAULT_BUCKET_S))))
+        except ValueError as exc:
+            raise web.HTTPBadRequest(text=f"bad query parameter: {exc}") from None
+        return await dashboard_data(
+            decider, limit=limit, window_s=window_s, bucket_s=bucket_s, jaeger_ui_url=ui
+        )
+
+    async def page(request: web.Request) -> web.Response:
+        body = render_page(await data_of(request), request.query_string)
+        return web.Response(text=body, content_type="text/html")
+
+    async def data(request: web.Request) -> web.Response:
+        return web.json_response(await data_of(request))
+
+    def plot(render: Any) -> Any:
+        async def handle(request: web.Request) -> web.Response:
+            svg = await asyncio.to_thread(_locked, render, await data_of(request))
+            return web.Response(body=svg, content_type="image/svg+xml", headers={"Cache-Control": "no-store"})
+
+        return handle
+
+    app.router.add_get("/dashboard", page)
+    app.router.add_get("/dashboard/data", data)
+    app.router.add_get("/dashboard/quota.svg", plot(quota_svg))
+    app.router.add_get("/dashboard/evictions.svg", plot(evictions_svg))
+    app.router.add_get("/dashboard/queues.svg", plot(queues_svg))

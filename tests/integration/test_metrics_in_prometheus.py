@@ -1,0 +1,242 @@
+"""The live services' metrics in the real Prometheus of the stack (`make up`).
+
+`gfs serve quota` on 127.0.0.1:8081 and `gfs serve preemption` on 127.0.0.1:8082, as subprocesses
+on the ports infra/prometheus/prometheus.yml scrapes (every 5 s). The test feeds a unique pool: a
+PoolStatus and a PoolDemandForecast (the quota service computes the pool's SpotQuota and publishes
+it; the preemption service applies it), a node's telemetry and a few submissions (decisions). Then
+Prometheus' HTTP API (`/api/v1/query`) has:
+
+- the decision-latency histogram `gfs_preemption_decision_latency_seconds_bucket` (buckets up to
+  `+Inf`, a count, a median by `histogram_quantile`) and the decisions by kind;
+- the quota per pool from both sides, `gfs_quota_gpus{pool=...}` (job gfs-quota) and
+  `gfs_preemption_quota_gpus{pool=...}` (job gfs-preemption), equal per guarantee duration.
+
+Fails (not skips) with instructions when Prometheus does not answer or a port is taken.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+import random
+import socket
+import uuid
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+import pytest_asyncio
+from live_harness import ServiceProcess, Tap
+from test_observability_stack import PROMETHEUS_URL, _require
+from test_quota_service import _hour, _migrated
+
+from schemas.envelope import wrap
+from schemas.forecast import PoolDemandForecast
+from schemas.pool_status import PoolStatus
+from schemas.tasks import TaskAccepted, TaskClass, TaskSubmitted
+from schemas.telemetry import GpuSample, NodeTelemetry
+from services.platform.kafka.producer import EnvelopeProducer
+from services.platform.kafka.topic_admin import TopicsReport
+
+pytestmark = pytest.mark.integration
+
+QUOTA_PORT, PREEMPTION_PORT = 8081, 8082  # what prometheus.yml scrapes (jobs gfs-quota, gfs-preemption)
+# Scrapes every 5 s; the quota service first reads its topics' history (a fresh consumer group).
+FIND_DEADLINE_S = 90.0
+
+
+def _require_free(port: int, what: str) -> None:
+    with socket.socket() as probe:
+        # As the services' aiohttp sites do: a connection of an earlier scrape in TIME_WAIT is no listener.
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError as exc:
+            pytest.fail(
+                f"127.0.0.1:{port} is taken ({exc}): this test runs {what} there, the port Prometheus scrapes "
+                f"(infra/prometheus/prometheus.yml). Stop whatever listens (`ss -ltnp 'sport = :{port}'`; "
+                "a `gfs serve ...` of the demo or of another run), then re-run.",
+                pytrace=False,
+            )
+
+
+async def _query(http: aiohttp.ClientSession, promql: str) -> list[dict[str, Any]]:
+    async with http.get(f"{PROMETHEUS_URL}/api/v1/query", params={"query": promql}) as response:
+        body = await response.json()
+    assert body.get("status") == "success", (promql, body)
+    result: list[dict[str, Any]] = body["data"]["result"]
+    return result
+
+
+class Services:
+    def __init__(self, dsn: str, kafka: str, tmp: Path) -> None:
+        self.run = uuid.uuid4().hex[:8]
+        self.pool = f"PROM-{self.run}"
+        self.procs: list[ServiceProcess] = []
+        self.base = {
+            "DATABASE_URL": dsn, "KAFKA_BOOTSTRAP_SERVERS": kafka, "PYTHONUNBUFFERED": "1",
+            "GFS_COMMAND_SECRET": "it-prom-" + uuid.uuid4().hex,
+        }  # fmt: skip
+        self.tmp = tmp
+
+    def start(self, args: list[str], env: dict[str, str], name: str) -> ServiceProcess:
+        clean = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+        proc = ServiceProcess(args, clean | self.base | env, self.tmp / f"{name}.log").start()
+        self.procs.append(proc)
+        return proc
+
+    def logs(self) -> str:
+        return "\n".join(f"--- {p.log.name}\n{p.tail(30)}" for p in self.procs)
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def services(
+    database_url: str,
+    kafka_bootstrap: str,
+    registry_topics: TopicsReport,
+    scratch_schema: str,
+    tmp_path: Path,
+) -> AsyncIterator[Services]:
+    await _require("Prometheus", PROMETHEUS_URL, "/-/ready", "prometheus")
+    _require_free(QUOTA_PORT, "`gfs serve quota`")
+    _require_free(PREEMPTION_PORT, "`gfs serve preemption`")
+    dsn = await _migrated(database_url, scratch_schema)
+    world = Services(dsn, kafka_bootstrap, tmp_path)
+    try:
+        yield world
+    finally:
+        for proc in world.procs:
+            proc.stop()
+
+
+@pytest.mark.asyncio(loop_scope="session")
+async def test_prometheus_has_the_decision_latency_histogram_and_the_quota_per_pool(
+    services: Services, kafka_bootstrap: str
+) -> None:
+    pool, run = services.pool, services.run
+    services.start(
+        ["serve", "quota"],
+        {"QUOTA_API_PORT": str(QUOTA_PORT), "QUOTA_GROUP": f"it-prom-quota-{run}", "QUOTA_REFRESH_S": "2",
+         "QUOTA_FENCE_KEY": str(random.getrandbits(48)), "QUOTA_FENCE_POLL_S": "0.2"},
+        "quota",
+    )  # fmt: skip
+    services.start(
+        ["serve", "preemption"],
+        {"PREEMPTION_API_PORT": str(PREEMPTION_PORT), "PREEMPTION_POOLS": pool, "PREEMPTION_INSTANCE": f"prom-{run}",
+         "PREEMPTION_GROUP": f"it-prom-pre-{run}", "PREEMPTION_ROUTER_GROUP": f"it-prom-router-{run}",
+         "PREEMPTION_INBOX_TOPIC": f"it-prom-inbox-{run}", "PREEMPTION_INBOX_PARTITIONS": "1",
+         "PREEMPTION_TICK_S": "0.2", "PREEMPTION_NODE_TIMEOUT_S": "600"},
+        "preemption",
+    )  # fmt: skip
+    now = datetime.now(UTC)
+    tap = await Tap(kafka_bootstrap, ("gfs.tasks.lifecycle",)).start()
+    try:
+        async with EnvelopeProducer(bootstrap_servers=kafka_bootstrap, client_id="it-prom") as producer:
+            # The quota service's inputs: 8 GPUs, all idle, a small HP forecast: a positive quota.
+            status = PoolStatus(pool=pool, observed_at=now, capacity_gpus=8, idle_gpus=8, spot_in_use_gpus=0.0,
+                                hp_running_gpus=0.0, hp_queued_gpus=0.0)  # fmt: skip
+            forecast = PoolDemandForecast(
+                pool=pool, origin_time=now.replace(minute=0, second=0, microsecond=0), tenants=1, model_name="lstm",
+                model_version=f"it-{pool}", horizon=tuple(_hour(h, 7.0) for h in (1, 2, 3, 4)),
+            )  # fmt: skip
+            await producer.send("gfs.pools.status", wrap(status, producer="it"))
+            await producer.send("gfs.forecasts", wrap(forecast, producer="it"))
+            # The preemption service's: one 8-GPU node, then tasks once the quota is in force.
+            samples = tuple(
+                GpuSample(index=i, utilisation_pct=0, memory_used_mib=0, memory_total_mib=80_000)
+                for i in range(8)
+            )
+            node = NodeTelemetry(node=f"{pool.lower()}-n0", gpu_model=pool, sampled_at=now, gpus=samples)
+            await producer.send("gfs.nodes.telemetry", wrap(node, producer="it"))
+            await _pool_has_quota(pool)
+            tasks = [(f"{pool}-s{i}", TaskClass.SPOT) for i in range(2)] + [(f"{pool}-h0", TaskClass.HP)]
+            for tid, cls in tasks:
+                task = TaskSubmitted(task_id=tid, tenant="org-it", gpu_model=pool, gpus_per_worker=1, workers=1,
+                                     task_class=cls, command=("true",))  # fmt: skip
+                await producer.send("gfs.tasks.submit", wrap(task, producer="it"))
+            ids = {t for t, _ in tasks}
+            await tap.wait(TaskAccepted, lambda e: e.task_id in ids, count=len(ids), timeout=30)
+
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as http:
+            found = await _scraped(http, pool)
+    except BaseException:
+        print(services.logs())
+        raise
+    finally:
+        await tap.stop()
+
+    buckets, quota, preemption_quota, decisions, median = found
+    les = {b["metric"]["le"] for b in buckets}
+    # Buckets in seconds (services/platform/metrics.py SECONDS_BUCKETS), not the SDK's millisecond defaults.
+    assert {"+Inf", "0.001", "0.01", "0.1", "1.0"} <= les, les
+    inf = next(float(b["value"][1]) for b in buckets if b["metric"]["le"] == "+Inf")
+    assert inf >= 2, buckets  # the node's arrival, the quota, the submissions: inbox batches decided
+    assert all(b["metric"]["job"] == "gfs-preemption" for b in buckets)
+    assert math.isfinite(median) and 0 < median < 5.0, median  # a decided batch takes milliseconds
+    assert decisions.get("accepted", 0) >= 3, decisions
+    by_hours = {q["metric"]["guarantee_hours"]: float(q["value"][1]) for q in quota}
+    assert set(by_hours) == {"1", "2", "4"} and all(q["metric"]["job"] == "gfs-quota" for q in quota), quota
+    assert by_hours["1"] > 0, by_hours
+    # The quota the preemption service applies is the one published (it also interpolates
+    # durations the wire does not offer, e.g. 3 h).
+    applied = {q["metric"]["guarantee_hours"]: float(q["value"][1]) for q in preemption_quota}
+    assert {h: applied.get(h) for h in by_hours} == by_hours, (applied, by_hours)
+    print(
+        f"\nPrometheus: pool {pool} quota {by_hours}, {inf:.0f} decided batches, median latency {median * 1000:.1f} ms"
+    )
+
+
+async def _pool_has_quota(pool: str) -> None:
+    """The preemption service applied the quota the quota service computed for `pool`."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + FIND_DEADLINE_S
+    body: Any = None
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as http:
+        while loop.time() < deadline:
+            try:
+                async with http.get(f"http://127.0.0.1:{PREEMPTION_PORT}/pools") as response:
+                    body = await response.json()
+                if (
+                    pool in body["pools"]
+                    and body["pools"][pool]["quota_version"]
+                    and body["pools"][pool]["nodes"]
+                ):
+                    return
+            except (aiohttp.ClientError, TimeoutError, OSError, KeyError):
+                pass
+            await asyncio.sleep(0.5)
+    raise AssertionError(
+        f"no quota for {pool} at the preemption service after {FIND_DEADLINE_S:.0f}s: {body}"
+    )
+
+
+async def _scraped(http: aiohttp.ClientSession, pool: str) -> tuple[Any, Any, Any, dict[str, float], float]:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + FIND_DEADLINE_S
+    queries = {
+        "buckets": 'gfs_preemption_decision_latency_seconds_bucket{job="gfs-preemption"}',
+        "quota": f'gfs_quota_gpus{{pool="{pool}"}}',
+        "preemption_quota": f'gfs_preemption_quota_gpus{{pool="{pool}"}}',
+        "decisions": 'gfs_preemption_decisions_total{job="gfs-preemption"}',
+        "median": 'histogram_quantile(0.5, sum by (le) (gfs_preemption_decision_latency_seconds_bucket{job="gfs-preemption"}))',
+    }
+    got: dict[str, list[dict[str, Any]]] = {}
+    while loop.time() < deadline:
+        got = {name: await _query(http, q) for name, q in queries.items()}
+        decisions = {d["metric"]["kind"]: float(d["value"][1]) for d in got["decisions"]}
+        complete = (
+            all(got.values()) and decisions.get("accepted", 0) >= 3 and len(got["preemption_quota"]) >= 3
+        )
+        if complete:
+            median = float(got["median"][0]["value"][1])
+            return got["buckets"], got["quota"], got["preemption_quota"], decisions, median
+        await asyncio.sleep(1.0)
+    missing = [f"{name}: {queries[name]}" for name, result in got.items() if not result]
+    raise AssertionError(
+        f"Prometheus ({PROMETHEUS_URL}) did not have everything after {FIND_DEADLINE_S:.0f}s; empty: {missing}; "
+        f"got {got}. Status > Targets (or `up`) says whether 127.0.0.1:{QUOTA_PORT} and :{PREEMPTION_PORT} are scraped."
+    )
