@@ -46,6 +46,10 @@ def build_app() -> typer.Typer:
         app.add_typer(getattr(importlib.import_module(module), attr), name=name)
     for name, module, attr in _COMMANDS:
         app.command(name=name)(getattr(importlib.import_module(module), attr))
+    # `gfs bench pipeline` is the live pipeline's benchmark: it lives in services/livebench (the
+    # simulator may not touch Kafka), and is mounted beside the simulator's benchmarks here.
+    bench = importlib.import_module("services.simulator.bench_cli").app
+    bench.command(name="pipeline")(importlib.import_module("services.livebench.preemption_bench").preemption)
     return app
 
 

@@ -115,7 +115,7 @@ def preemption(
 async def _bench(
     settings: PlatformSettings, inventory: list[tuple[str, str, int]], rate: float, seconds: float,
     fill: float, hp_share: float, seed: int, keep_schema: bool, profile: Path | None = None,
-) -> None:  # fmt: skip
+) -> dict[str, float]:  # fmt: skip
     rng = random.Random(seed)
     run = uuid.uuid4().hex[:6]
     schema = f"bench_{run}"
@@ -232,7 +232,7 @@ async def _bench(
             reader.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await reader
-        await _report(dsn, state, measured_from, measured_s, offered, rate)
+        summary = await _report(dsn, state, measured_from, measured_s, offered, rate)
     finally:
         service.terminate()
         with contextlib.suppress(subprocess.TimeoutExpired):
@@ -243,6 +243,7 @@ async def _bench(
         if not keep_schema:
             await admin.execute(f'DROP SCHEMA "{schema}" CASCADE')
         await admin.close()
+    return summary
 
 
 async def _router_caught_up(settings: PlatformSettings, group: str, timeout: float = 900.0) -> int:
@@ -327,7 +328,9 @@ async def _read(settings: PlatformSettings, state: BenchState, producer: Envelop
         await consumer.stop()
 
 
-async def _report(dsn: str, state: BenchState, since: datetime, measured_s: float, offered: Counter[str], rate: float) -> None:
+async def _report(
+    dsn: str, state: BenchState, since: datetime, measured_s: float, offered: Counter[str], rate: float
+) -> dict[str, float]:
     connection = await asyncpg.connect(dsn)
     try:
         rows = await connection.fetch(
@@ -373,3 +376,6 @@ async def _report(dsn: str, state: BenchState, since: datetime, measured_s: floa
     edges = [5, 10, 20, 50, 100, 200, 500, 1000, 5000]
     counts = Counter(next((e for e in edges if v <= e), float("inf")) for v in plain)
     print("histogram (no preemption), ms: " + ", ".join(f"<={e}: {counts.get(e, 0)}" for e in edges) + f", more: {counts.get(float('inf'), 0)}")
+    return {"decisions": float(decided), "placements": float(placements), "binds": float(state.binds),
+            "submissions": float(offered["submit"]), "on_arrival": float(len(plain) + len(preempting)),
+            "p99_ms": _percentile(plain, 0.99) if plain else float("nan")}  # fmt: skip

@@ -26,8 +26,8 @@ HOW_TO_START = (
     "no Kafka/Postgres for the integration tests: {what} is not set and no Docker engine answers. "
     'Start the stack with `make up`, then `eval "$(infra/stack.sh env)"` and re-run pytest.'
 )
-KAFKA_IMAGE = "confluentinc/cp-kafka:7.6.0"
-POSTGRES_IMAGE = "postgres:16-alpine"
+KAFKA_IMAGE = "confluentinc/cp-kafka:7.9.1"  # Apache Kafka 3.9, like the local stack (3.9.1) and compose
+POSTGRES_IMAGE = "postgres:15-alpine"  # PostgreSQL 15, like Debian bookworm and compose
 # The broker may still be finishing its start (or restarting) when the session begins.
 CONNECT_DEADLINE_S = 60.0
 

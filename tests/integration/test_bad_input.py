@@ -219,6 +219,12 @@ class World:
         ).start()  # fmt: skip
         self.pids = {name: proc.proc.pid for name, proc in self.procs.items() if proc.proc is not None}
 
+    def running(self) -> bool:
+        """True while every process started runs (fails at once, with its log, when one exited)."""
+        for name, proc in self.procs.items():
+            assert proc.proc is not None and proc.proc.poll() is None, f"{name} exited:\n{proc.tail(40)}"
+        return True
+
     async def alive_and_answering(self) -> dict[str, str]:
         """Per service, what is wrong (empty when every process is the one started and answers)."""
         wrong: dict[str, str] = {}
@@ -277,9 +283,11 @@ async def _run(w: World, tap: Tap, kafka: str) -> None:
     # Ready: the forecast worker joined its group, the quota service is active, the preemption
     # service owns the pool and knows the agent's node and a quota.
     forecast_log = w.tmp / "forecast.log"
-    await _until(lambda: "[^Worker]: Ready" in forecast_log.read_text(errors="replace"), 120, "the forecast worker")
+    await _until(lambda: w.running() and "[^Worker]: Ready" in forecast_log.read_text(errors="replace"), 120,
+                 "the forecast worker")  # fmt: skip
 
     async def pool_ready() -> bool:
+        w.running()
         status, body = await _get(w.ports["preemption"], "/pools")
         pools = json.loads(body)["pools"] if status == 200 else {}
         return w.pool in pools and pools[w.pool]["nodes"] == 1 and bool(pools[w.pool]["quota_version"])

@@ -119,12 +119,16 @@ class Agent:
         return EvictCommand(**(fields | changes))
 
     async def answering(self) -> bool:
+        # Fail at once if the agent died (e.g. its metrics port was taken meanwhile), rather than
+        # trusting whichever process answers on that port: its /metrics must name this node.
+        assert self.proc.proc is not None and self.proc.proc.poll() is None, self.proc.tail(40)
         return await self.metrics() is not None
 
     async def metrics(self) -> dict[str, float] | None:
         try:
             async with aiohttp.ClientSession() as http, http.get(f"http://127.0.0.1:{self.port}/metrics") as r:
-                return _metrics(await r.text()) if r.status == 200 else None
+                text = await r.text()
+                return _metrics(text) if r.status == 200 and f'node="{self.node}"' in text else None
         except (aiohttp.ClientError, OSError):
             return None
 

@@ -25,8 +25,13 @@ TOKEN = "it-admin-token-0123456789"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
-async def _post(port: int, path: str, body: dict[str, Any], headers: dict[str, str] | None = None) -> tuple[int, Any]:
-    async with aiohttp.ClientSession() as http, http.post(f"http://127.0.0.1:{port}{path}", json=body, headers=headers) as r:
+async def _post(
+    port: int, path: str, body: dict[str, Any], headers: dict[str, str] | None = None
+) -> tuple[int, Any]:
+    async with (
+        aiohttp.ClientSession() as http,
+        http.post(f"http://127.0.0.1:{port}{path}", json=body, headers=headers) as r,
+    ):
         return r.status, await r.json()
 
 
@@ -39,7 +44,11 @@ async def _get(port: int, path: str) -> Any:
 async def _audit(dsn: str, pool: str) -> list[asyncpg.Record]:
     connection = await asyncpg.connect(dsn)
     try:
-        return list(await connection.fetch("SELECT * FROM preemption_control_audit WHERE scope = $1 ORDER BY id", pool))
+        return list(
+            await connection.fetch(
+                "SELECT * FROM preemption_control_audit WHERE scope = $1 ORDER BY id", pool
+            )
+        )
     finally:
         await connection.close()
 
@@ -68,7 +77,9 @@ def _evictions_by(c: Cluster, preemptor: str) -> list[EvictCommand]:
 
 
 @pytest.mark.asyncio(loop_scope="session")
-async def test_writes_need_the_token_and_a_refused_write_changes_nothing(world: tuple[Cluster, str], kafka_bootstrap: str) -> None:  # noqa: F811
+async def test_writes_need_the_token_and_a_refused_write_changes_nothing(
+    world: tuple[Cluster, str], kafka_bootstrap: str  # noqa: F811
+) -> None:
     c, dsn = world
     body = {"on": True, "pool": c.pool, "reason": "test", "who": "mallory"}
     port = _free_port()
@@ -76,17 +87,23 @@ async def test_writes_need_the_token_and_a_refused_write_changes_nothing(world: 
         status, answer = await _post(port, "/controls/kill-switch", body, AUTH)  # no token configured
         assert status == 503 and "PREEMPTION_ADMIN_TOKEN" in answer["error"]
     port = _free_port()
-    async with _service(_settings(dsn, kafka_bootstrap, c.pool, preemption_api_port=port, preemption_admin_token=TOKEN)):
+    async with _service(
+        _settings(dsn, kafka_bootstrap, c.pool, preemption_api_port=port, preemption_admin_token=TOKEN)
+    ):
         assert (await _post(port, "/controls/kill-switch", body))[0] == 401
         assert (await _post(port, "/controls/kill-switch", body, {"Authorization": "Bearer wrong"}))[0] == 401
-        assert (await _post(port, "/controls/kill-switch", {"on": True, "who": "x"}, AUTH))[0] == 400  # no reason
+        assert (await _post(port, "/controls/kill-switch", {"on": True, "who": "x"}, AUTH))[
+            0
+        ] == 400  # no reason
         state = await _get(port, "/controls")  # reads need no token
         assert state["controls"] == []
     assert await _audit(dsn, c.pool) == []
 
 
 @pytest.mark.asyncio(loop_scope="session")
-async def test_the_kill_switch_holds_a_preemption_until_it_is_off(world: tuple[Cluster, str], kafka_bootstrap: str) -> None:  # noqa: F811
+async def test_the_kill_switch_holds_a_preemption_until_it_is_off(
+    world: tuple[Cluster, str], kafka_bootstrap: str  # noqa: F811
+) -> None:
     c, dsn = world
     port = _free_port()
     settings = _settings(dsn, kafka_bootstrap, c.pool, preemption_api_port=port, preemption_admin_token=TOKEN)
@@ -112,7 +129,9 @@ async def test_the_kill_switch_holds_a_preemption_until_it_is_off(world: tuple[C
 
 
 @pytest.mark.asyncio(loop_scope="session")
-async def test_a_frozen_quota_ignores_a_new_one_and_an_override_admits_up_to_it(world: tuple[Cluster, str], kafka_bootstrap: str) -> None:  # noqa: F811
+async def test_a_frozen_quota_ignores_a_new_one_and_an_override_admits_up_to_it(
+    world: tuple[Cluster, str], kafka_bootstrap: str  # noqa: F811
+) -> None:
     c, dsn = world
     port = _free_port()
     settings = _settings(dsn, kafka_bootstrap, c.pool, preemption_api_port=port, preemption_admin_token=TOKEN)
@@ -130,8 +149,13 @@ async def test_a_frozen_quota_ignores_a_new_one_and_an_override_admits_up_to_it(
         await c.submit("S1", TaskClass.SPOT)
         await asyncio.sleep(1.5)
         assert not c.tap.payloads(BindCommand, lambda b: b.task_id == "S1")  # the frozen quota is 0
-        override = {"pool": c.pool, "mode": "override", "quota_gpus": {"1": 4, "2": 4, "4": 4},
-                    "reason": "pool drained for HP maintenance is back", "who": "dave"}  # fmt: skip
+        override = {
+            "pool": c.pool,
+            "mode": "override",
+            "quota_gpus": {"1": 4, "2": 4, "4": 4},
+            "reason": "pool drained for HP maintenance is back",
+            "who": "dave",
+        }
         status, answer = await _post(port, "/controls/quota", override, AUTH)
         assert status == 200 and answer["applied_here"][c.pool]["quota_mode"] == "override"
         await c.submit("S2", TaskClass.SPOT)
@@ -139,21 +163,28 @@ async def test_a_frozen_quota_ignores_a_new_one_and_an_override_admits_up_to_it(
         binds = await c.tap.wait(BindCommand, lambda b: b.task_id in ("S1", "S2", "S3"), count=2)
         await asyncio.sleep(1.0)
         # 4 GPUs of override: two 2-GPU spot tasks run, the third waits.
-        assert len({b.task_id for b in c.tap.payloads(BindCommand, lambda b: b.task_id in ("S1", "S2", "S3"))}) == 2
+        assert (
+            len({b.task_id for b in c.tap.payloads(BindCommand, lambda b: b.task_id in ("S1", "S2", "S3"))})
+            == 2
+        )
         assert {b.task_id for b in binds} <= {"S1", "S2", "S3"}
     first, second = await _audit(dsn, c.pool)
     _check_audit(first, "carol", "quota", "forecast model rollout")
     _check_audit(second, "dave", "quota", "pool drained for HP maintenance is back")
     connection = await asyncpg.connect(dsn)
     try:
-        held = await connection.fetchval("SELECT count(*) FROM preemption_decision WHERE pool = $1 AND kind = 'quota_held'", c.pool)
+        held = await connection.fetchval(
+            "SELECT count(*) FROM preemption_decision WHERE pool = $1 AND kind = 'quota_held'", c.pool
+        )
     finally:
         await connection.close()
     assert held >= 1
 
 
 @pytest.mark.asyncio(loop_scope="session")
-async def test_an_eviction_cap_of_one_per_hour_lets_one_preemption_through(world: tuple[Cluster, str], kafka_bootstrap: str) -> None:  # noqa: F811
+async def test_an_eviction_cap_of_one_per_hour_lets_one_preemption_through(
+    world: tuple[Cluster, str], kafka_bootstrap: str  # noqa: F811
+) -> None:
     c, dsn = world
     port = _free_port()
     settings = _settings(dsn, kafka_bootstrap, c.pool, preemption_api_port=port, preemption_admin_token=TOKEN)
