@@ -34,6 +34,8 @@ EXPECTED_TABLES = {
     "preemption_decision",
     "preemption_task_route",
     "preemption_node_route",
+    "preemption_control",
+    "preemption_control_audit",
 }
 
 
