@@ -11,13 +11,14 @@ STACK := infra/stack.sh
 # demo reach the local stack.
 STACK_ENV := eval "$$(bash $(STACK) env)"
 
-.PHONY: help setup up down status reset test demo lint
+.PHONY: help setup up down status reset test demo demo-sim lint
 
 help:
 	@echo "make setup   venv + Kafka jars + PostgreSQL + Jaeger build + Prometheus + Chromium (idempotent)"
 	@echo "make up      start Kafka, Postgres, Jaeger, Prometheus; create topics, apply migrations"
 	@echo "make test    setup + up + the whole test suite"
-	@echo "make demo    setup + up + scripts/demo.sh"
+	@echo "make demo    setup + up + the live system replaying demo/sample (scripts/demo.sh)"
+	@echo "make demo-sim setup + up + the simulator replay (scripts/demo-sim.sh)"
 	@echo "make down    stop the stack              make reset   stop and wipe its data"
 	@echo "make status  is the stack up?            make lint    ruff + import contracts"
 
@@ -49,6 +50,9 @@ test: up
 
 demo: up
 	$(STACK_ENV); bash scripts/demo.sh
+
+demo-sim: up
+	$(STACK_ENV); bash scripts/demo-sim.sh
 
 lint: setup
 	$(VENV)/bin/ruff check .

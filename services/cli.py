@@ -22,6 +22,7 @@ _SUBAPPS: tuple[tuple[str, str, str], ...] = (
     ("serve", "services.serve_cli", "app"),
     ("livebench", "services.livebench.cli", "app"),
     ("faults", "services.faults.cli", "app"),
+    ("demo", "services.demo.cli", "app"),
 )
 
 # Single commands mounted at the top level: (command name, module, function attribute).

@@ -145,3 +145,28 @@ def node_agent(
             await asyncio.to_thread(provider.shutdown)  # flush the batched spans (the last acks')
 
     _run_until_signalled(main)
+
+
+@app.command("virtual-nodes")
+def virtual_nodes(
+    nodes_csv: str = typer.Option(..., "--nodes", help="CSV with node_name,gpu_model,gpu_capacity_num"),
+    prefix: str = typer.Option("", "--prefix", help="prepended to every node name"),
+    telemetry_s: float = typer.Option(5.0, "--telemetry-s", help="heartbeat interval"),
+) -> None:
+    """Many virtual GPU nodes in one process (demos at scale): heartbeats and agent-like acks."""
+    import csv
+
+    from services.node_agent.virtual import run_virtual_nodes
+    from services.platform.settings import PlatformSettings
+    from services.preemption.service import PreemptionSettings
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    with open(nodes_csv, newline="") as handle:
+        nodes = {f"{prefix}{r['node_name']}": (r["gpu_model"], int(r["gpu_capacity_num"])) for r in csv.DictReader(handle)}
+    settings = PlatformSettings()
+    secret = PreemptionSettings().master_secret()
+
+    async def main(stop: asyncio.Event) -> None:
+        await run_virtual_nodes(nodes, bootstrap=settings.bootstrap_servers, secret=secret, telemetry_s=telemetry_s, stop=stop)
+
+    _run_until_signalled(main)

@@ -178,6 +178,7 @@ async def route(
     group: str,
     stop: asyncio.Event,
     stats: ConsumeStats | None = None,
+    offset_reset: str = "earliest",
 ) -> None:
     """The router's loop: per fetched batch, decode (bad records to the dead-letter topic, as the
     platform's loop does), forward every record without waiting, then wait for all the acks and
@@ -191,7 +192,7 @@ async def route(
     )  # fmt: skip
     consumer = AIOKafkaConsumer(
         *ROUTED_TOPICS, bootstrap_servers=bootstrap_servers, group_id=group, enable_auto_commit=False,
-        auto_offset_reset="earliest", isolation_level="read_committed",
+        auto_offset_reset=offset_reset, isolation_level="read_committed",
     )  # fmt: skip
     await consumer.start()
     try:

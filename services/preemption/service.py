@@ -82,6 +82,9 @@ class PreemptionSettings(PlatformSettings):
     preemption_router_group: str = "gfs-preemption-router"
     preemption_inbox_partitions: int = 6
     preemption_inbox_topic: str = INBOX_TOPIC
+    # Where a NEW router group starts: "earliest" (production: no input is missed at the first
+    # deploy) or "latest" (demos sharing a broker with older runs of the same pools).
+    preemption_router_offset_reset: str = "earliest"
     preemption_pools: str = ""  # comma-separated pools this deployment schedules ("" = all)
     preemption_api_host: str = "127.0.0.1"
     preemption_api_port: int = 8082  # 0: no API
@@ -625,7 +628,8 @@ async def run_preemption_service(
                 asyncio.create_task(_decide(consumer, decider, stop)),
                 asyncio.create_task(
                     route(router, bootstrap_servers=settings.bootstrap_servers,
-                          group=settings.preemption_router_group, stop=stop)  # fmt: skip
+                          group=settings.preemption_router_group, stop=stop,
+                          offset_reset=settings.preemption_router_offset_reset)  # fmt: skip
                 ),
                 asyncio.create_task(_every(settings.preemption_tick_s, stop, decider.tick)),
                 asyncio.create_task(relay.run(stop)),

@@ -33,7 +33,7 @@ import random
 import time
 import uuid
 from collections import Counter, defaultdict
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -69,8 +69,11 @@ CATEGORIES = ("not_json", "not_utf8", "json_array", "missing_field", "wrong_vers
 SUBMIT, LIFECYCLE, TELEMETRY = "gfs.tasks.submit", "gfs.tasks.lifecycle", "gfs.nodes.telemetry"
 FORECASTS, STATUS, QUOTAS = "gfs.forecasts", "gfs.pools.status", "gfs.quotas"
 BIND, EVICT, EVICT_ACK, WORKER_ACK = (
-    "gfs.commands.bind", "gfs.commands.evict", "gfs.commands.evict-ack", "gfs.commands.worker-ack",
-)  # fmt: skip
+    "gfs.commands.bind",
+    "gfs.commands.evict",
+    "gfs.commands.evict-ack",
+    "gfs.commands.worker-ack",
+)
 INPUT_TOPICS = (SUBMIT, LIFECYCLE, TELEMETRY, FORECASTS, STATUS, QUOTAS, BIND, EVICT, EVICT_ACK, WORKER_ACK)
 # Which service reads which topic (docs/services.md): each dead-letters what it reads.
 READS = {
@@ -98,8 +101,10 @@ def _plan(count: int) -> list[tuple[str, str]]:
     """(topic, category) for each bad record: every topic gets every category; the oversized ones
     are 1 % (at least one per topic), so the run stays within the broker's disk and the CI time."""
     oversized = max(len(INPUT_TOPICS), count // 100)
-    plan = [(INPUT_TOPICS[i % len(INPUT_TOPICS)], CATEGORIES[(i // len(INPUT_TOPICS)) % len(CATEGORIES)])
-            for i in range(count - oversized)]  # fmt: skip
+    plan = [
+        (INPUT_TOPICS[i % len(INPUT_TOPICS)], CATEGORIES[(i // len(INPUT_TOPICS)) % len(CATEGORIES)])
+        for i in range(count - oversized)
+    ]
     plan += [(INPUT_TOPICS[j % len(INPUT_TOPICS)], "oversized") for j in range(oversized)]
     random.Random(14).shuffle(plan)
     return plan
@@ -117,7 +122,9 @@ class BadRecords:
             spec = topic(name)
             example = examples[spec.payload_types[0].__name__]
             self.valid[name] = json.loads(encode(wrap(example, producer="bad-input")))
-            self.required[name] = next(f for f, info in type(example).model_fields.items() if info.is_required())
+            self.required[name] = next(
+                f for f, info in type(example).model_fields.items() if info.is_required()
+            )
             others = [p for p in examples.values() if not isinstance(p, tuple(spec.payload_types))]
             self.foreign[name] = [json.loads(encode(wrap(p, producer="bad-input"))) for p in others]
 
@@ -157,7 +164,9 @@ async def _start_groups_at_end(bootstrap: str, groups: dict[str, tuple[str, ...]
             await consumer.stop()
 
 
-async def _committed(bootstrap: str, group: str, partitions: list[TopicPartition]) -> dict[TopicPartition, int]:
+async def _committed(
+    bootstrap: str, group: str, partitions: list[TopicPartition]
+) -> dict[TopicPartition, int]:
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
     await consumer.start()
     try:
@@ -169,7 +178,10 @@ async def _committed(bootstrap: str, group: str, partitions: list[TopicPartition
 async def _get(port: int, path: str) -> tuple[int, str]:
     try:
         timeout = aiohttp.ClientTimeout(total=5)
-        async with aiohttp.ClientSession(timeout=timeout) as http, http.get(f"http://127.0.0.1:{port}{path}") as r:
+        async with (
+            aiohttp.ClientSession(timeout=timeout) as http,
+            http.get(f"http://127.0.0.1:{port}{path}") as r,
+        ):
             return r.status, await r.text()
     except (aiohttp.ClientError, OSError, TimeoutError):
         return 0, ""
@@ -183,40 +195,85 @@ class World:
         self.pool = f"BAD-{self.run}"
         self.node = f"bad-{self.run}-n0"
         self.groups = {
-            "forecast": f"bad-forecast-{self.run}", "quota": f"bad-quota-{self.run}",
-            "router": f"bad-router-{self.run}", "agent": f"gfs-agent-{self.node}",
-        }  # fmt: skip
+            "forecast": f"bad-forecast-{self.run}",
+            "quota": f"bad-quota-{self.run}",
+            "router": f"bad-router-{self.run}",
+            "agent": f"gfs-agent-{self.node}",
+        }
         self.ports = {name: _free_port() for name in ("forecast", "quota", "preemption", "agent")}
         self.procs: dict[str, ServiceProcess] = {}
         self.env = os.environ | {
-            "DATABASE_URL": dsn, "KAFKA_BOOTSTRAP_SERVERS": kafka, "PYTHONUNBUFFERED": "1",
+            "DATABASE_URL": dsn,
+            "KAFKA_BOOTSTRAP_SERVERS": kafka,
+            "PYTHONUNBUFFERED": "1",
             "GFS_COMMAND_SECRET": "bad-input-" + "k" * 24,
-        }  # fmt: skip
+        }
 
     def start(self) -> None:
         env = self.env
-        self.procs["forecast"] = ServiceProcess(["serve", "forecast"], env | {
-            "FORECAST_APP_ID": self.groups["forecast"], "FORECAST_STORE": "memory://", "FORECAST_ARTIFACT": "",
-            "FORECAST_DATADIR": str(self.tmp / "faust"), "FORECAST_TICK_S": "3600",
-            "FORECAST_WEB_PORT": str(self.ports["forecast"]),
-        }, self.tmp / "forecast.log").start()  # fmt: skip
-        self.procs["quota"] = ServiceProcess(["serve", "quota"], env | {
-            "QUOTA_GROUP": self.groups["quota"], "QUOTA_API_PORT": str(self.ports["quota"]), "QUOTA_REFRESH_S": "2",
-            "QUOTA_FENCE_KEY": str(random.getrandbits(48)), "QUOTA_FENCE_POLL_S": "0.5",
-        }, self.tmp / "quota.log").start()  # fmt: skip
-        self.procs["preemption"] = ServiceProcess(["serve", "preemption"], env | {
-            "PREEMPTION_GROUP": f"bad-pre-{self.run}", "PREEMPTION_ROUTER_GROUP": self.groups["router"],
-            "PREEMPTION_INBOX_TOPIC": f"bad-inbox-{self.run}", "PREEMPTION_INBOX_PARTITIONS": "1",
-            "PREEMPTION_POOLS": self.pool, "PREEMPTION_API_PORT": str(self.ports["preemption"]),
-            "PREEMPTION_INSTANCE": f"bad-{self.run}", "PREEMPTION_TICK_S": "0.2", "PREEMPTION_STATUS_S": "3",
-            "PREEMPTION_NODE_TIMEOUT_S": "60",
-        }, self.tmp / "preemption.log").start()  # fmt: skip
+        self.procs["forecast"] = ServiceProcess(
+            ["serve", "forecast"],
+            env
+            | {
+                "FORECAST_APP_ID": self.groups["forecast"],
+                "FORECAST_STORE": "memory://",
+                "FORECAST_ARTIFACT": "",
+                "FORECAST_DATADIR": str(self.tmp / "faust"),
+                "FORECAST_TICK_S": "3600",
+                "FORECAST_WEB_PORT": str(self.ports["forecast"]),
+            },
+            self.tmp / "forecast.log",
+        ).start()
+        self.procs["quota"] = ServiceProcess(
+            ["serve", "quota"],
+            env
+            | {
+                "QUOTA_GROUP": self.groups["quota"],
+                "QUOTA_API_PORT": str(self.ports["quota"]),
+                "QUOTA_REFRESH_S": "2",
+                "QUOTA_FENCE_KEY": str(random.getrandbits(48)),
+                "QUOTA_FENCE_POLL_S": "0.5",
+            },
+            self.tmp / "quota.log",
+        ).start()
+        self.procs["preemption"] = ServiceProcess(
+            ["serve", "preemption"],
+            env
+            | {
+                "PREEMPTION_GROUP": f"bad-pre-{self.run}",
+                "PREEMPTION_ROUTER_GROUP": self.groups["router"],
+                "PREEMPTION_INBOX_TOPIC": f"bad-inbox-{self.run}",
+                "PREEMPTION_INBOX_PARTITIONS": "1",
+                "PREEMPTION_POOLS": self.pool,
+                "PREEMPTION_API_PORT": str(self.ports["preemption"]),
+                "PREEMPTION_INSTANCE": f"bad-{self.run}",
+                "PREEMPTION_TICK_S": "0.2",
+                "PREEMPTION_STATUS_S": "3",
+                "PREEMPTION_NODE_TIMEOUT_S": "60",
+            },
+            self.tmp / "preemption.log",
+        ).start()
         self.procs["agent"] = ServiceProcess(
-            ["serve", "node-agent", "--node", self.node, "--gpu-model", self.pool, "--gpus", "8", "--fake-gpus",
-             "--telemetry-s", "1", "--state-dir", str(self.tmp / self.node),
-             "--metrics-port", str(self.ports["agent"])],
-            env, self.tmp / "agent.log",
-        ).start()  # fmt: skip
+            [
+                "serve",
+                "node-agent",
+                "--node",
+                self.node,
+                "--gpu-model",
+                self.pool,
+                "--gpus",
+                "8",
+                "--fake-gpus",
+                "--telemetry-s",
+                "1",
+                "--state-dir",
+                str(self.tmp / self.node),
+                "--metrics-port",
+                str(self.ports["agent"]),
+            ],
+            env,
+            self.tmp / "agent.log",
+        ).start()
         self.pids = {name: proc.proc.pid for name, proc in self.procs.items() if proc.proc is not None}
 
     def running(self) -> bool:
@@ -232,8 +289,14 @@ class World:
             assert proc.proc is not None
             if proc.proc.poll() is not None or proc.proc.pid != self.pids[name]:
                 wrong[name] = f"exited with {proc.proc.returncode}"
-        probes = [("preemption", "/healthz"), ("preemption", "/readyz"), ("quota", "/healthz"), ("quota", "/readyz"),
-                  ("forecast", "/metrics"), ("agent", "/metrics")]  # fmt: skip
+        probes = [
+            ("preemption", "/healthz"),
+            ("preemption", "/readyz"),
+            ("quota", "/healthz"),
+            ("quota", "/readyz"),
+            ("forecast", "/metrics"),
+            ("agent", "/metrics"),
+        ]
         for name, path in probes:
             status, _ = await _get(self.ports[name], path)
             if status != 200:
@@ -250,11 +313,17 @@ class World:
 
 @pytest_asyncio.fixture(loop_scope="session")
 async def world(
-    database_url: str, kafka_bootstrap: str, registry_topics: TopicsReport, scratch_schema: str, tmp_path: Path
+    database_url: str,
+    kafka_bootstrap: str,
+    registry_topics: TopicsReport,
+    scratch_schema: str,
+    tmp_path: Path,
 ) -> AsyncIterator[tuple[World, Tap]]:
     dsn = await _migrated(database_url, scratch_schema)
     w = World(dsn, kafka_bootstrap, tmp_path)
-    await _start_groups_at_end(kafka_bootstrap, {w.groups[s]: READS[s] for s in ("forecast", "quota", "router")})
+    await _start_groups_at_end(
+        kafka_bootstrap, {w.groups[s]: READS[s] for s in ("forecast", "quota", "router")}
+    )
     tap = await Tap(kafka_bootstrap, (LIFECYCLE, FORECASTS, QUOTAS, WORKER_ACK, "gfs.deadletter")).start()
     try:
         w.start()
@@ -283,8 +352,11 @@ async def _run(w: World, tap: Tap, kafka: str) -> None:
     # Ready: the forecast worker joined its group, the quota service is active, the preemption
     # service owns the pool and knows the agent's node and a quota.
     forecast_log = w.tmp / "forecast.log"
-    await _until(lambda: w.running() and "[^Worker]: Ready" in forecast_log.read_text(errors="replace"), 120,
-                 "the forecast worker")  # fmt: skip
+    await _until(
+        lambda: w.running() and "[^Worker]: Ready" in forecast_log.read_text(errors="replace"),
+        120,
+        "the forecast worker",
+    )
 
     async def pool_ready() -> bool:
         w.running()
@@ -293,11 +365,18 @@ async def _run(w: World, tap: Tap, kafka: str) -> None:
         return w.pool in pools and pools[w.pool]["nodes"] == 1 and bool(pools[w.pool]["quota_version"])
 
     async with EnvelopeProducer(bootstrap_servers=kafka, client_id="bad-input") as producer:
-        quota = SpotQuota(pool=w.pool, quotas=tuple(GuaranteeQuota(guarantee_hours=h, quota_gpus=8.0) for h in (1, 2, 4)),
-                          eta=1.0, capacity_gpus=8, valid_from=_now(), valid_until=_now() + timedelta(hours=1),
-                          forecast_version="bad-input:1")  # fmt: skip
+        quota = SpotQuota(
+            pool=w.pool,
+            quotas=tuple(GuaranteeQuota(guarantee_hours=h, quota_gpus=8.0) for h in (1, 2, 4)),
+            eta=1.0,
+            capacity_gpus=8,
+            valid_from=_now(),
+            valid_until=_now() + timedelta(hours=1),
+            forecast_version="bad-input:1",
+        )
         await producer.send(QUOTAS, wrap(quota, producer="bad-input"))
         await _until(pool_ready, 90, "the preemption service to own the pool with a node and a quota")
+
         async def quota_ready() -> bool:
             return (await _get(w.ports["quota"], "/readyz"))[0] == 200
 
@@ -311,14 +390,28 @@ async def _run(w: World, tap: Tap, kafka: str) -> None:
         fc = [f"{w.run}-fc-a", f"{w.run}-fc-c"]
 
         def fc_submit(task: str) -> TaskSubmitted:
-            return TaskSubmitted(task_id=task, tenant="x", gpu_model=fc_pool, gpus_per_worker=8, workers=1,
-                                 task_class=TaskClass.HP, command="serve")  # fmt: skip
+            return TaskSubmitted(
+                task_id=task,
+                tenant="x",
+                gpu_model=fc_pool,
+                gpus_per_worker=8,
+                workers=1,
+                task_class=TaskClass.HP,
+                command="serve",
+            )
 
         def fc_accept(task: str) -> TaskAccepted:
             return TaskAccepted(task_id=task, pool=fc_pool, task_class=TaskClass.HP)
 
-        first = [await producer.send(SUBMIT, wrap(fc_submit(fc[0]), producer="bad-input", occurred_at=t0 + timedelta(minutes=10))),
-                 await producer.send(LIFECYCLE, wrap(fc_accept(fc[0]), producer="bad-input", occurred_at=t0 + timedelta(minutes=10)))]  # fmt: skip
+        first = [
+            await producer.send(
+                SUBMIT, wrap(fc_submit(fc[0]), producer="bad-input", occurred_at=t0 + timedelta(minutes=10))
+            ),
+            await producer.send(
+                LIFECYCLE,
+                wrap(fc_accept(fc[0]), producer="bad-input", occurred_at=t0 + timedelta(minutes=10)),
+            ),
+        ]
         where = [TopicPartition(m.topic, m.partition) for m in first]
 
         async def forecast_read_part_one() -> bool:
@@ -346,19 +439,36 @@ async def _run(w: World, tap: Tap, kafka: str) -> None:
                     meta = await future
                     sent.append((name, category, meta.partition, meta.offset))
                 if k < GOOD_TASKS:
-                    await client.submit_new(task_id=good[k], tenant="org-good", gpu_model=w.pool, gpus_per_worker=1,
-                                            workers=1, task_class=TaskClass.HP if k % 2 else TaskClass.SPOT,
-                                            command=_fake("--duration", "1"))  # fmt: skip
+                    await client.submit_new(
+                        task_id=good[k],
+                        tenant="org-good",
+                        gpu_model=w.pool,
+                        gpus_per_worker=1,
+                        workers=1,
+                        task_class=TaskClass.HP if k % 2 else TaskClass.SPOT,
+                        command=_fake("--duration", "1"),
+                    )
             for task in good[k + 1 :]:
-                await client.submit_new(task_id=task, tenant="org-good", gpu_model=w.pool, gpus_per_worker=1, workers=1,
-                                        task_class=TaskClass.SPOT, command=_fake("--duration", "1"))  # fmt: skip
+                await client.submit_new(
+                    task_id=task,
+                    tenant="org-good",
+                    gpu_model=w.pool,
+                    gpus_per_worker=1,
+                    workers=1,
+                    task_class=TaskClass.SPOT,
+                    command=_fake("--duration", "1"),
+                )
         published_s = time.monotonic() - began
         assert len(sent) == BAD_INPUT_COUNT
 
         # Forecast stream's good input, part 2: task c at minute 180 closes hours 0-2 of FC.
-        await producer.send(SUBMIT, wrap(fc_submit(fc[1]), producer="bad-input", occurred_at=t0 + timedelta(minutes=180)))
+        await producer.send(
+            SUBMIT, wrap(fc_submit(fc[1]), producer="bad-input", occurred_at=t0 + timedelta(minutes=180))
+        )
         await asyncio.sleep(0.5)
-        await producer.send(LIFECYCLE, wrap(fc_accept(fc[1]), producer="bad-input", occurred_at=t0 + timedelta(minutes=180)))
+        await producer.send(
+            LIFECYCLE, wrap(fc_accept(fc[1]), producer="bad-input", occurred_at=t0 + timedelta(minutes=180))
+        )
 
         # Every bad record dead-lettered once by every group that reads its topic.
         expected: dict[str, set[tuple[str, int, int]]] = {
@@ -368,7 +478,9 @@ async def _run(w: World, tap: Tap, kafka: str) -> None:
         category_of = {(t, p, o): c for t, c, p, o in sent}
 
         def letters() -> dict[str, dict[tuple[str, int, int], list[DeadLetter]]]:
-            found: dict[str, dict[tuple[str, int, int], list[DeadLetter]]] = defaultdict(lambda: defaultdict(list))
+            found: dict[str, dict[tuple[str, int, int], list[DeadLetter]]] = defaultdict(
+                lambda: defaultdict(list)
+            )
             for letter in tap.payloads(DeadLetter, lambda d: d.consumer_group in expected):
                 where = (letter.source_topic, letter.source_partition, letter.source_offset)
                 if where in category_of:
@@ -390,7 +502,9 @@ async def _run(w: World, tap: Tap, kafka: str) -> None:
                 letter, category = copies[0], category_of[where]
                 assert REASONS[category] in letter.error, (category, letter.error)
                 if category == "oversized":
-                    assert letter.truncated and letter.original_size and letter.original_size > OVERSIZED_BYTES
+                    assert (
+                        letter.truncated and letter.original_size and letter.original_size > OVERSIZED_BYTES
+                    )
                     assert len(base64.b64decode(letter.original)) == 256 * 1024
                 elif category in ("not_json", "not_utf8"):
                     assert not letter.truncated
@@ -407,26 +521,39 @@ async def _run(w: World, tap: Tap, kafka: str) -> None:
         # The forecast stream forecasts pool FC (persistence: x held 8 in the last hour) ...
         (forecast, *_) = await tap.wait(PoolDemandForecast, lambda f: f.pool == fc_pool, timeout=60)
         assert forecast.horizon[0].quantiles["0.5"] == 8.0
+
         # ... and the quota service computes the good pool's quota from the preemption service's status.
         def quota_published() -> bool:
-            return any(t == QUOTAS and e.producer == "gfs-quota" and isinstance(e.payload, SpotQuota)
-                       and e.payload.pool == w.pool for t, e, _ in tap.items)  # fmt: skip
+            return any(
+                t == QUOTAS
+                and e.producer == "gfs-quota"
+                and isinstance(e.payload, SpotQuota)
+                and e.payload.pool == w.pool
+                for t, e, _ in tap.items
+            )
 
         await _until(quota_published, 30, "a quota from the quota service")
 
         # No service restarted; each still answers.
         assert not await w.alive_and_answering(), await w.alive_and_answering()
-        status, metrics = await _get(w.ports["agent"], "/metrics")
-        agent_undecodable = next((float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
-                                  if line.startswith("gfs_agent_commands_rejected_total{") and 'reason="undecodable"' in line), 0.0)  # fmt: skip
+        _, metrics = await _get(w.ports["agent"], "/metrics")
+        agent_undecodable = next(
+            (
+                float(line.rsplit(" ", 1)[1])
+                for line in metrics.splitlines()
+                if line.startswith("gfs_agent_commands_rejected_total{") and 'reason="undecodable"' in line
+            ),
+            0.0,
+        )
         assert agent_undecodable == len(expected[w.groups["agent"]])
 
     by_topic = Counter(t for t, _, _, _ in sent)
     by_category = Counter(c for _, c, _, _ in sent)
     per_group = {g: len(v) for g, v in expected.items()}
     print(
-        f"\nbad input: {BAD_INPUT_COUNT} records ({sum(1 for _, c, _, _ in sent if c == 'oversized')} oversized of "
+        f"\nbad input: {BAD_INPUT_COUNT} records ({by_category['oversized']} oversized of "
         f"~{OVERSIZED_BYTES // 1000} KB) and {GOOD_TASKS} good tasks published in {published_s:.1f} s; "
         f"all {total} dead letters in {dead_lettered_s:.1f} s from the first record\n"
-        f"  per topic: {dict(by_topic)}\n  per category: {dict(by_category)}\n  dead letters per group: {per_group}"
+        f"  per topic: {dict(by_topic)}\n  per category: {dict(by_category)}\n"
+        f"  dead letters per group: {per_group}"
     )

@@ -84,9 +84,10 @@ class Agent:
         # A neighbour whose commands share the agent's partition of both command topics.
         wanted = {t: partition_for_key(self.node.encode(), topic(t).partitions) for t in (BIND, EVICT)}
         self.neighbour = next(
-            n for n in (f"sec-{self.run}-nb{i}" for i in range(10_000))
+            n
+            for n in (f"sec-{self.run}-nb{i}" for i in range(10_000))
             if all(partition_for_key(n.encode(), topic(t).partitions) == p for t, p in wanted.items())
-        )  # fmt: skip
+        )
         self.tmp = tmp
         self.port = _free_port()
         self.ran = tmp / "ran"  # a task that runs writes its environment here
@@ -94,10 +95,26 @@ class Agent:
         env = {k: v for k, v in os.environ.items() if k != "GFS_COMMAND_SECRET"}
         env |= {"KAFKA_BOOTSTRAP_SERVERS": kafka, "GFS_NODE_KEY": AGENT_KEY.hex(), "PYTHONUNBUFFERED": "1"}
         self.proc = ServiceProcess(
-            ["serve", "node-agent", "--node", self.node, "--gpu-model", f"SEC-{self.run}", "--gpus", "8", "--fake-gpus",
-             "--telemetry-s", "1", "--state-dir", str(tmp / self.node), "--metrics-port", str(self.port)],
-            env, tmp / "agent.log",
-        )  # fmt: skip
+            [
+                "serve",
+                "node-agent",
+                "--node",
+                self.node,
+                "--gpu-model",
+                f"SEC-{self.run}",
+                "--gpus",
+                "8",
+                "--fake-gpus",
+                "--telemetry-s",
+                "1",
+                "--state-dir",
+                str(tmp / self.node),
+                "--metrics-port",
+                str(self.port),
+            ],
+            env,
+            tmp / "agent.log",
+        )
 
     def task_command(self, task: str, *args: str) -> tuple[str, ...]:
         return _fake("--env-file", str(self.ran / f"{task}.json"), *args)
@@ -105,17 +122,25 @@ class Agent:
     def bind(self, task: str, *, gpu: int, node: str | None = None, **changes: Any) -> BindCommand:
         target = node or self.node
         fields: dict[str, Any] = {
-            "command_id": uuid.uuid4(), "node": target, "task_id": task, "task_class": TaskClass.SPOT,
+            "command_id": uuid.uuid4(),
+            "node": target,
+            "task_id": task,
+            "task_class": TaskClass.SPOT,
             "placements": (Placement(worker_index=0, node=target, gpu_indices=(gpu,)),),
-            "command": self.task_command(task, "--duration", "600"), "issued_at": _now(),
-        }  # fmt: skip
+            "command": self.task_command(task, "--duration", "600"),
+            "issued_at": _now(),
+        }
         return BindCommand(**(fields | changes))
 
     def evict(self, *tasks: str, node: str | None = None, grace: float = 5.0, **changes: Any) -> EvictCommand:
         fields: dict[str, Any] = {
-            "command_id": uuid.uuid4(), "node": node or self.node, "task_ids": tasks,
-            "reason": EvictionReason.PREEMPTED_BY_HP, "grace_seconds": grace, "issued_at": _now(),
-        }  # fmt: skip
+            "command_id": uuid.uuid4(),
+            "node": node or self.node,
+            "task_ids": tasks,
+            "reason": EvictionReason.PREEMPTED_BY_HP,
+            "grace_seconds": grace,
+            "issued_at": _now(),
+        }
         return EvictCommand(**(fields | changes))
 
     async def answering(self) -> bool:
@@ -126,7 +151,10 @@ class Agent:
 
     async def metrics(self) -> dict[str, float] | None:
         try:
-            async with aiohttp.ClientSession() as http, http.get(f"http://127.0.0.1:{self.port}/metrics") as r:
+            async with (
+                aiohttp.ClientSession() as http,
+                http.get(f"http://127.0.0.1:{self.port}/metrics") as r,
+            ):
                 text = await r.text()
                 return _metrics(text) if r.status == 200 and f'node="{self.node}"' in text else None
         except (aiohttp.ClientError, OSError):
@@ -136,7 +164,9 @@ class Agent:
         return dict(json.loads((self.tmp / self.node / "journal.json").read_text()))
 
     def log_of(self, task: str) -> str:
-        return "".join(p.read_text(errors="replace") for p in (self.tmp / self.node / "logs").glob(f"{task}.*.log"))
+        return "".join(
+            p.read_text(errors="replace") for p in (self.tmp / self.node / "logs").glob(f"{task}.*.log")
+        )
 
 
 def _processes_of(marker: str) -> set[int]:
@@ -153,7 +183,9 @@ def _processes_of(marker: str) -> set[int]:
 
 
 @pytest_asyncio.fixture(loop_scope="session")
-async def agent(kafka_bootstrap: str, registry_topics: TopicsReport, tmp_path: Path) -> AsyncIterator[tuple[Agent, Tap]]:
+async def agent(
+    kafka_bootstrap: str, registry_topics: TopicsReport, tmp_path: Path
+) -> AsyncIterator[tuple[Agent, Tap]]:
     a = Agent(kafka_bootstrap, tmp_path)
     tap = await Tap(kafka_bootstrap, ("gfs.commands.worker-ack", "gfs.commands.evict-ack")).start()
     a.proc.start()
@@ -194,7 +226,9 @@ async def _run(a: Agent, tap: Tap, kafka: str) -> None:
 
         async def publish(command: BindCommand | EvictCommand, key: bytes = node_key) -> None:
             name = BIND if isinstance(command, BindCommand) else EVICT
-            pending.append(await producer.send_raw_later(name, value=encode(wrap(command, producer="attacker")), key=key))
+            pending.append(
+                await producer.send_raw_later(name, value=encode(wrap(command, producer="attacker")), key=key)
+            )
 
         async def flush() -> None:
             await asyncio.gather(*pending)
@@ -213,10 +247,14 @@ async def _run(a: Agent, tap: Tap, kafka: str) -> None:
         for g in signed_genuine:
             await publish(g)
         await flush()
-        await _until(lambda: {s.task_id for s in mine(WorkerStarted)} >= set(good_tasks), 60, "the genuine tasks")
+        await _until(
+            lambda: {s.task_id for s in mine(WorkerStarted)} >= set(good_tasks), 60, "the genuine tasks"
+        )
         assert {s.task_id for s in mine(WorkerStarted)} == set(good_tasks)
         pids = {s.task_id: s.pid for s in mine(WorkerStarted)}
-        await _until(lambda: all("started" in a.log_of(t) for t in good_tasks), 30, "the genuine workers to run")
+        await _until(
+            lambda: all("started" in a.log_of(t) for t in good_tasks), 30, "the genuine workers to run"
+        )
 
         # The attacks: half binds of new tasks, half evictions of the genuine tasks.
         def attack(kind: str, i: int) -> tuple[BindCommand | EvictCommand, bytes]:
@@ -224,7 +262,9 @@ async def _run(a: Agent, tap: Tap, kafka: str) -> None:
             is_bind = i % 2 == 0
             target = a.neighbour if kind in ("wrong_node", "neighbour") else a.node
             command: BindCommand | EvictCommand = (
-                a.bind(task, gpu=5 + i % 3, node=target) if is_bind else a.evict(*good_tasks, node=target, grace=0.0)
+                a.bind(task, gpu=5 + i % 3, node=target)
+                if is_bind
+                else a.evict(*good_tasks, node=target, grace=0.0)
             )
             if kind == "forged":
                 return sign(command, key=FORGER_KEY), node_key
@@ -232,7 +272,9 @@ async def _run(a: Agent, tap: Tap, kafka: str) -> None:
                 if is_bind:  # the argv swapped for another program after signing
                     evil = ("sh", "-c", f"touch {a.ran / task}.json; sleep 600")
                     return sign(command, key=AGENT_KEY).model_copy(update={"command": evil}), node_key
-                signed = sign(a.evict(f"{a.run}-nothing-{i}", grace=0.0), key=AGENT_KEY)  # retargeted after signing
+                signed = sign(
+                    a.evict(f"{a.run}-nothing-{i}", grace=0.0), key=AGENT_KEY
+                )  # retargeted after signing
                 return signed.model_copy(update={"task_ids": tuple(good_tasks)}), node_key
             if kind == "stale":
                 old = _now() - timedelta(seconds=301 + i % 3600)
@@ -251,22 +293,43 @@ async def _run(a: Agent, tap: Tap, kafka: str) -> None:
             await publish(command, key)
         # Sentinels: one genuine command per topic after the flood; its ack means the agent read
         # everything before it on that partition.
-        sentinel_bind = sign(a.bind(f"{a.run}-sentinel", gpu=7, command=a.task_command(f"{a.run}-sentinel", "--duration", "0.2")), key=AGENT_KEY)
+        sentinel_bind = sign(
+            a.bind(
+                f"{a.run}-sentinel", gpu=7, command=a.task_command(f"{a.run}-sentinel", "--duration", "0.2")
+            ),
+            key=AGENT_KEY,
+        )
         sentinel_evict = sign(a.evict(f"{a.run}-nothing-here"), key=AGENT_KEY)
         await publish(sentinel_bind)
         await publish(sentinel_evict)
         await flush()
         published_s = time.monotonic() - began
-        await _until(lambda: mine(WorkerStarted, lambda s: s.task_id == sentinel_bind.task_id), 180, "the sentinel bind")
-        await _until(lambda: mine(EvictAck, lambda e: e.command_id == sentinel_evict.command_id), 180, "the sentinel eviction")
+        await _until(
+            lambda: mine(WorkerStarted, lambda s: s.task_id == sentinel_bind.task_id),
+            180,
+            "the sentinel bind",
+        )
+        await _until(
+            lambda: mine(EvictAck, lambda e: e.command_id == sentinel_evict.command_id),
+            180,
+            "the sentinel eviction",
+        )
         handled_s = time.monotonic() - began
-        assert mine(EvictAck, lambda e: e.command_id == sentinel_evict.command_id)[0].outcome is EvictOutcome.NOT_RUNNING
+        assert (
+            mine(EvictAck, lambda e: e.command_id == sentinel_evict.command_id)[0].outcome
+            is EvictOutcome.NOT_RUNNING
+        )
 
         # Replays: each genuine bind re-acked with the same WorkerStarted (same pid), acted on once.
         expected_starts = Counter({g.command_id: 1 for g in genuine})
         expected_starts.update(c.command_id for c, _ in replays)
-        await _until(lambda: len(mine(WorkerStarted, lambda s: s.task_id in good_tasks)) >= sum(expected_starts.values()),
-                     60, "every replayed bind re-acked")  # fmt: skip
+        await _until(
+            lambda: (
+                len(mine(WorkerStarted, lambda s: s.task_id in good_tasks)) >= sum(expected_starts.values())
+            ),
+            60,
+            "every replayed bind re-acked",
+        )
         started = mine(WorkerStarted, lambda s: s.task_id in good_tasks)
         assert Counter(s.command_id for s in started) == expected_starts
         assert all(s.pid == pids[s.task_id] for s in started)
@@ -279,16 +342,24 @@ async def _run(a: Agent, tap: Tap, kafka: str) -> None:
         assert not tap.payloads((WorkerStarted, EvictAck), lambda p: p.node == a.neighbour)
         journal = a.journal()
         assert {w["task_id"] for w in journal["workers"].values()} == expected_tasks
-        attack_ids = {str(c.command_id) for kind in KINDS for c, _ in attacks[kind]} - {str(g.command_id) for g in genuine}
+        attack_ids = {str(c.command_id) for kind in KINDS for c, _ in attacks[kind]} - {
+            str(g.command_id) for g in genuine
+        }
         assert not attack_ids & set(journal["commands"])
         ran = {p.stem for p in a.ran.glob("*.json")}
         assert ran <= expected_tasks, ran - expected_tasks
         running = {pid for task in good_tasks for pid in _processes_of(f"{task}.json")}
         assert running == set(pids.values())
-        assert not _processes_of(f"{a.run}-forged") | _processes_of(f"{a.run}-tampered") | _processes_of(f"{a.run}-stale")
+        assert (
+            not _processes_of(f"{a.run}-forged")
+            | _processes_of(f"{a.run}-tampered")
+            | _processes_of(f"{a.run}-stale")
+        )
         assert not _processes_of(f"{a.run}-wrong_node") | _processes_of(f"{a.run}-neighbour")
         assert all(_alive(pid) for pid in pids.values())
-        assert all(a.log_of(t).count("started") == 1 and "checkpointed" not in a.log_of(t) for t in good_tasks)
+        assert all(
+            a.log_of(t).count("started") == 1 and "checkpointed" not in a.log_of(t) for t in good_tasks
+        )
 
         # Each counted by reason (forged and tampered are both a signature mismatch).
         counted = await a.metrics()
@@ -298,25 +369,33 @@ async def _run(a: Agent, tap: Tap, kafka: str) -> None:
         eviction = sign(a.evict(*good_tasks, grace=5.0), key=AGENT_KEY)
         await publish(eviction)
         await flush()
-        await _until(lambda: mine(EvictAck, lambda e: e.command_id == eviction.command_id), 60, "the genuine eviction")
+        await _until(
+            lambda: mine(EvictAck, lambda e: e.command_id == eviction.command_id), 60, "the genuine eviction"
+        )
         evict_replays = n - n // 2
         for _ in range(evict_replays):
             await publish(eviction)
         await flush()
-        await _until(lambda: len(mine(EvictAck, lambda e: e.command_id == eviction.command_id)) == 1 + evict_replays,
-                     120, "every replayed eviction re-acked")  # fmt: skip
+        await _until(
+            lambda: len(mine(EvictAck, lambda e: e.command_id == eviction.command_id)) == 1 + evict_replays,
+            120,
+            "every replayed eviction re-acked",
+        )
         acks = mine(EvictAck, lambda e: e.command_id == eviction.command_id)
         assert all(ack == acks[0] for ack in acks) and acks[0].outcome is EvictOutcome.CHECKPOINTED
         await _until(lambda: not any(_alive(pid) for pid in pids.values()), 20, "the evicted workers to stop")
         assert all(a.log_of(t).count("checkpointed") == 1 for t in good_tasks)
         exits = mine(WorkerExited, lambda e: e.task_id in good_tasks)
-        assert sorted(e.task_id for e in {(e.command_id, e.worker_index): e for e in exits}.values()) == sorted(good_tasks)
+        assert sorted(
+            e.task_id for e in {(e.command_id, e.worker_index): e for e in exits}.values()
+        ) == sorted(good_tasks)
         assert await a.metrics() == counted  # replays are not rejections
         assert a.proc.proc is not None and a.proc.proc.poll() is None  # the agent never fell over
 
     replayed = len(replays) + evict_replays
     print(
-        f"\ncommand security: {n} each of {', '.join(KINDS)} and {replayed} replays ({len(flood)} commands in the "
-        f"flood) published in {published_s:.1f} s, all handled {handled_s:.1f} s after the first; rejected by "
-        f"reason: {counted}; neighbour's {n} skipped by key; acted on: 0"
+        f"\ncommand security: {n} each of {', '.join(KINDS)} and {replayed} replays "
+        f"({len(flood)} commands in the flood) published in {published_s:.1f} s, all handled "
+        f"{handled_s:.1f} s after the first; rejected by reason: {counted}; "
+        f"neighbour's {n} skipped by key; acted on: 0"
     )

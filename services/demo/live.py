@@ -1,0 +1,256 @@
+"""`gfs demo live`: the whole system on this machine, watched in the terminal.
+
+Starts (on the stack `make up` started: Kafka, Postgres, Jaeger, Prometheus) the forecast, quota
+and preemption services, 8 node agents with fake GPUs and one process hosting 100 virtual nodes,
+then replays the bundled synthetic sample (`demo/sample`, made by `gfs trace synth` over
+`demo/cluster.csv`) through Kafka in compressed time. A rich view shows, per pool, running and
+queued tasks per class, evictions, the quota against the forecast, and the eviction rate against
+its target; a final report follows. Ctrl-C (or the end of the replay) stops every process the
+demo started, the agents' workers included; the stack stays up until `make down`.
+
+Each run has its own id: consumer groups, inbox, node and task names and a Postgres schema, so
+runs never see each other's state. The router of a new run starts at the topics' end
+(`PREEMPTION_ROUTER_OFFSET_RESET=latest`), so older runs' submissions are not replayed into it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode, urlsplit, urlunsplit
+
+import aiohttp
+import asyncpg
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+
+from services.platform.migrations import discover, migrate
+from services.platform.settings import REPO_ROOT, PlatformSettings
+
+DEMO_DIR = REPO_ROOT / "demo"
+PORTS = {"quota": 8081, "preemption": 8082, "forecast": 6066}
+AGENT_METRICS = 9101  # Prometheus scrapes agents on 9101-9110
+
+
+@dataclass(slots=True)
+class Proc:
+    name: str
+    args: list[str]
+    env: dict[str, str]
+    log: Path
+    proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        handle = self.log.open("ab")
+        self.proc = subprocess.Popen([sys.executable, "-m", "services", *self.args], cwd=REPO_ROOT, env=self.env,
+                                     stdout=handle, stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+        handle.close()
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=5)
+
+
+@dataclass(slots=True)
+class View:
+    started: float = field(default_factory=time.monotonic)
+    first_decision_s: float | None = None
+    pools: dict[str, Any] = field(default_factory=dict)
+    quotas: dict[str, Any] = field(default_factory=dict)
+    counts: dict[tuple[str, str], int] = field(default_factory=dict)  # (pool, kind) -> decisions
+    replay_done: bool = False
+
+
+def _dsn(database_url: str, schema: str) -> str:
+    parts = urlsplit(database_url)
+    query = "&".join(filter(None, [parts.query, urlencode({"search_path": schema})]))
+    return urlunsplit(parts._replace(query=query))
+
+
+async def _json(http: aiohttp.ClientSession, url: str) -> Any:
+    try:
+        async with http.get(url, timeout=aiohttp.ClientTimeout(total=2)) as response:
+            return await response.json() if response.status == 200 else None
+    except (aiohttp.ClientError, OSError, TimeoutError, ValueError):
+        return None
+
+
+def _render(view: View, run: str) -> Group:
+    table = Table(title=f"GFS live demo {run}: {time.monotonic() - view.started:.0f} s", expand=True)
+    for column in ("pool", "nodes (down)", "GPUs", "HP run/queue", "spot run/queue", "evictions",
+                   "spot quota 1h", "HP forecast p90 1h", "eviction rate / target"):  # fmt: skip
+        table.add_column(column, justify="right")
+    for name, p in sorted(view.pools.items()):
+        q = view.quotas.get(name) or {}
+        forecast = (q.get("forecast") or {}).get("p_quantile") or []
+        rate = q.get("eviction_rate_recent")
+        table.add_row(
+            name, f"{p['nodes']} ({len(p['down'])})", str(p["capacity_gpus"]),
+            f"{p['hp_running']}/{p['hp_queued']}", f"{p['spot_running']}/{p['spot_queued']}",
+            str(view.counts.get((name, "evicted"), 0)), f"{p['quota_gpus'].get('1', 0):.0f}",
+            f"{forecast[0]:.1f}" if forecast else "-",
+            f"{rate:.3f} / 0.100" if rate is not None else "- / 0.100",
+        )  # fmt: skip
+    first = "waiting" if view.first_decision_s is None else f"{view.first_decision_s:.1f} s after start"
+    footer = (f"first decision: {first}; replay {'done' if view.replay_done else 'running'}; "
+              "Jaeger http://127.0.0.1:16686  Prometheus http://127.0.0.1:9090  "
+              f"SRE API http://127.0.0.1:{PORTS['preemption']}/pools  (Ctrl-C stops the demo)")  # fmt: skip
+    return Group(table, footer)
+
+
+async def run_demo(*, speed: float, settle_s: float, max_s: float, console: Console) -> int:
+    settings = PlatformSettings()
+    secret = os.environ.get("GFS_COMMAND_SECRET")
+    if not secret:
+        console.print("[red]GFS_COMMAND_SECRET is not set: run through `make demo` (it exports the stack's env)")
+        return 2
+    run = uuid.uuid4().hex[:6]
+    workdir = REPO_ROOT / "runs" / f"demo-live-{run}"
+    workdir.mkdir(parents=True, exist_ok=True)
+    schema = f"demo_{run}"
+    admin = await asyncpg.connect(settings.database_url)
+    await admin.execute(f'CREATE SCHEMA "{schema}"')
+    await admin.close()
+    dsn = _dsn(settings.database_url, schema)
+    connection = await asyncpg.connect(dsn)
+    await migrate(connection, discover())
+    await connection.close()
+    base = os.environ | {"DATABASE_URL": dsn, "PYTHONUNBUFFERED": "1"}
+    rows = list(csv.DictReader((DEMO_DIR / "cluster.csv").open()))
+    agents = [r for r in rows if r["node_name"].startswith("agent-")]
+    virtual = workdir / "virtual.csv"
+    with virtual.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(r for r in rows if not r["node_name"].startswith("agent-"))
+    procs = [
+        Proc("forecast", ["serve", "forecast"], base | {"OTEL_SERVICE_NAME": "gfs-forecast",
+             "FORECAST_APP_ID": f"demo-forecast-{run}", "FORECAST_STORE": "memory://", "FORECAST_TICK_S": "20",
+             "FORECAST_DATADIR": str(workdir / "faust"), "FORECAST_WEB_PORT": str(PORTS["forecast"])}, workdir / "forecast.log"),
+        Proc("quota", ["serve", "quota"], base | {"OTEL_SERVICE_NAME": "gfs-quota", "QUOTA_GROUP": f"demo-quota-{run}",
+             "QUOTA_REFRESH_S": "10", "QUOTA_API_PORT": str(PORTS["quota"])}, workdir / "quota.log"),
+        Proc("preemption", ["serve", "preemption"], base | {"OTEL_SERVICE_NAME": "gfs-preemption",
+             "PREEMPTION_GROUP": f"demo-pre-{run}", "PREEMPTION_ROUTER_GROUP": f"demo-router-{run}",
+             "PREEMPTION_INBOX_TOPIC": f"demo-inbox-{run}", "PREEMPTION_ROUTER_OFFSET_RESET": "latest",
+             "PREEMPTION_API_PORT": str(PORTS["preemption"]), "PREEMPTION_STATUS_S": "10", "PREEMPTION_GRACE_S": "5",
+             "PREEMPTION_INSTANCE": f"demo-{run}"}, workdir / "preemption.log"),
+    ]  # fmt: skip
+    for i, row in enumerate(agents):
+        node = f"{run}-{row['node_name']}"
+        procs.append(Proc(node, ["serve", "node-agent", "--node", node, "--gpu-model", row["gpu_model"], "--gpus",
+                                 row["gpu_capacity_num"], "--fake-gpus", "--telemetry-s", "2", "--state-dir",
+                                 str(workdir / node), "--metrics-port", str(AGENT_METRICS + i)],
+                          base | {"OTEL_SERVICE_NAME": "gfs-node-agent"}, workdir / f"{node}.log"))  # fmt: skip
+    procs.append(Proc("virtual-nodes", ["serve", "virtual-nodes", "--nodes", str(virtual), "--prefix", f"{run}-",
+                                        "--telemetry-s", "5"], base, workdir / "virtual-nodes.log"))  # fmt: skip
+    gfs = str(Path(sys.executable).with_name("gfs"))
+    replay = Proc("replay", ["replay", "--trace", str(DEMO_DIR / "sample"), "--speed", str(speed),
+                             "--task-prefix", f"{run}-", "--gfs-program", gfs], base, workdir / "replay.log")  # fmt: skip
+    view = View()
+    stopping = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stopping.set)
+    try:
+        for p in procs[:3]:
+            p.start()
+        async with aiohttp.ClientSession() as http:
+            while not stopping.is_set() and await _json(http, f"http://127.0.0.1:{PORTS['preemption']}/readyz") is None:
+                await asyncio.sleep(0.5)
+            await asyncio.sleep(2.0)  # the router's group settles (it starts at the topics' end)
+            for p in procs[3:]:
+                p.start()
+            expected = len(rows)
+            deadline = time.monotonic() + 120
+            while not stopping.is_set() and time.monotonic() < deadline:
+                body = await _json(http, f"http://127.0.0.1:{PORTS['preemption']}/pools")
+                if body and sum(p["nodes"] for p in body["pools"].values()) >= expected:
+                    break
+                await asyncio.sleep(0.5)
+            replay.start()
+            ended_at: float | None = None
+            db = await asyncpg.connect(dsn)
+            try:
+                with Live(_render(view, run), console=console, refresh_per_second=2) as live:
+                    while not stopping.is_set():
+                        body = await _json(http, f"http://127.0.0.1:{PORTS['preemption']}/pools")
+                        view.pools = (body or {}).get("pools", view.pools)
+                        view.quotas = await _json(http, f"http://127.0.0.1:{PORTS['quota']}/quotas") or view.quotas
+                        counts = await db.fetch("SELECT pool, kind, count(*) AS n FROM preemption_decision GROUP BY pool, kind")
+                        view.counts = {(r["pool"], r["kind"]): int(r["n"]) for r in counts}
+                        if view.first_decision_s is None and any(k == "started" for _, k in view.counts):
+                            view.first_decision_s = time.monotonic() - view.started
+                        if replay.proc is not None and replay.proc.poll() is not None and not view.replay_done:
+                            view.replay_done, ended_at = True, time.monotonic()
+                        live.update(_render(view, run))
+                        if ended_at is not None and time.monotonic() - ended_at > settle_s:
+                            break
+                        if time.monotonic() - view.started > max_s:
+                            break
+                        with contextlib.suppress(TimeoutError):
+                            await asyncio.wait_for(stopping.wait(), timeout=1.0)
+                report = await _report(db, view, run)
+            finally:
+                await db.close()
+        console.print(report)
+        (workdir / "report.json").write_text(json.dumps({"run": run, "counts": {f"{p}/{k}": n for (p, k), n in view.counts.items()},
+                                                         "first_decision_s": view.first_decision_s}, indent=2))  # fmt: skip
+        console.print(f"logs and the report: {workdir}")
+        return 0
+    finally:
+        replay.stop()
+        for p in reversed(procs):
+            p.stop()
+        _kill_workers(workdir)
+
+
+async def _report(db: asyncpg.Connection, view: View, run: str) -> Table:
+    table = Table(title=f"GFS live demo {run}: final report")
+    for column in ("pool", "accepted", "rejected", "started", "finished", "evicted", "bound after preemption"):
+        table.add_column(column, justify="right")
+    pools = sorted({p for p, _ in view.counts})
+    for pool in pools:
+        c = view.counts
+        table.add_row(pool, *(str(c.get((pool, k), 0)) for k in ("accepted", "rejected", "started", "finished", "evicted", "bound")))
+    waits = await db.fetch(
+        """SELECT s.pool, percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM s.at - a.at)) AS p50
+           FROM preemption_decision a JOIN preemption_decision s ON s.task_id = a.task_id AND s.kind = 'started'
+           WHERE a.kind = 'accepted' GROUP BY s.pool"""
+    )
+    for r in waits:
+        table.caption = (table.caption or "") + f"{r['pool']}: median submit->first start {float(r['p50']):.1f} s. "
+    return table
+
+
+def _kill_workers(workdir: Path) -> None:
+    """The agents leave their workers running when stopped (a restarted agent re-adopts them): the
+    demo's workers must not outlive it."""
+    for journal in workdir.glob("*/journal.json"):
+        with contextlib.suppress(OSError, ValueError):
+            for worker in json.loads(journal.read_text()).get("workers", {}).values():
+                pid = worker.get("pid")
+                if not pid:
+                    continue
+                with contextlib.suppress(OSError), open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+                    if b"fake_task" in cmdline.read() or b"fake-task" in cmdline.read():
+                        os.killpg(int(pid), signal.SIGKILL)

@@ -1,0 +1,141 @@
+"""`gfs serve virtual-nodes`: one process standing in for many GPU nodes, for demos at scale.
+
+Each virtual node publishes its NodeTelemetry heartbeat, verifies every command addressed to it
+(signature with its own node key, freshness, node), and answers as an agent would, without starting
+processes: WorkerStarted at once, WorkerExited when the worker's `--duration` (read from the
+fake-task command) has passed, and for an eviction an EvictAck (CHECKPOINTED) with WorkerExited
+marked evicted. It keeps its state in memory: a restarted host forgets its workers (use real
+agents, `gfs serve node-agent`, where that matters).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from uuid import UUID
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from schemas.commands import BindCommand, EvictAck, EvictCommand, EvictOutcome
+from schemas.envelope import wrap
+from schemas.telemetry import GpuSample, NodeTelemetry
+from schemas.topics import decode, topic
+from schemas.workers import WorkerExited, WorkerStarted
+from services.platform.kafka.producer import EnvelopeProducer
+from services.platform.signing import SignatureCheck, check_signature, node_key
+
+log = logging.getLogger(__name__)
+PRODUCER = "gfs-virtual-nodes"
+
+
+def duration_of(command: str | tuple[str, ...]) -> float | None:
+    """The `--duration S` of a fake-task command, if any."""
+    argv = command.split() if isinstance(command, str) else list(command)
+    for i, arg in enumerate(argv[:-1]):
+        if arg == "--duration":
+            with contextlib.suppress(ValueError):
+                return float(argv[i + 1])
+    return None
+
+
+@dataclass(slots=True)
+class VirtualNodes:
+    nodes: dict[str, tuple[str, int]]  # name -> (GPU model, GPU count)
+    secret: bytes
+    producer: EnvelopeProducer
+    max_age_s: float = 300.0
+    keys: dict[str, bytes] = field(default_factory=dict)
+    # (task, command id) -> the timer that reports its exit
+    running: dict[tuple[str, UUID], tuple[BindCommand, asyncio.TimerHandle | None]] = field(default_factory=dict)
+    seen: set[UUID] = field(default_factory=set)
+    rejected: int = 0
+    acted: int = 0
+
+    def key(self, node: str) -> bytes:
+        found = self.keys.get(node)
+        if found is None:
+            found = self.keys[node] = node_key(self.secret, node)
+        return found
+
+    async def heartbeat(self) -> None:
+        now = datetime.now(UTC)
+        for node, (model, gpus) in self.nodes.items():
+            samples = tuple(GpuSample(index=i, utilisation_pct=0, memory_used_mib=0, memory_total_mib=80_000) for i in range(gpus))
+            await self.producer.send("gfs.nodes.telemetry", wrap(NodeTelemetry(node=node, gpu_model=model, sampled_at=now, gpus=samples), producer=PRODUCER))
+
+    async def handle(self, command: BindCommand | EvictCommand) -> None:
+        if command.node not in self.nodes:
+            return
+        now = datetime.now(UTC)
+        fresh = now - timedelta(seconds=self.max_age_s) <= command.issued_at <= now + timedelta(seconds=30)
+        if check_signature(command, key=self.key(command.node)) is not SignatureCheck.VALID or not fresh:
+            self.rejected += 1
+            log.warning("virtual node %s: refused %s %s", command.node, type(command).__name__, command.command_id)
+            return
+        if command.command_id in self.seen:
+            return
+        self.seen.add(command.command_id)
+        self.acted += 1
+        if isinstance(command, BindCommand):
+            for p in command.placements:
+                ack = WorkerStarted(command_id=command.command_id, node=command.node, task_id=command.task_id,
+                                    worker_index=p.worker_index, pid=1, started_at=now)  # fmt: skip
+                await self.producer.send("gfs.commands.worker-ack", wrap(ack, producer=PRODUCER))
+            seconds = duration_of(command.command)
+            handle = None
+            if seconds is not None:
+                loop = asyncio.get_running_loop()
+                handle = loop.call_later(seconds, self._exit_later, command)
+            self.running[(command.task_id, command.command_id)] = (command, handle)
+            return
+        for (task, _), (bind, handle) in list(self.running.items()):
+            if task in command.task_ids and bind.node == command.node:
+                if handle is not None:
+                    handle.cancel()
+                await self._exit(bind, evicted=True)
+        done = EvictAck(command_id=command.command_id, node=command.node, task_ids=command.task_ids,
+                        outcome=EvictOutcome.CHECKPOINTED, acked_at=datetime.now(UTC))  # fmt: skip
+        await self.producer.send("gfs.commands.evict-ack", wrap(done, producer=PRODUCER))
+
+    def _exit_later(self, command: BindCommand) -> None:
+        asyncio.ensure_future(self._exit(command, evicted=False))
+
+    async def _exit(self, command: BindCommand, *, evicted: bool) -> None:
+        self.running.pop((command.task_id, command.command_id), None)
+        for p in command.placements:
+            ack = WorkerExited(command_id=command.command_id, node=command.node, task_id=command.task_id,
+                               worker_index=p.worker_index, exit_code=0, exited_at=datetime.now(UTC), evicted=evicted)  # fmt: skip
+            await self.producer.send("gfs.commands.worker-ack", wrap(ack, producer=PRODUCER))
+
+
+async def run_virtual_nodes(
+    nodes: dict[str, tuple[str, int]], *, bootstrap: list[str], secret: bytes, telemetry_s: float, stop: asyncio.Event
+) -> None:
+    async with EnvelopeProducer(bootstrap_servers=bootstrap, client_id="gfs-virtual-nodes") as producer:
+        host = VirtualNodes(nodes, secret, producer)
+        consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+        await consumer.start()
+        tps = [TopicPartition(t, p) for t in ("gfs.commands.bind", "gfs.commands.evict") for p in range(topic(t).partitions)]
+        consumer.assign(tps)
+        await consumer.seek_to_end(*tps)  # a virtual host starts fresh: no old command is acted on
+        last_beat = 0.0
+        try:
+            while not stop.is_set():
+                if time.monotonic() - last_beat >= telemetry_s:
+                    last_beat = time.monotonic()
+                    await host.heartbeat()
+                batch = await consumer.getmany(timeout_ms=200)
+                for records in batch.values():
+                    for r in records:
+                        if (r.key or b"").decode() not in nodes:
+                            continue
+                        with contextlib.suppress(ValueError):
+                            payload = decode(r.topic, r.value or b"").payload
+                            if isinstance(payload, BindCommand | EvictCommand):
+                                await host.handle(payload)
+        finally:
+            await consumer.stop()
