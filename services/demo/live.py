@@ -153,7 +153,8 @@ async def run_demo(*, speed: float, settle_s: float, max_s: float, console: Cons
              "PREEMPTION_GROUP": f"demo-pre-{run}", "PREEMPTION_ROUTER_GROUP": f"demo-router-{run}",
              "PREEMPTION_INBOX_TOPIC": f"demo-inbox-{run}", "PREEMPTION_ROUTER_OFFSET_RESET": "latest",
              "PREEMPTION_API_PORT": str(PORTS["preemption"]), "PREEMPTION_STATUS_S": "10", "PREEMPTION_GRACE_S": "5",
-             "PREEMPTION_INSTANCE": f"demo-{run}"}, workdir / "preemption.log"),
+             "PREEMPTION_INSTANCE": f"demo-{run}", "PREEMPTION_POOLS": ",".join(sorted({r["gpu_model"] for r in rows}))},
+             workdir / "preemption.log"),
     ]  # fmt: skip
     for i, row in enumerate(agents):
         node = f"{run}-{row['node_name']}"
@@ -188,6 +189,7 @@ async def run_demo(*, speed: float, settle_s: float, max_s: float, console: Cons
                     break
                 await asyncio.sleep(0.5)
             replay.start()
+            bootstrap = asyncio.create_task(_bootstrap_forecasts(settings, rows, stopping))
             ended_at: float | None = None
             db = await asyncpg.connect(dsn)
             try:
@@ -211,6 +213,7 @@ async def run_demo(*, speed: float, settle_s: float, max_s: float, console: Cons
                             await asyncio.wait_for(stopping.wait(), timeout=1.0)
                 report = await _report(db, view, run)
             finally:
+                bootstrap.cancel()
                 await db.close()
         console.print(report)
         (workdir / "report.json").write_text(json.dumps({"run": run, "counts": {f"{p}/{k}": n for (p, k), n in view.counts.items()},
@@ -224,11 +227,40 @@ async def run_demo(*, speed: float, settle_s: float, max_s: float, console: Cons
         _kill_workers(workdir)
 
 
+async def _bootstrap_forecasts(settings: PlatformSettings, rows: list[dict[str, str]], stop: asyncio.Event) -> None:
+    """The forecast stream forecasts at hour boundaries from the hours it has seen; a demo of a few
+    minutes has none yet. Until it has, the demo publishes, as the stream's persistence fallback
+    would (flagged `fallback`), each pool's HP demand of the sample's first instant: 60% of the
+    pool, so the quota admits spot tasks and HP arrivals have to preempt some."""
+    from datetime import UTC, datetime
+
+    from schemas.envelope import wrap
+    from schemas.forecast import HourlyDemand, PoolDemandForecast
+    from services.platform.kafka.producer import EnvelopeProducer
+
+    capacity: dict[str, int] = {}
+    for r in rows:
+        capacity[r["gpu_model"]] = capacity.get(r["gpu_model"], 0) + int(r["gpu_capacity_num"])
+    async with EnvelopeProducer(bootstrap_servers=settings.bootstrap_servers, client_id="gfs-demo") as producer:
+        while not stop.is_set():
+            now = datetime.now(UTC)
+            for pool, gpus in capacity.items():
+                hp = 0.6 * gpus
+                horizon = tuple(HourlyDemand(hour_ahead=h, mean=hp, std=0.05 * gpus, quantiles={"0.5": hp, "0.9": hp + 0.06 * gpus})
+                                for h in range(1, 5))  # fmt: skip
+                forecast = PoolDemandForecast(pool=pool, origin_time=now.replace(minute=0, second=0, microsecond=0),
+                                              tenants=1, model_name="demo-bootstrap", model_version=str(int(now.timestamp())),
+                                              horizon=horizon, fallback=True)  # fmt: skip
+                await producer.send("gfs.forecasts", wrap(forecast, producer="gfs-demo"))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=60.0)
+
+
 async def _report(db: asyncpg.Connection, view: View, run: str) -> Table:
     table = Table(title=f"GFS live demo {run}: final report")
     for column in ("pool", "accepted", "rejected", "started", "finished", "evicted", "bound after preemption"):
         table.add_column(column, justify="right")
-    pools = sorted({p for p, _ in view.counts})
+    pools = sorted(view.pools) or sorted({p for p, _ in view.counts})
     for pool in pools:
         c = view.counts
         table.add_row(pool, *(str(c.get((pool, k), 0)) for k in ("accepted", "rejected", "started", "finished", "evicted", "bound")))
