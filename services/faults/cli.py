@@ -18,7 +18,7 @@ def run(
     kills: Annotated[int, typer.Option(help="kill -9 per service (forecast, quota, preemption, an agent)")] = 5,
     outage_s: Annotated[float, typer.Option(help="broker and Postgres outage length (0: none)")] = 30.0,
     load_s: Annotated[float, typer.Option(help="length of the loaded window the faults fall in")] = 300.0,
-    rate: Annotated[float, typer.Option(help="task submissions per second")] = 3.0,
+    rate: Annotated[float, typer.Option(help="task submissions per second")] = 0.4,
     agents: Annotated[int, typer.Option(help="node agents (fake GPUs)")] = 3,
     seed: Annotated[int, typer.Option()] = 0,
     workdir: Annotated[Path, typer.Option(help="logs, journals and the report")] = Path(".stack/faults"),

@@ -66,7 +66,7 @@ class FaultPlan:
     gpus_per_agent: int = 4
     outage_s: float = 10.0
     load_s: float = 120.0
-    rate: float = 3.0  # task submissions per second
+    rate: float = 0.4  # task submissions per second (about 3/4 of the GPUs busy on average)
     settle_s: float = 40.0
     seed: int = 0
 
@@ -374,8 +374,8 @@ async def _load(
             cls = TaskClass.HP if rng.random() < 0.4 else TaskClass.SPOT
             task = TaskSubmitted(
                 task_id=f"flt-{run}-{k}", tenant=f"org-{rng.randrange(3)}", gpu_model=pool,
-                gpus_per_worker=rng.choice((1, 1, 2)), workers=rng.choice((1, 1, 2)), task_class=cls,
-                command=(*fake, "--duration", f"{rng.uniform(5, 40):.1f}", "--checkpoint-s", "5"),
+                gpus_per_worker=rng.choice((1, 1, 2)), workers=1, task_class=cls,
+                command=(*fake, "--duration", f"{rng.uniform(5, 25):.1f}", "--checkpoint-s", "5"),
                 checkpoint_interval_s=5.0,
             )  # fmt: skip
             report.submitted += 1
