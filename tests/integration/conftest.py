@@ -45,6 +45,13 @@ def _docker_answers() -> bool:
         return False
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Disruptive tests (the pipeline benchmark floods the task topics; the fault harness stops the
+    broker and Postgres) run after every other test, so the others never wait behind a flood or
+    meet a broker that is restarting. Their relative order is kept."""
+    items.sort(key=lambda item: item.get_closest_marker("disruptive") is not None)
+
+
 @pytest.fixture(scope="session")
 def kafka_bootstrap() -> Iterator[str]:
     configured = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")

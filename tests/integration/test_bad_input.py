@@ -58,7 +58,7 @@ from services.platform.kafka.producer import EnvelopeProducer
 from services.platform.kafka.topic_admin import TopicsReport
 from services.producers.client import GfsClient
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.disruptive]
 
 # The issue asks for 10,000; CI runs this many (override with GFS_BAD_INPUT_COUNT).
 BAD_INPUT_COUNT = int(os.environ.get("GFS_BAD_INPUT_COUNT", "1000"))

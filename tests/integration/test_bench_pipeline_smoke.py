@@ -9,7 +9,7 @@ from services.livebench.preemption_bench import _bench, _inventory
 from services.platform.kafka.topic_admin import TopicsReport
 from services.platform.settings import PlatformSettings
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.disruptive]
 
 
 @pytest.mark.asyncio(loop_scope="session")

@@ -15,7 +15,7 @@ from services.faults.harness import FaultPlan, run_faults
 from services.platform.kafka.topic_admin import TopicsReport
 from services.platform.settings import REPO_ROOT
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.disruptive]
 
 
 @pytest.mark.asyncio(loop_scope="session")

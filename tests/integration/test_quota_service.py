@@ -134,6 +134,16 @@ async def test_inputs_in_quota_out_hand_checked(
         assert shown["quota_gpus"] == {"1": 45.0, "2": 40.0, "4": 40.0}
         assert shown["forecast"]["p_quantile"] == [40.5, 60.0, 10.0, 10.0]
         assert 'gfs_quota_gpus{guarantee_hours="1",' in metrics and f'pool="{pool}"' in metrics
+        # The outcomes sit behind everything earlier tests left on gfs.tasks.lifecycle (a new
+        # group reads it from the beginning): wait until both are recorded.
+        connection = await asyncpg.connect(dsn)
+        try:
+            for _ in range(1200):
+                if await connection.fetchval("SELECT count(*) FROM guarantee_period_outcome WHERE pool = $1", pool) >= 2:
+                    break
+                await asyncio.sleep(0.1)
+        finally:
+            await connection.close()
     finally:
         stop.set()
         await asyncio.wait_for(service_task, READY_S)
