@@ -28,7 +28,6 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlencode, urlsplit, urlunsplit
 
 import aiohttp
 import asyncpg
@@ -36,7 +35,7 @@ from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 
-from services.platform.migrations import discover, migrate
+from services.platform.migrations import migrated_schema
 from services.platform.settings import REPO_ROOT, PlatformSettings
 
 DEMO_DIR = REPO_ROOT / "demo"
@@ -81,12 +80,6 @@ class View:
     replay_done: bool = False
 
 
-def _dsn(database_url: str, schema: str) -> str:
-    parts = urlsplit(database_url)
-    query = "&".join(filter(None, [parts.query, urlencode({"search_path": schema})]))
-    return urlunsplit(parts._replace(query=query))
-
-
 async def _json(http: aiohttp.ClientSession, url: str) -> Any:
     try:
         async with http.get(url, timeout=aiohttp.ClientTimeout(total=2)) as response:
@@ -122,19 +115,15 @@ async def run_demo(*, speed: float, settle_s: float, max_s: float, console: Cons
     settings = PlatformSettings()
     secret = os.environ.get("GFS_COMMAND_SECRET")
     if not secret:
-        console.print("[red]GFS_COMMAND_SECRET is not set: run through `make demo` (it exports the stack's env)")
+        console.print(
+            "[red]GFS_COMMAND_SECRET is not set: run through `make demo` (it exports the stack's env)"
+        )
         return 2
     run = uuid.uuid4().hex[:6]
     workdir = REPO_ROOT / "runs" / f"demo-live-{run}"
     workdir.mkdir(parents=True, exist_ok=True)
     schema = f"demo_{run}"
-    admin = await asyncpg.connect(settings.database_url)
-    await admin.execute(f'CREATE SCHEMA "{schema}"')
-    await admin.close()
-    dsn = _dsn(settings.database_url, schema)
-    connection = await asyncpg.connect(dsn)
-    await migrate(connection, discover())
-    await connection.close()
+    dsn = await migrated_schema(settings.database_url, schema)
     base = os.environ | {"DATABASE_URL": dsn, "PYTHONUNBUFFERED": "1"}
     rows = list(csv.DictReader((DEMO_DIR / "cluster.csv").open()))
     agents = [r for r in rows if r["node_name"].startswith("agent-")]
@@ -176,7 +165,10 @@ async def run_demo(*, speed: float, settle_s: float, max_s: float, console: Cons
         for p in procs[:3]:
             p.start()
         async with aiohttp.ClientSession() as http:
-            while not stopping.is_set() and await _json(http, f"http://127.0.0.1:{PORTS['preemption']}/readyz") is None:
+            while (
+                not stopping.is_set()
+                and await _json(http, f"http://127.0.0.1:{PORTS['preemption']}/readyz") is None
+            ):
                 await asyncio.sleep(0.5)
             await asyncio.sleep(2.0)  # the router's group settles (it starts at the topics' end)
             for p in procs[3:]:
@@ -197,12 +189,20 @@ async def run_demo(*, speed: float, settle_s: float, max_s: float, console: Cons
                     while not stopping.is_set():
                         body = await _json(http, f"http://127.0.0.1:{PORTS['preemption']}/pools")
                         view.pools = (body or {}).get("pools", view.pools)
-                        view.quotas = await _json(http, f"http://127.0.0.1:{PORTS['quota']}/quotas") or view.quotas
-                        counts = await db.fetch("SELECT pool, kind, count(*) AS n FROM preemption_decision GROUP BY pool, kind")
+                        view.quotas = (
+                            await _json(http, f"http://127.0.0.1:{PORTS['quota']}/quotas") or view.quotas
+                        )
+                        counts = await db.fetch(
+                            "SELECT pool, kind, count(*) AS n FROM preemption_decision GROUP BY pool, kind"
+                        )
                         view.counts = {(r["pool"], r["kind"]): int(r["n"]) for r in counts}
                         if view.first_decision_s is None and any(k == "started" for _, k in view.counts):
                             view.first_decision_s = time.monotonic() - view.started
-                        if replay.proc is not None and replay.proc.poll() is not None and not view.replay_done:
+                        if (
+                            replay.proc is not None
+                            and replay.proc.poll() is not None
+                            and not view.replay_done
+                        ):
                             view.replay_done, ended_at = True, time.monotonic()
                         live.update(_render(view, run))
                         if ended_at is not None and time.monotonic() - ended_at > settle_s:
@@ -227,7 +227,9 @@ async def run_demo(*, speed: float, settle_s: float, max_s: float, console: Cons
         _kill_workers(workdir)
 
 
-async def _bootstrap_forecasts(settings: PlatformSettings, rows: list[dict[str, str]], stop: asyncio.Event) -> None:
+async def _bootstrap_forecasts(
+    settings: PlatformSettings, rows: list[dict[str, str]], stop: asyncio.Event
+) -> None:
     """The forecast stream forecasts at hour boundaries from the hours it has seen; a demo of a few
     minutes has none yet. Until it has, the demo publishes, as the stream's persistence fallback
     would (flagged `fallback`), each pool's HP demand of the sample's first instant: 60% of the
@@ -241,7 +243,9 @@ async def _bootstrap_forecasts(settings: PlatformSettings, rows: list[dict[str, 
     capacity: dict[str, int] = {}
     for r in rows:
         capacity[r["gpu_model"]] = capacity.get(r["gpu_model"], 0) + int(r["gpu_capacity_num"])
-    async with EnvelopeProducer(bootstrap_servers=settings.bootstrap_servers, client_id="gfs-demo") as producer:
+    async with EnvelopeProducer(
+        bootstrap_servers=settings.bootstrap_servers, client_id="gfs-demo"
+    ) as producer:
         while not stop.is_set():
             now = datetime.now(UTC)
             for pool, gpus in capacity.items():
@@ -258,19 +262,35 @@ async def _bootstrap_forecasts(settings: PlatformSettings, rows: list[dict[str, 
 
 async def _report(db: asyncpg.Connection, view: View, run: str) -> Table:
     table = Table(title=f"GFS live demo {run}: final report")
-    for column in ("pool", "accepted", "rejected", "started", "finished", "evicted", "bound after preemption"):
+    for column in (
+        "pool",
+        "accepted",
+        "rejected",
+        "started",
+        "finished",
+        "evicted",
+        "bound after preemption",
+    ):
         table.add_column(column, justify="right")
     pools = sorted(view.pools) or sorted({p for p, _ in view.counts})
     for pool in pools:
         c = view.counts
-        table.add_row(pool, *(str(c.get((pool, k), 0)) for k in ("accepted", "rejected", "started", "finished", "evicted", "bound")))
+        table.add_row(
+            pool,
+            *(
+                str(c.get((pool, k), 0))
+                for k in ("accepted", "rejected", "started", "finished", "evicted", "bound")
+            ),
+        )
     waits = await db.fetch(
         """SELECT s.pool, percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM s.at - a.at)) AS p50
            FROM preemption_decision a JOIN preemption_decision s ON s.task_id = a.task_id AND s.kind = 'started'
            WHERE a.kind = 'accepted' GROUP BY s.pool"""
     )
     for r in waits:
-        table.caption = (table.caption or "") + f"{r['pool']}: median submit->first start {float(r['p50']):.1f} s. "
+        table.caption = (
+            table.caption or ""
+        ) + f"{r['pool']}: median submit->first start {float(r['p50']):.1f} s. "
     return table
 
 

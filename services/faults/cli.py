@@ -15,7 +15,9 @@ app = typer.Typer(help="Fault injection against the live pipeline (needs `make u
 
 @app.command("run")
 def run(
-    kills: Annotated[int, typer.Option(help="kill -9 per service (forecast, quota, preemption, an agent)")] = 5,
+    kills: Annotated[
+        int, typer.Option(help="kill -9 per service (forecast, quota, preemption, an agent)")
+    ] = 5,
     outage_s: Annotated[float, typer.Option(help="broker and Postgres outage length (0: none)")] = 30.0,
     load_s: Annotated[float, typer.Option(help="length of the loaded window the faults fall in")] = 300.0,
     rate: Annotated[float, typer.Option(help="task submissions per second")] = 0.4,
@@ -26,7 +28,9 @@ def run(
     """The full fault run (defaults: 5 kills per service, 30-s outages, 5 minutes of load)."""
     from services.faults.harness import FaultPlan, run_faults
 
-    plan = FaultPlan(kills_per_service=kills, outage_s=outage_s, load_s=load_s, rate=rate, agents=agents, seed=seed)
+    plan = FaultPlan(
+        kills_per_service=kills, outage_s=outage_s, load_s=load_s, rate=rate, agents=agents, seed=seed
+    )
     report = asyncio.run(run_faults(plan, workdir=workdir))
     text = json.dumps(report.as_dict(), indent=2, default=str)
     (workdir / "report.json").write_text(text)

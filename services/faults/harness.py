@@ -41,7 +41,6 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlencode, urlsplit, urlunsplit
 
 import aiohttp
 import asyncpg
@@ -53,7 +52,7 @@ from schemas.forecast import HourlyDemand, PoolDemandForecast
 from schemas.tasks import GuaranteePeriodClosed, TaskAccepted, TaskClass, TaskFinished, TaskSubmitted
 from schemas.topics import decode, topic
 from services.platform.kafka.producer import EnvelopeProducer
-from services.platform.migrations import discover, migrate
+from services.platform.migrations import migrated_schema
 from services.platform.settings import REPO_ROOT, PlatformSettings
 
 CHECKED_TOPICS = ("gfs.tasks.lifecycle", "gfs.commands.bind", "gfs.commands.evict")
@@ -153,12 +152,6 @@ class Report:
         }  # fmt: skip
 
 
-def _dsn(database_url: str, schema: str) -> str:
-    parts = urlsplit(database_url)
-    query = "&".join(filter(None, [parts.query, urlencode({"search_path": schema})]))
-    return urlunsplit(parts._replace(query=query))
-
-
 def _free_port() -> int:
     import socket
 
@@ -176,13 +169,7 @@ async def run_faults(plan: FaultPlan, *, workdir: Path, keep_schema: bool = Fals
     started = time.monotonic()
     workdir.mkdir(parents=True, exist_ok=True)
     schema = f"faults_{run}"
-    admin = await asyncpg.connect(settings.database_url)
-    await admin.execute(f'CREATE SCHEMA "{schema}"')
-    await admin.close()
-    dsn = _dsn(settings.database_url, schema)
-    connection = await asyncpg.connect(dsn)
-    await migrate(connection, discover())
-    await connection.close()
+    dsn = await migrated_schema(settings.database_url, schema)
     pool = f"FLT-{run}"
     secret = uuid.uuid4().hex * 2
     ports = {"quota": _free_port(), "preemption": _free_port(), "forecast": _free_port()}
@@ -217,7 +204,9 @@ async def run_faults(plan: FaultPlan, *, workdir: Path, keep_schema: bool = Fals
         for s in services:
             s.start()
         await _until_ready(ports, nodes, pool, timeout=120)
-        async with EnvelopeProducer(bootstrap_servers=settings.bootstrap_servers, client_id=f"faults-{run}") as producer:
+        async with EnvelopeProducer(
+            bootstrap_servers=settings.bootstrap_servers, client_id=f"faults-{run}"
+        ) as producer:
             await _forecast(producer, pool, plan)
             stop = asyncio.Event()
             load = asyncio.create_task(_load(settings, pool, run, plan, rng, report, stop))
@@ -228,7 +217,9 @@ async def run_faults(plan: FaultPlan, *, workdir: Path, keep_schema: bool = Fals
             events: list[tuple[float, str]] = []
             kill_window = plan.load_s * 0.45
             for s in services if plan.agents <= 1 else services[:4]:  # forecast, quota, preemption, one agent
-                events += [(rng.uniform(5.0, kill_window), f"kill:{s.name}") for _ in range(plan.kills_per_service)]
+                events += [
+                    (rng.uniform(5.0, kill_window), f"kill:{s.name}") for _ in range(plan.kills_per_service)
+                ]
             if plan.outage_s > 0:  # 0: kills only (the shared stack stays up)
                 events.append((plan.load_s * 0.5, "broker"))
                 events.append((plan.load_s * 0.5 + plan.outage_s + 15.0, "postgres"))
@@ -248,7 +239,8 @@ async def run_faults(plan: FaultPlan, *, workdir: Path, keep_schema: bool = Fals
                         await _until_ready(ports, [], pool, timeout=60, only="preemption")
                         report.recovery_s.setdefault("preemption_ready_after_restart", 0.0)
                         report.recovery_s["preemption_ready_after_restart"] = max(
-                            report.recovery_s["preemption_ready_after_restart"], time.monotonic() - began)
+                            report.recovery_s["preemption_ready_after_restart"], time.monotonic() - began
+                        )
                 elif what == "broker":
                     report.outages.append(f"broker {plan.outage_s:g}s at +{at:.0f}s")
                     _script("kafka/stop.sh")
@@ -333,11 +325,15 @@ async def _get(url: str) -> tuple[int, Any]:
         return r.status, None
 
 
-async def _until_ready(ports: dict[str, int], nodes: list[str], pool: str, *, timeout: float, only: str = "") -> None:
+async def _until_ready(
+    ports: dict[str, int], nodes: list[str], pool: str, *, timeout: float, only: str = ""
+) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         status, body = await _get(f"http://127.0.0.1:{ports['preemption']}/pools")
-        ok = status == 200 and (not nodes or (pool in body["pools"] and body["pools"][pool]["nodes"] == len(nodes)))
+        ok = status == 200 and (
+            not nodes or (pool in body["pools"] and body["pools"][pool]["nodes"] == len(nodes))
+        )
         if only != "preemption":
             ok = ok and (await _get(f"http://127.0.0.1:{ports['quota']}/readyz"))[0] == 200
         if ok:
@@ -351,7 +347,10 @@ async def _forecast(producer: EnvelopeProducer, pool: str, plan: FaultPlan) -> N
     quota admits spot tasks and HP tasks preempt some."""
     now = datetime.now(UTC)
     hp = plan.agents * plan.gpus_per_agent * 0.4
-    horizon = tuple(HourlyDemand(hour_ahead=h, mean=hp, std=1.0, quantiles={"0.5": hp, "0.9": hp + 1.3}) for h in range(1, 5))
+    horizon = tuple(
+        HourlyDemand(hour_ahead=h, mean=hp, std=1.0, quantiles={"0.5": hp, "0.9": hp + 1.3})
+        for h in range(1, 5)
+    )
     forecast = PoolDemandForecast(pool=pool, origin_time=now.replace(minute=0, second=0, microsecond=0), tenants=1,
                                   model_name="faults", model_version=f"{int(now.timestamp())}", horizon=horizon)  # fmt: skip
     await producer.send("gfs.forecasts", wrap(forecast, producer="faults"))
@@ -428,7 +427,13 @@ async def _check(
     await _until_ready(ports, nodes, pool, timeout=120)
     envelopes = await _read_all(settings, start)
     prefix = f"flt-{run}-"
-    mine = [e for e in envelopes if str(getattr(e.payload, "task_id", "") or (getattr(e.payload, "task_ids", None) or ("",))[0]).startswith(prefix)]
+    mine = [
+        e
+        for e in envelopes
+        if str(
+            getattr(e.payload, "task_id", "") or (getattr(e.payload, "task_ids", None) or ("",))[0]
+        ).startswith(prefix)
+    ]
     accepted = {e.payload.task_id for e in mine if isinstance(e.payload, TaskAccepted)}
     finished = {e.payload.task_id for e in mine if isinstance(e.payload, TaskFinished)}
     report.accepted, report.finished = len(accepted), len(finished & accepted)
@@ -467,13 +472,17 @@ async def _check(
             if worker.get("exited_at") is None and worker.get("pid") and _alive(int(worker["pid"])):
                 live_by_task[worker["task_id"]].add(str(worker["command_id"]))
     report.evicted_twice = sorted(k for k, n in targeted.items() if n > 1)
-    report.on_two_nodes = sorted(t for t, cmds in live_by_task.items() if t.startswith(prefix) and not cmds <= latest.get(t, set()))
+    report.on_two_nodes = sorted(
+        t for t, cmds in live_by_task.items() if t.startswith(prefix) and not cmds <= latest.get(t, set())
+    )
     # The quota ledger against the outcomes published for the pool.
     published = {(e.payload.task_id, e.payload.period_start) for e in mine
                  if isinstance(e.payload, GuaranteePeriodClosed) and e.payload.pool == pool}  # fmt: skip
     connection = await asyncpg.connect(dsn)
     try:
-        rows = await connection.fetch("SELECT task_id, period_start FROM guarantee_period_outcome WHERE pool = $1", pool)
+        rows = await connection.fetch(
+            "SELECT task_id, period_start FROM guarantee_period_outcome WHERE pool = $1", pool
+        )
     finally:
         await connection.close()
     recorded = {(r["task_id"], r["period_start"]) for r in rows}

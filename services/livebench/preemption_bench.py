@@ -36,8 +36,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Annotated, Any
-from urllib.parse import urlencode, urlsplit, urlunsplit
+from typing import Annotated
 
 import asyncpg
 import typer
@@ -51,7 +50,7 @@ from schemas.telemetry import GpuSample, NodeTelemetry
 from schemas.topics import decode, topic
 from schemas.workers import WorkerExited
 from services.platform.kafka.producer import EnvelopeProducer
-from services.platform.migrations import discover, migrate
+from services.platform.migrations import discover, migrate, with_search_path
 from services.platform.settings import PlatformSettings
 
 REPO = Path(__file__).resolve().parents[2]
@@ -84,15 +83,12 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
 
 
-def _dsn(database_url: str, schema: str) -> str:
-    parts = urlsplit(database_url)
-    query = "&".join(filter(None, [parts.query, urlencode({"search_path": schema})]))
-    return urlunsplit(parts._replace(query=query))
-
-
 def _inventory(path: Path) -> list[tuple[str, str, int]]:
     with path.open(newline="") as handle:
-        return [(row["node_name"], row["gpu_model"], int(row["gpu_capacity_num"])) for row in csv.DictReader(handle)]
+        return [
+            (row["node_name"], row["gpu_model"], int(row["gpu_capacity_num"]))
+            for row in csv.DictReader(handle)
+        ]
 
 
 def preemption(
@@ -103,13 +99,17 @@ def preemption(
     nodes: Annotated[Path | None, typer.Option(help="node_info_df.csv (default: the GFS inventory)")] = None,
     seed: Annotated[int, typer.Option()] = 7,
     keep_schema: Annotated[bool, typer.Option(help="keep the run's Postgres schema")] = False,
-    profile: Annotated[Path | None, typer.Option(help="run the service under cProfile, stats to this file")] = None,
+    profile: Annotated[
+        Path | None, typer.Option(help="run the service under cProfile, stats to this file")
+    ] = None,
 ) -> None:
     """Submit -> BindCommand latency (p50/p99/p99.9) and decisions/s through a running preemption
     service with full-scale cluster state (prints numbers; needs `make up`)."""
     settings = PlatformSettings()
     inventory = nodes or settings.gfs_shared_dir / "data" / "gfs-v2026" / "node_info_df.csv"
-    asyncio.run(_bench(settings, _inventory(inventory), rate, seconds, fill, hp_share, seed, keep_schema, profile))
+    asyncio.run(
+        _bench(settings, _inventory(inventory), rate, seconds, fill, hp_share, seed, keep_schema, profile)
+    )
 
 
 async def _bench(
@@ -122,7 +122,7 @@ async def _bench(
     secret = os.environ.get("GFS_COMMAND_SECRET") or uuid.uuid4().hex * 2
     admin = await asyncpg.connect(settings.database_url)
     await admin.execute(f'CREATE SCHEMA "{schema}"')
-    dsn = _dsn(settings.database_url, schema)
+    dsn = with_search_path(settings.database_url, schema)
     connection = await asyncpg.connect(dsn)
     await migrate(connection, discover())
     pools: dict[str, int] = Counter()
@@ -150,14 +150,27 @@ async def _bench(
     print(f"cluster: {len(inventory)} nodes, {state.capacity} GPUs, {len(pools)} pools; fill {fill:.0%}, "
           f"rate {rate:g} events/s for {seconds:g} s, HP share {hp_share:.0%}, seed {seed}")  # fmt: skip
     try:
-        async with EnvelopeProducer(bootstrap_servers=settings.bootstrap_servers, client_id=f"bench-{run}") as producer:
+        async with EnvelopeProducer(
+            bootstrap_servers=settings.bootstrap_servers, client_id=f"bench-{run}"
+        ) as producer:
             reader = asyncio.create_task(_read(settings, state, producer, run))
             await asyncio.sleep(2.0)
             t0 = time.perf_counter()
             now = datetime.now(UTC)
             for name, model, gpus in inventory:
-                samples = tuple(GpuSample(index=i, utilisation_pct=0, memory_used_mib=0, memory_total_mib=80_000) for i in range(gpus))
-                await producer.send("gfs.nodes.telemetry", wrap(NodeTelemetry(node=f"{run}-{name}", gpu_model=f"{model}.{run}", sampled_at=now, gpus=samples), producer="bench"))
+                samples = tuple(
+                    GpuSample(index=i, utilisation_pct=0, memory_used_mib=0, memory_total_mib=80_000)
+                    for i in range(gpus)
+                )
+                await producer.send(
+                    "gfs.nodes.telemetry",
+                    wrap(
+                        NodeTelemetry(
+                            node=f"{run}-{name}", gpu_model=f"{model}.{run}", sampled_at=now, gpus=samples
+                        ),
+                        producer="bench",
+                    ),
+                )
             for pool, cap in pools.items():
                 q = SpotQuota(pool=pool, quotas=tuple(GuaranteeQuota(guarantee_hours=h, quota_gpus=0.6 * cap) for h in (1, 2, 4)),
                               eta=1.0, capacity_gpus=cap, valid_from=now, valid_until=now + timedelta(days=1), forecast_version="bench")  # fmt: skip
@@ -183,7 +196,9 @@ async def _bench(
                                      workers=workers, task_class=cls, command=("gfs", "fake-task"))  # fmt: skip
 
             async def submit(task: TaskSubmitted) -> None:
-                state.pending[task.task_id] = Running(task.task_class, task.gpus_per_worker * task.workers, workers=task.workers)
+                state.pending[task.task_id] = Running(
+                    task.task_class, task.gpus_per_worker * task.workers, workers=task.workers
+                )
                 state.submitted_at[task.task_id] = time.perf_counter()
                 await producer.send("gfs.tasks.submit", wrap(task, producer="bench"))
 
@@ -278,7 +293,9 @@ async def _until_registered(port: int, nodes: int, timeout: float = 600.0) -> No
             with contextlib.suppress(aiohttp.ClientError, OSError):
                 async with http.get(f"http://127.0.0.1:{port}/pools") as response:
                     body = await response.json()
-                    if sum(p["nodes"] for p in body["pools"].values()) >= nodes and all(p["quota_version"] for p in body["pools"].values()):
+                    if sum(p["nodes"] for p in body["pools"].values()) >= nodes and all(
+                        p["quota_version"] for p in body["pools"].values()
+                    ):
                         return
             await asyncio.sleep(0.5)
     raise TimeoutError("the preemption service did not register every node in time")
@@ -289,7 +306,11 @@ async def _read(settings: PlatformSettings, state: BenchState, producer: Envelop
     consumer = AIOKafkaConsumer(bootstrap_servers=settings.bootstrap_servers, enable_auto_commit=False)
     await consumer.start()
     try:
-        tps = [TopicPartition(t, p) for t in ("gfs.commands.bind", "gfs.commands.evict") for p in range(topic(t).partitions)]
+        tps = [
+            TopicPartition(t, p)
+            for t in ("gfs.commands.bind", "gfs.commands.evict")
+            for p in range(topic(t).partitions)
+        ]
         consumer.assign(tps)
         await consumer.seek_to_end(*tps)
         prefix = f"{run}-"
@@ -342,9 +363,12 @@ async def _report(
             since,
         )
         placements = await connection.fetchval(
-            "SELECT count(*) FROM preemption_decision WHERE at >= $1 AND kind IN ('started', 'evicted')", since
+            "SELECT count(*) FROM preemption_decision WHERE at >= $1 AND kind IN ('started', 'evicted')",
+            since,
         )
-        window = await connection.fetchrow("SELECT min(at) AS a, max(at) AS b FROM preemption_decision WHERE at >= $1", since)
+        window = await connection.fetchrow(
+            "SELECT min(at) AS a, max(at) AS b FROM preemption_decision WHERE at >= $1", since
+        )
     finally:
         await connection.close()
     accepted: dict[str, datetime] = {}
@@ -367,7 +391,10 @@ async def _report(
     print(f"decision records (accepted/started/evicted/rejected/finished): {decided} in {span:.1f} s "
           f"= {decided / max(span, 1e-9):.1f}/s; placements and evictions alone: {placements} "
           f"= {placements / max(span, 1e-9):.1f}/s")  # fmt: skip
-    for name, values in (("placed on arrival, no preemption", plain), ("placed on arrival by preemption (incl. ack round trip)", preempting)):
+    for name, values in (
+        ("placed on arrival, no preemption", plain),
+        ("placed on arrival by preemption (incl. ack round trip)", preempting),
+    ):
         if not values:
             print(f"{name}: none")
             continue
@@ -375,7 +402,11 @@ async def _report(
               f"p99 {_percentile(values, 0.99):.1f} p99.9 {_percentile(values, 0.999):.1f} max {max(values):.1f}")  # fmt: skip
     edges = [5, 10, 20, 50, 100, 200, 500, 1000, 5000]
     counts = Counter(next((e for e in edges if v <= e), float("inf")) for v in plain)
-    print("histogram (no preemption), ms: " + ", ".join(f"<={e}: {counts.get(e, 0)}" for e in edges) + f", more: {counts.get(float('inf'), 0)}")
+    print(
+        "histogram (no preemption), ms: "
+        + ", ".join(f"<={e}: {counts.get(e, 0)}" for e in edges)
+        + f", more: {counts.get(float('inf'), 0)}"
+    )
     return {"decisions": float(decided), "placements": float(placements), "binds": float(state.binds),
             "submissions": float(offered["submit"]), "on_arrival": float(len(plain) + len(preempting)),
             "p99_ms": _percentile(plain, 0.99) if plain else float("nan")}  # fmt: skip

@@ -50,7 +50,9 @@ class VirtualNodes:
     max_age_s: float = 300.0
     keys: dict[str, bytes] = field(default_factory=dict)
     # (task, command id) -> the timer that reports its exit
-    running: dict[tuple[str, UUID], tuple[BindCommand, asyncio.TimerHandle | None]] = field(default_factory=dict)
+    running: dict[tuple[str, UUID], tuple[BindCommand, asyncio.TimerHandle | None]] = field(
+        default_factory=dict
+    )
     seen: set[UUID] = field(default_factory=set)
     rejected: int = 0
     acted: int = 0
@@ -64,8 +66,16 @@ class VirtualNodes:
     async def heartbeat(self) -> None:
         now = datetime.now(UTC)
         for node, (model, gpus) in self.nodes.items():
-            samples = tuple(GpuSample(index=i, utilisation_pct=0, memory_used_mib=0, memory_total_mib=80_000) for i in range(gpus))
-            await self.producer.send("gfs.nodes.telemetry", wrap(NodeTelemetry(node=node, gpu_model=model, sampled_at=now, gpus=samples), producer=PRODUCER))
+            samples = tuple(
+                GpuSample(index=i, utilisation_pct=0, memory_used_mib=0, memory_total_mib=80_000)
+                for i in range(gpus)
+            )
+            await self.producer.send(
+                "gfs.nodes.telemetry",
+                wrap(
+                    NodeTelemetry(node=node, gpu_model=model, sampled_at=now, gpus=samples), producer=PRODUCER
+                ),
+            )
 
     async def handle(self, command: BindCommand | EvictCommand) -> None:
         if command.node not in self.nodes:
@@ -74,7 +84,9 @@ class VirtualNodes:
         fresh = now - timedelta(seconds=self.max_age_s) <= command.issued_at <= now + timedelta(seconds=30)
         if check_signature(command, key=self.key(command.node)) is not SignatureCheck.VALID or not fresh:
             self.rejected += 1
-            log.warning("virtual node %s: refused %s %s", command.node, type(command).__name__, command.command_id)
+            log.warning(
+                "virtual node %s: refused %s %s", command.node, type(command).__name__, command.command_id
+            )
             return
         if command.command_id in self.seen:
             return
@@ -113,13 +125,22 @@ class VirtualNodes:
 
 
 async def run_virtual_nodes(
-    nodes: dict[str, tuple[str, int]], *, bootstrap: list[str], secret: bytes, telemetry_s: float, stop: asyncio.Event
+    nodes: dict[str, tuple[str, int]],
+    *,
+    bootstrap: list[str],
+    secret: bytes,
+    telemetry_s: float,
+    stop: asyncio.Event,
 ) -> None:
     async with EnvelopeProducer(bootstrap_servers=bootstrap, client_id="gfs-virtual-nodes") as producer:
         host = VirtualNodes(nodes, secret, producer)
         consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
         await consumer.start()
-        tps = [TopicPartition(t, p) for t in ("gfs.commands.bind", "gfs.commands.evict") for p in range(topic(t).partitions)]
+        tps = [
+            TopicPartition(t, p)
+            for t in ("gfs.commands.bind", "gfs.commands.evict")
+            for p in range(topic(t).partitions)
+        ]
         consumer.assign(tps)
         await consumer.seek_to_end(*tps)  # a virtual host starts fresh: no old command is acted on
         last_beat = 0.0

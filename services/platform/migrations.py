@@ -170,3 +170,30 @@ async def migrate_database(dsn: str, directory: Path | None = None) -> tuple[Mig
         return await migrate(connection, migrations)
     finally:
         await connection.close()
+
+
+def with_search_path(dsn: str, schema: str) -> str:
+    """`dsn` with `search_path=schema` as a connection option (every connection of a pool opened
+    on it reads and writes that schema)."""
+    from urllib.parse import urlencode, urlsplit, urlunsplit
+
+    parts = urlsplit(dsn)
+    query = "&".join(filter(None, [parts.query, urlencode({"search_path": schema})]))
+    return urlunsplit(parts._replace(query=query))
+
+
+async def migrated_schema(dsn: str, schema: str) -> str:
+    """Create `schema`, apply every migration in it, and return the DSN that uses it: a run of a
+    tool (benchmark, fault harness, demo) gets tables of its own beside the stack's."""
+    admin = await asyncpg.connect(dsn)
+    try:
+        await admin.execute(f'CREATE SCHEMA "{schema}"')
+    finally:
+        await admin.close()
+    scoped = with_search_path(dsn, schema)
+    connection = await asyncpg.connect(scoped)
+    try:
+        await migrate(connection, discover())
+    finally:
+        await connection.close()
+    return scoped

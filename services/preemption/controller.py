@@ -268,7 +268,9 @@ class PoolController:
             return out
         self.down.add(name)
         stops = self.runtime.node_down(index, self._now(now))
-        out.decisions.append(Decision("", "node_down", now, {"node": name, "stopped": [s.task_id for s in stops]}))
+        out.decisions.append(
+            Decision("", "node_down", now, {"node": name, "stopped": [s.task_id for s in stops]})
+        )
         for stop in stops:
             out.extend(self._stopped(stop, now, grace_s=0.0))
         return out
@@ -279,8 +281,12 @@ class PoolController:
         tid = task.task_id
         if duplicate or tid in self.seen:
             message = f"task id {tid} was already submitted; pick a new id"
-            out.events.append(TaskRejected(task_id=tid, reason=RejectionReason.DUPLICATE_TASK_ID, message=message))
-            out.decisions.append(Decision(tid, "rejected", now, {"reason": "DUPLICATE_TASK_ID", "message": message}))
+            out.events.append(
+                TaskRejected(task_id=tid, reason=RejectionReason.DUPLICATE_TASK_ID, message=message)
+            )
+            out.decisions.append(
+                Decision(tid, "rejected", now, {"reason": "DUPLICATE_TASK_ID", "message": message})
+            )
             return out
         self.seen.add(tid)
         cls = TaskClass.HP if task.task_class is WireClass.HP else TaskClass.SPOT
@@ -296,7 +302,9 @@ class PoolController:
             guarantee_hours=task.guarantee_hours,
             checkpoint_interval_s=task.checkpoint_interval_s or DEFAULT_CHECKPOINT_S,
         )
-        rejection = self.runtime.submit(spec, self._now(now)) if self.nodes else core_reasons.Rejection.UNKNOWN_POOL
+        rejection = (
+            self.runtime.submit(spec, self._now(now)) if self.nodes else core_reasons.Rejection.UNKNOWN_POOL
+        )
         if rejection is not None:
             reason = _REJECTIONS[rejection]
             message = rejection_message(rejection, task.gpus_per_worker, task.workers, self.pool)
@@ -312,7 +320,9 @@ class PoolController:
         out = Effects()
         task = self.tasks.get(task_id)
         if task is None:
-            out.decisions.append(Decision(task_id, "cancel_ignored", now, {"why": "not queued or running here"}))
+            out.decisions.append(
+                Decision(task_id, "cancel_ignored", now, {"why": "not queued or running here"})
+            )
             return out
         if task.submitted.tenant != tenant:
             why = f"tenant {tenant!r} does not own the task (owner {task.submitted.tenant!r})"
@@ -322,7 +332,9 @@ class PoolController:
         stop = self.runtime.cancel(TaskId(task_id), self._now(now))
         if stop is None:
             del self.tasks[task_id]
-            out.events.append(TaskWithdrawn(task_id=task_id, pool=self.pool, withdrawn_at=utc(now), reason=reason))
+            out.events.append(
+                TaskWithdrawn(task_id=task_id, pool=self.pool, withdrawn_at=utc(now), reason=reason)
+            )
             out.decisions.append(Decision(task_id, "withdrawn", now, {"reason": reason}))
             return out
         out.extend(self._stopped(stop, now, grace_s=self.settings.grace_s))
@@ -358,8 +370,17 @@ class PoolController:
         self.quota_frozen = False
         self.quota_version = f"{quota.forecast_version}@{quota.valid_from.isoformat()}"
         out.decisions.append(
-            Decision("", "quota", now, {"quota": {str(h): v for h, v in values.items()}, "eta": quota.eta,
-                                         "version": self.quota_version, "changed": changed})  # fmt: skip
+            Decision(
+                "",
+                "quota",
+                now,
+                {
+                    "quota": {str(h): v for h, v in values.items()},
+                    "eta": quota.eta,
+                    "version": self.quota_version,
+                    "changed": changed,
+                },
+            )  # fmt: skip
         )
         return out
 
@@ -373,14 +394,28 @@ class PoolController:
             eviction.reported = True
             for tid in eviction.task_ids:
                 out.events.append(
-                    TaskEvicted(task_id=tid, node=eviction.node, command_id=ack.command_id, reason=eviction.reason,
-                                evicted_at=ack.acked_at, lost_gpu_seconds=eviction.lost.get(tid, 0.0),
-                                requeued=eviction.requeued)  # fmt: skip
+                    TaskEvicted(
+                        task_id=tid,
+                        node=eviction.node,
+                        command_id=ack.command_id,
+                        reason=eviction.reason,
+                        evicted_at=ack.acked_at,
+                        lost_gpu_seconds=eviction.lost.get(tid, 0.0),
+                        requeued=eviction.requeued,
+                    )  # fmt: skip
                 )
             out.decisions.append(
-                Decision(eviction.task_ids[0], "evict_acked", now,
-                         {"command_id": str(ack.command_id), "node": ack.node, "outcome": ack.outcome.value,
-                          "tasks": list(eviction.task_ids)})  # fmt: skip
+                Decision(
+                    eviction.task_ids[0],
+                    "evict_acked",
+                    now,
+                    {
+                        "command_id": str(ack.command_id),
+                        "node": ack.node,
+                        "outcome": ack.outcome.value,
+                        "tasks": list(eviction.task_ids),
+                    },
+                )  # fmt: skip
             )
         for pending in list(self.pending.values()):
             if ack.command_id in pending.waiting:
@@ -401,9 +436,14 @@ class PoolController:
             task.reported_start = True
             placements = tuple(p for b in task.binds.values() for p in b.placements)
             out.events.append(
-                TaskStarted(task_id=ack.task_id, pool=self.pool, task_class=task.submitted.task_class,
-                            placements=tuple(sorted(placements, key=lambda p: p.worker_index)),
-                            started_at=utc(max(task.started.values())), attempt=task.attempt)  # fmt: skip
+                TaskStarted(
+                    task_id=ack.task_id,
+                    pool=self.pool,
+                    task_class=task.submitted.task_class,
+                    placements=tuple(sorted(placements, key=lambda p: p.worker_index)),
+                    started_at=utc(max(task.started.values())),
+                    attempt=task.attempt,
+                )  # fmt: skip
             )
         return out
 
@@ -538,7 +578,9 @@ class PoolController:
                 fraction = 1.0
             for devices in groups:
                 per_node.setdefault(node, []).append(
-                    Placement(worker_index=worker, node=node, gpu_indices=tuple(devices), gpu_fraction=fraction)
+                    Placement(
+                        worker_index=worker, node=node, gpu_indices=tuple(devices), gpu_fraction=fraction
+                    )
                 )
                 worker += 1
         task.workers = worker
@@ -569,7 +611,12 @@ class PoolController:
             deadline = now + self.settings.grace_s + self.settings.ack_margin_s
             self.pending[tid] = _Pending(tid, binds, set(victim_commands), deadline)
             out.decisions.append(
-                Decision(tid, "bind_held", now, {"waiting_for": [str(c) for c in victim_commands], "deadline_s": deadline})
+                Decision(
+                    tid,
+                    "bind_held",
+                    now,
+                    {"waiting_for": [str(c) for c in victim_commands], "deadline_s": deadline},
+                )
             )
         else:
             out.commands += binds
@@ -609,20 +656,35 @@ class PoolController:
         nodes = sorted({b.node for b in task.binds.values()})
         why = explanation_dict(self.runtime.explain(TaskId(tid)))
         if held or not nodes:
-            out.decisions.append(Decision(tid, "evicted", now, {"reason": reason.value, "nodes": [], "explanation": why}))
+            out.decisions.append(
+                Decision(tid, "evicted", now, {"reason": reason.value, "nodes": [], "explanation": why})
+            )
         grace = 0.0 if reason is EvictionReason.NODE_LOST else grace_s
         for node in [] if held else nodes:
             command = EvictCommand(
                 command_id=self._id(), node=node, task_ids=(tid,), reason=reason, grace_seconds=grace,
                 preemptor_task_id=stop.preemptor, issued_at=utc(now),
             )  # fmt: skip
-            self.evictions[command.command_id] = _Eviction(node, (tid,), reason, stop.preemptor, {tid: lost}, requeued)
+            self.evictions[command.command_id] = _Eviction(
+                node, (tid,), reason, stop.preemptor, {tid: lost}, requeued
+            )
             out.commands.append(command)
             out.decisions.append(
-                Decision(tid, "evicted", now,
-                         {"reason": reason.value, "node": node, "command_id": str(command.command_id),
-                          "preemptor": stop.preemptor, "lost_gpu_seconds": lost, "run_s": stop.run_s,
-                          "quota_version": self.quota_version, "explanation": why})  # fmt: skip
+                Decision(
+                    tid,
+                    "evicted",
+                    now,
+                    {
+                        "reason": reason.value,
+                        "node": node,
+                        "command_id": str(command.command_id),
+                        "preemptor": stop.preemptor,
+                        "lost_gpu_seconds": lost,
+                        "run_s": stop.run_s,
+                        "quota_version": self.quota_version,
+                        "explanation": why,
+                    },
+                )  # fmt: skip
             )
         if reason is EvictionReason.NODE_LOST and nodes and not held:
             # The lost node will not answer: report the eviction now (its command id joins the
@@ -630,8 +692,15 @@ class PoolController:
             first = next(c for c in out.commands if isinstance(c, EvictCommand))
             self.evictions[first.command_id].reported = True
             out.events.append(
-                TaskEvicted(task_id=tid, node=first.node, command_id=first.command_id, reason=reason,
-                            evicted_at=utc(now), lost_gpu_seconds=lost, requeued=requeued)  # fmt: skip
+                TaskEvicted(
+                    task_id=tid,
+                    node=first.node,
+                    command_id=first.command_id,
+                    reason=reason,
+                    evicted_at=utc(now),
+                    lost_gpu_seconds=lost,
+                    requeued=requeued,
+                )  # fmt: skip
             )
         task.binds.clear()
         task.started.clear()
@@ -640,7 +709,9 @@ class PoolController:
             del self.tasks[tid]
         return out
 
-    def _closes(self, tid: str, task: _Task, start: float, now: float, successes: int, *, failed: bool) -> list[BaseModel]:
+    def _closes(
+        self, tid: str, task: _Task, start: float, now: float, successes: int, *, failed: bool
+    ) -> list[BaseModel]:
         """GuaranteePeriodClosed for the periods a stop or finish logged now."""
         events: list[BaseModel] = []
         for _ in range(successes):
@@ -653,7 +724,9 @@ class PoolController:
             events.append(self._close(tid, task, min(period_start, now), now, GuaranteeOutcome.FAILED))
         return events
 
-    def _close(self, tid: str, task: _Task, start: float, end: float, outcome: GuaranteeOutcome) -> GuaranteePeriodClosed:
+    def _close(
+        self, tid: str, task: _Task, start: float, end: float, outcome: GuaranteeOutcome
+    ) -> GuaranteePeriodClosed:
         return GuaranteePeriodClosed(
             task_id=tid, pool=self.pool, guarantee_hours=task.submitted.guarantee_hours,
             period_start=utc(start), period_end=utc(end), outcome=outcome,
@@ -686,7 +759,11 @@ def explanation_dict(why: Explanation) -> dict[str, Any]:
         out["queued"] = {"reason": why.queued.reason.name, "message": why.queued.reason.message,
                          "blocked_by": why.queued.blocked_by, "since_pass": why.queued.since_pass}  # fmt: skip
     out["preemptions"] = [
-        {"winner": candidate(p.winner), "alternatives": [candidate(a) for a in p.losers], "considered": p.considered}
+        {
+            "winner": candidate(p.winner),
+            "alternatives": [candidate(a) for a in p.losers],
+            "considered": p.considered,
+        }
         for p in why.preemptions
     ]
     last = why.last_eviction

@@ -279,7 +279,9 @@ def evictions_svg(data: dict[str, Any]) -> bytes:
     ax.set_title(f"evictions per {ev['bucket_s'] // 60 or ev['bucket_s']} {'min' if ev['bucket_s'] >= 60 else 's'}"
                  f" (last {ev['window_s'] / 3600:.3g} h, {ev['total']} in all)", fontsize=9, loc="left")  # fmt: skip
     end = datetime.now(UTC) + timedelta(seconds=ev["bucket_s"])
-    ax.set_xlim(min(times[0], end - timedelta(seconds=ev["window_s"])), end)  # the whole window, now on the right
+    ax.set_xlim(
+        min(times[0], end - timedelta(seconds=ev["window_s"])), end
+    )  # the whole window, now on the right
     ax.set_ylabel("evictions", fontsize=8)
     ax.tick_params(labelsize=8)
     ax.yaxis.get_major_locator().set_params(integer=True)

@@ -25,7 +25,11 @@ def explain(
     live = _from_api(api, task_id) if api else None
     decisions = live["decisions"] if live is not None else asyncio.run(_from_db(task_id))
     if as_json:
-        typer.echo(json.dumps({"task_id": task_id, "live": live and live.get("live"), "decisions": decisions}, indent=2))
+        typer.echo(
+            json.dumps(
+                {"task_id": task_id, "live": live and live.get("live"), "decisions": decisions}, indent=2
+            )
+        )
         return
     if not decisions and not (live and live.get("live")):
         typer.echo(f"no decision recorded for task {task_id}", err=True)
@@ -56,7 +60,9 @@ def render(task_id: str, decisions: list[dict[str, Any]], live: dict[str, Any] |
             continue
         if d["kind"] == "started":
             nodes = ", ".join(f"{n} GPUs {g}" for n, g in detail.get("nodes", {}).items())
-            head += f" attempt {detail.get('attempt')} on {nodes}" + (" (by preemption)" if detail.get("preempted") else "")
+            head += f" attempt {detail.get('attempt')} on {nodes}" + (
+                " (by preemption)" if detail.get("preempted") else ""
+            )
             lines.append(head)
             for p in (detail.get("explanation") or {}).get("preemptions", []):
                 lines += _plan_lines(p)
@@ -74,7 +80,10 @@ def _plan_lines(plan: dict[str, Any] | None) -> list[str]:
     out = [f"      chosen node {w['node']}: victims {', '.join(w['victims']) or 'none'}, cost {w['cost']:.6g}"
            + _terms(w) + f" (of {plan['considered']} candidates)"]  # fmt: skip
     for a in plan.get("alternatives", []):
-        out.append(f"      alternative {a['node']}: victims {', '.join(a['victims']) or 'none'}, cost {a['cost']:.6g}" + _terms(a))
+        out.append(
+            f"      alternative {a['node']}: victims {', '.join(a['victims']) or 'none'}, cost {a['cost']:.6g}"
+            + _terms(a)
+        )
     return out
 
 
@@ -104,4 +113,3 @@ async def _from_db(task_id: str) -> list[dict[str, Any]]:
         return await store.decisions_of(connection, task_id)
     finally:
         await connection.close()
-

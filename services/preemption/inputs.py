@@ -45,7 +45,9 @@ def entry_for(payload: BaseModel, at_s: float, *, duplicate: bool = False) -> En
 def apply(controller: PoolController, entry: Entry) -> Effects:
     kind, data, at = entry
     if kind == "submit":
-        return controller.submit(TaskSubmitted.model_validate(data["task"]), at, duplicate=bool(data["duplicate"]))
+        return controller.submit(
+            TaskSubmitted.model_validate(data["task"]), at, duplicate=bool(data["duplicate"])
+        )
     if kind == "cancel":
         cancel = TaskCancelled.model_validate(data)
         return controller.cancel(cancel.task_id, cancel.tenant, cancel.reason, at)

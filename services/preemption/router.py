@@ -98,7 +98,11 @@ class Router:
         if self.pools is not None and pool not in self.pools:
             self.skipped += 1
             return
-        headers = [(k, v) for k, v in context.headers if k not in _TRACE_HEADERS and k not in (SOURCE_HEADER, DUPLICATE_HEADER)]
+        headers = [
+            (k, v)
+            for k, v in context.headers
+            if k not in _TRACE_HEADERS and k not in (SOURCE_HEADER, DUPLICATE_HEADER)
+        ]
         headers.append((SOURCE_HEADER, context.topic.encode()))
         if duplicate:
             headers.append((DUPLICATE_HEADER, b"1"))
@@ -126,7 +130,9 @@ class Router:
     async def _pool_of(self, payload: object, envelope: Envelope[Any]) -> tuple[str, bool]:
         if isinstance(payload, TaskSubmitted):
             async with self.pool.acquire() as connection:
-                return await store.route_task(connection, payload.task_id, payload.gpu_model, envelope.event_id)
+                return await store.route_task(
+                    connection, payload.task_id, payload.gpu_model, envelope.event_id
+                )
         if isinstance(payload, TaskCancelled):
             async with self.pool.acquire() as connection:
                 found = await store.task_pool(connection, payload.task_id)
@@ -165,7 +171,9 @@ class Router:
     async def _dead_letter(self, envelope: Envelope[Any], context: MessageContext, exc: Exception) -> None:
         failed = FailedRecord(topic=context.topic, partition=context.partition, offset=context.offset,
                               value=encode(envelope), consumer_group=context.consumer_group)  # fmt: skip
-        letter = build_dead_letter(failed, error=exc, failed_at=datetime.now(UTC), producer=self.producer_name)
+        letter = build_dead_letter(
+            failed, error=exc, failed_at=datetime.now(UTC), producer=self.producer_name
+        )
         await self.producer.send(DEAD_LETTER_TOPIC, letter)
         self.unroutable += 1
         log.warning("router: dead-lettered %s@%d: %s", context.topic, context.offset, exc)

@@ -58,8 +58,8 @@ from services.platform.settings import PlatformSettings
 from services.platform.signing import node_key, sign
 from services.platform.tracing import extract_context, inject_headers
 from services.preemption import controls, store
-from services.preemption.dashboard import register_dashboard, with_trace_id
 from services.preemption.controller import ControllerSettings, Effects, PoolController, explanation_dict
+from services.preemption.dashboard import register_dashboard, with_trace_id
 from services.preemption.inputs import Entry, apply, entry_for
 from services.preemption.router import DUPLICATE_HEADER, INBOX_TOPIC, SOURCE_HEADER, Router, inbox_spec, route
 
@@ -321,7 +321,11 @@ class Decider:
                 async with self.pool.acquire() as connection, connection.transaction():
                     await store.check_epoch(connection, state.claim, None)
                     for status in statuses:
-                        await enqueue(connection, "gfs.pools.status", wrap(status, producer=PRODUCER, occurred_at=_utc(now)))
+                        await enqueue(
+                            connection,
+                            "gfs.pools.status",
+                            wrap(status, producer=PRODUCER, occurred_at=_utc(now)),
+                        )
             except store.FencedError:
                 await self._fenced(state)
         self.on_committed()
@@ -343,7 +347,13 @@ class Decider:
                 await store.append_journal(connection, state.claim.partition, rows)
                 outgoing: list[tuple[str, Envelope[Any], list[tuple[str, bytes]]]] = []
                 await store.record_decisions(
-                    connection, [(pool_name, with_trace_id(d, self.contexts)) for pool_name, out, _ in effects for d in out.decisions], dry_run=dry
+                    connection,
+                    [
+                        (pool_name, with_trace_id(d, self.contexts))
+                        for pool_name, out, _ in effects
+                        for d in out.decisions
+                    ],
+                    dry_run=dry,
                 )
                 for _, out, ctx in effects:
                     if not dry:
@@ -382,9 +392,7 @@ class Decider:
         """Sign a command, wrap it, and carry the trace of its task (a span of that trace)."""
         task_id = _task_of(message)
         parent = self.contexts.get(task_id, ctx) if task_id else ctx
-        if isinstance(message, BindCommand):
-            message = sign(message, key=self._key(message.node))
-        elif isinstance(message, EvictCommand):
+        if isinstance(message, BindCommand) or isinstance(message, EvictCommand):
             message = sign(message, key=self._key(message.node))
         if isinstance(message, BindCommand | EvictCommand):
             # A span per command (the decision SREs follow); events carry the task's trace as is.
@@ -483,7 +491,10 @@ def _observe(decider: Decider) -> dict[str, Callable[[CallbackOptions], list[Obs
         return out
 
     def evictions(_: CallbackOptions) -> list[Observation]:
-        return [Observation(v, {"reason": r, "pool": p}) for (r, p), v in sorted(decider.evictions_by_reason.items())]
+        return [
+            Observation(v, {"reason": r, "pool": p})
+            for (r, p), v in sorted(decider.evictions_by_reason.items())
+        ]
 
     def owned(_: CallbackOptions) -> list[Observation]:
         return [Observation(len(decider.partitions), {"instance": decider.instance})]
@@ -509,7 +520,9 @@ def build_api(decider: Decider, metrics: Metrics, ready: asyncio.Event) -> web.A
 
     async def readyz(_: web.Request) -> web.Response:
         ok = ready.is_set()
-        return web.json_response({"ready": ok, "partitions": sorted(decider.partitions)}, status=200 if ok else 503)
+        return web.json_response(
+            {"ready": ok, "partitions": sorted(decider.partitions)}, status=200 if ok else 503
+        )
 
     async def pools(_: web.Request) -> web.Response:
         out = {}
@@ -592,7 +605,9 @@ async def run_preemption_service(
     runner: web.AppRunner | None = None
     async with (
         open_pool(settings.database_url, max_size=6) as pool,
-        EnvelopeProducer(bootstrap_servers=settings.bootstrap_servers, client_id=f"gfs-preemption-{instance}") as producer,
+        EnvelopeProducer(
+            bootstrap_servers=settings.bootstrap_servers, client_id=f"gfs-preemption-{instance}"
+        ) as producer,
     ):
         relay = OutboxRelay(pool, producer, poll_interval_s=0.5)
         decider = Decider(pool, settings, clock, instance, secret, on_committed=relay.wake, producer=producer)
@@ -601,7 +616,9 @@ async def run_preemption_service(
             "gfs_preemption_decision_latency_seconds", unit="s",
             description="From reading an inbox batch to its decisions, journal and commands committed",
         )  # fmt: skip
-        decider.decisions_counter = meter.create_counter("gfs_preemption_decisions", description="Decision records by kind")
+        decider.decisions_counter = meter.create_counter(
+            "gfs_preemption_decisions", description="Decision records by kind"
+        )
         for name, callback in _observe(decider).items():
             meter.create_observable_gauge(name, callbacks=[callback])
         router = Router(pool, producer, inbox=inbox.name, pools=settings.pool_allowlist())
@@ -627,15 +644,21 @@ async def run_preemption_service(
             jobs = [
                 asyncio.create_task(_decide(consumer, decider, stop)),
                 asyncio.create_task(
-                    route(router, bootstrap_servers=settings.bootstrap_servers,
-                          group=settings.preemption_router_group, stop=stop,
-                          offset_reset=settings.preemption_router_offset_reset)  # fmt: skip
+                    route(
+                        router,
+                        bootstrap_servers=settings.bootstrap_servers,
+                        group=settings.preemption_router_group,
+                        stop=stop,
+                        offset_reset=settings.preemption_router_offset_reset,
+                    )  # fmt: skip
                 ),
                 asyncio.create_task(_every(settings.preemption_tick_s, stop, decider.tick)),
                 asyncio.create_task(relay.run(stop)),
             ]
             try:
-                done, _ = await asyncio.wait([*jobs, asyncio.create_task(stop.wait())], return_when=asyncio.FIRST_COMPLETED)
+                done, _ = await asyncio.wait(
+                    [*jobs, asyncio.create_task(stop.wait())], return_when=asyncio.FIRST_COMPLETED
+                )
                 for job in done:
                     if job in jobs and job.exception() is not None:
                         raise job.exception()  # type: ignore[misc]

@@ -55,7 +55,9 @@ async def journal(connection: asyncpg.Connection, partition: int) -> list[tuple[
 
 
 async def seen_events(connection: asyncpg.Connection, event_ids: Sequence[uuid.UUID]) -> set[uuid.UUID]:
-    rows = await connection.fetch("SELECT event_id FROM preemption_journal WHERE event_id = ANY($1::uuid[])", event_ids)
+    rows = await connection.fetch(
+        "SELECT event_id FROM preemption_journal WHERE event_id = ANY($1::uuid[])", event_ids
+    )
     return {r["event_id"] for r in rows}
 
 
@@ -80,7 +82,10 @@ async def append_journal(
 ) -> None:
     await connection.executemany(
         "INSERT INTO preemption_journal (partition, pool, kind, at_s, data, event_id) VALUES ($1, $2, $3, $4, $5::jsonb, $6)",
-        [(partition, pool, kind, at, json.dumps(data), event_id) for pool, (kind, data, at), event_id in rows],
+        [
+            (partition, pool, kind, at, json.dumps(data), event_id)
+            for pool, (kind, data, at), event_id in rows
+        ],
     )
 
 
@@ -93,13 +98,22 @@ async def record_decisions(
     await connection.executemany(
         "INSERT INTO preemption_decision (pool, task_id, kind, at, dry_run, detail) VALUES ($1, $2, $3, $4, $5, $6::jsonb)",
         [
-            (pool, d.task_id, d.kind, datetime.fromtimestamp(d.at_s, UTC), dry_run, json.dumps(d.detail, default=str))
+            (
+                pool,
+                d.task_id,
+                d.kind,
+                datetime.fromtimestamp(d.at_s, UTC),
+                dry_run,
+                json.dumps(d.detail, default=str),
+            )
             for pool, d in decisions
         ],
     )
 
 
-async def decisions_of(connection: asyncpg.Connection, task_id: str, limit: int = 200) -> list[dict[str, Any]]:
+async def decisions_of(
+    connection: asyncpg.Connection, task_id: str, limit: int = 200
+) -> list[dict[str, Any]]:
     rows = await connection.fetch(
         """SELECT pool, task_id, kind, at, dry_run, detail FROM preemption_decision
            WHERE task_id = $1 ORDER BY id DESC LIMIT $2""",
@@ -110,7 +124,8 @@ async def decisions_of(connection: asyncpg.Connection, task_id: str, limit: int 
 
 async def recent_decisions(connection: asyncpg.Connection, limit: int = 50) -> list[dict[str, Any]]:
     rows = await connection.fetch(
-        "SELECT pool, task_id, kind, at, dry_run, detail FROM preemption_decision ORDER BY id DESC LIMIT $1", limit
+        "SELECT pool, task_id, kind, at, dry_run, detail FROM preemption_decision ORDER BY id DESC LIMIT $1",
+        limit,
     )
     return [_decision(r) for r in rows]
 
@@ -121,7 +136,9 @@ def _decision(r: asyncpg.Record) -> dict[str, Any]:
 
 
 # ----- the router's routes ------------------------------------------------------------------------
-async def route_task(connection: asyncpg.Connection, task_id: str, pool: str, event_id: uuid.UUID) -> tuple[str, bool]:
+async def route_task(
+    connection: asyncpg.Connection, task_id: str, pool: str, event_id: uuid.UUID
+) -> tuple[str, bool]:
     """Record the task's pool at its first submission; (pool to route to, duplicate?)."""
     row = await connection.fetchrow(
         """

@@ -53,11 +53,17 @@ class Tap:
                     with contextlib.suppress(ValueError):
                         self.items.append((r.topic, decode(r.topic, r.value or b""), list(r.headers or ())))
 
-    def payloads(self, kind: type | tuple[type, ...], where: Callable[[Any], bool] = lambda _: True) -> list[Any]:
+    def payloads(
+        self, kind: type | tuple[type, ...], where: Callable[[Any], bool] = lambda _: True
+    ) -> list[Any]:
         return [e.payload for _, e, _ in self.items if isinstance(e.payload, kind) and where(e.payload)]
 
     async def wait(
-        self, kind: type | tuple[type, ...], where: Callable[[Any], bool] = lambda _: True, *, count: int = 1,
+        self,
+        kind: type | tuple[type, ...],
+        where: Callable[[Any], bool] = lambda _: True,
+        *,
+        count: int = 1,
         timeout: float = 30.0,
     ) -> list[Any]:
         deadline = time.monotonic() + timeout
@@ -67,7 +73,9 @@ class Tap:
                 return found
             await asyncio.sleep(0.05)
         kinds = sorted({type(e.payload).__name__ for _, e, _ in self.items})
-        raise AssertionError(f"timed out waiting for {count} x {kind}: saw {len(self.items)} records ({kinds})")
+        raise AssertionError(
+            f"timed out waiting for {count} x {kind}: saw {len(self.items)} records ({kinds})"
+        )
 
     async def stop(self) -> None:
         if self._task is not None:

@@ -13,7 +13,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.disruptive]
 
 
 @pytest.mark.asyncio(loop_scope="session")
-async def test_the_pipeline_benchmark_runs_for_30_seconds_without_errors(registry_topics: TopicsReport) -> None:
+async def test_the_pipeline_benchmark_runs_for_30_seconds_without_errors(
+    registry_topics: TopicsReport,
+) -> None:
     settings = PlatformSettings()
     inventory = _inventory(settings.gfs_shared_dir / "data" / "gfs-v2026" / "node_info_df.csv")
     summary = await _bench(settings, inventory, rate=50.0, seconds=30.0, fill=0.8, hp_share=0.5, seed=7,

@@ -22,15 +22,22 @@ pytestmark = [pytest.mark.integration, pytest.mark.disruptive]
 async def test_kills_and_outages_lose_nothing_and_duplicate_nothing(
     registry_topics: TopicsReport, database_url: str, tmp_path: Path
 ) -> None:
-    status = subprocess.run(["bash", str(REPO_ROOT / "infra" / "stack.sh"), "status"], capture_output=True, text=True)
+    status = subprocess.run(
+        ["bash", str(REPO_ROOT / "infra" / "stack.sh"), "status"], capture_output=True, text=True
+    )
     if status.returncode != 0 or "kafka:    up" not in status.stdout:
-        pytest.fail("the fault harness stops and starts the script-managed stack: run `make up` first\n" + status.stdout)
+        pytest.fail(
+            "the fault harness stops and starts the script-managed stack: run `make up` first\n"
+            + status.stdout
+        )
     plan = FaultPlan(kills_per_service=2, outage_s=10.0, load_s=90.0, settle_s=40.0, seed=3)
     report = await run_faults(plan, workdir=tmp_path)
     summary = report.as_dict()
     print(summary)
     assert report.ok, summary
-    assert all(n == 2 for name, n in report.kills.items() if name in ("forecast", "quota", "preemption")), summary
+    assert all(n == 2 for name, n in report.kills.items() if name in ("forecast", "quota", "preemption")), (
+        summary
+    )
     assert len(report.outages) == 2, summary
     # The checks were not vacuous: tasks ran, finished and were evicted.
     assert report.accepted > 20 and report.finished > 0 and report.evictions > 0, summary

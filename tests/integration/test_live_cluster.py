@@ -99,8 +99,14 @@ class Live:
         }  # fmt: skip
 
     def preemption(self, name: str, port: int, pools: list[str], **env: str) -> ServiceProcess:
-        extra = {"PREEMPTION_API_PORT": str(port), "PREEMPTION_INSTANCE": name, "PREEMPTION_POOLS": ",".join(pools)}
-        proc = ServiceProcess(["serve", "preemption"], self.base | extra | env, self.tmp / f"{name}.log").start()
+        extra = {
+            "PREEMPTION_API_PORT": str(port),
+            "PREEMPTION_INSTANCE": name,
+            "PREEMPTION_POOLS": ",".join(pools),
+        }
+        proc = ServiceProcess(
+            ["serve", "preemption"], self.base | extra | env, self.tmp / f"{name}.log"
+        ).start()
         self.procs.append(proc)
         return proc
 
@@ -130,7 +136,11 @@ class Live:
 
 @pytest_asyncio.fixture(loop_scope="session")
 async def live(
-    database_url: str, kafka_bootstrap: str, registry_topics: TopicsReport, scratch_schema: str, tmp_path: Path
+    database_url: str,
+    kafka_bootstrap: str,
+    registry_topics: TopicsReport,
+    scratch_schema: str,
+    tmp_path: Path,
 ) -> AsyncIterator[Live]:
     dsn = await _migrated(database_url, scratch_schema)
     tap = await Tap(kafka_bootstrap, TAPPED).start()
@@ -153,7 +163,9 @@ def _pools_ready(port: int, want: dict[str, int]) -> Callable[[], Any]:
         if not body:
             return False
         pools = body["pools"]
-        return all(p in pools and pools[p]["nodes"] == n and pools[p]["quota_version"] for p, n in want.items())
+        return all(
+            p in pools and pools[p]["nodes"] == n and pools[p]["quota_version"] for p, n in want.items()
+        )
 
     return check
 
@@ -175,7 +187,9 @@ async def test_agents_run_preempt_finish_and_survive_a_silent_node(live: Live, k
                                         task_class=cls, command=_fake(*args))  # fmt: skip
 
             async def started(tid: str, count: int = 1) -> list[TaskStarted]:
-                found: list[TaskStarted] = await live.tap.wait(TaskStarted, lambda e: e.task_id == tid, count=count, timeout=40)
+                found: list[TaskStarted] = await live.tap.wait(
+                    TaskStarted, lambda e: e.task_id == tid, count=count, timeout=40
+                )
                 return found
 
             # Three spot tasks, one per node, oldest first: A (exits by itself), B, C (ignores SIGTERM).
@@ -213,13 +227,18 @@ async def test_agents_run_preempt_finish_and_survive_a_silent_node(live: Live, k
             assert "checkpointed" in live.worker_log(node_of["B"], "B")
             (bind_h2,) = await live.tap.wait(BindCommand, lambda e: e.task_id == "H2")
             assert bind_h2.node == node_of["B"] and bind_h2.placements[0].gpu_indices == (0, 1)
-            evicted = {e.task_id: e for e in await live.tap.wait(TaskEvicted, lambda e: e.task_id in ("B", "C"), count=2)}
+            evicted = {
+                e.task_id: e
+                for e in await live.tap.wait(TaskEvicted, lambda e: e.task_id in ("B", "C"), count=2)
+            }
             assert evicted["B"].requeued and evicted["C"].requeued
 
             # A exits by itself: its node's GPUs go to B or C (requeued, B first: it waited longer).
             (done,) = await live.tap.wait(TaskFinished, lambda e: e.task_id == "A", timeout=40)
             assert done.exit_code == 0
-            (rebind,) = await live.tap.wait(BindCommand, lambda e: e.task_id in ("B", "C") and e.node == node_of["A"])
+            (rebind,) = await live.tap.wait(
+                BindCommand, lambda e: e.task_id in ("B", "C") and e.node == node_of["A"]
+            )
             assert rebind.task_id == "B"
 
             # The agent running H1 is killed with -9: silent, its node goes down, H1 is requeued
@@ -236,7 +255,9 @@ async def test_agents_run_preempt_finish_and_survive_a_silent_node(live: Live, k
 
             # The restarted agent re-adopts the worker and stops it as told; its node comes back.
             agents[h1_node] = live.agent(h1_node, pool)
-            (ack_lost,) = await live.tap.wait(EvictAck, lambda e: e.command_id == stop_h1.command_id, timeout=40)
+            (ack_lost,) = await live.tap.wait(
+                EvictAck, lambda e: e.command_id == stop_h1.command_id, timeout=40
+            )
             assert ack_lost.outcome in (EvictOutcome.CHECKPOINTED, EvictOutcome.KILLED)
             await _until(lambda: not _alive(h1_pid), 10, "the orphaned H1 worker to stop")
             await _until(lambda: _pool_has(port, pool, lambda p: not p["down"]), 20, "the node back up")
@@ -271,7 +292,9 @@ async def test_agents_run_preempt_finish_and_survive_a_silent_node(live: Live, k
         raw = json.loads(subprocess.run(
             [sys.executable, "-m", "services", "explain", "C", "--api", f"http://127.0.0.1:{port}", "--json"],
             cwd=REPO, env=live.base, capture_output=True, text=True, timeout=60).stdout)  # fmt: skip
-        plan = next(d for d in raw["decisions"] if d["kind"] == "evicted")["detail"]["explanation"]["last_eviction"]["plan"]
+        plan = next(d for d in raw["decisions"] if d["kind"] == "evicted")["detail"]["explanation"][
+            "last_eviction"
+        ]["plan"]
         costs = [plan["winner"]["cost"]] + [a["cost"] for a in plan["alternatives"]]
         assert costs == sorted(costs) and len(costs) >= 2
     except BaseException:
@@ -331,8 +354,15 @@ async def test_two_instances_split_pools_and_fail_over_without_lost_or_duplicate
     acking = asyncio.create_task(_ack_like_agents(live))
     try:
         for p in pools:
-            samples = tuple(GpuSample(index=g, utilisation_pct=0, memory_used_mib=0, memory_total_mib=1) for g in range(4))
-            await live.producer.send("gfs.nodes.telemetry", wrap(NodeTelemetry(node=nodes[p], gpu_model=p, sampled_at=_now(), gpus=samples), producer="e2e"))
+            samples = tuple(
+                GpuSample(index=g, utilisation_pct=0, memory_used_mib=0, memory_total_mib=1) for g in range(4)
+            )
+            await live.producer.send(
+                "gfs.nodes.telemetry",
+                wrap(
+                    NodeTelemetry(node=nodes[p], gpu_model=p, sampled_at=_now(), gpus=samples), producer="e2e"
+                ),
+            )
             await live.quota(p, 4.0, 4)
         await _until(_pools_ready(port1, {p: 1 for p in pools}), 60, "both pools on the first instance")
         submitted: list[str] = []
@@ -377,18 +407,29 @@ async def test_two_instances_split_pools_and_fail_over_without_lost_or_duplicate
         await asyncio.sleep(1.0)
         after = (await _get(port1, "/pools"))["pools"] | (await _get(port2, "/pools"))["pools"]
         keys = ("hp_running", "spot_running", "hp_queued", "spot_queued", "quota_gpus", "capacity_gpus")
-        assert {p: {k: after[p][k] for k in keys} for p in pools} == {p: {k: before[p][k] for k in keys} for p in pools}
+        assert {p: {k: after[p][k] for k in keys} for p in pools} == {
+            p: {k: before[p][k] for k in keys} for p in pools
+        }
 
         # No lost and no duplicated decision: every task accepted once (one event id, however
         # often the relay published it), bound once per start, one start record per bind.
         accepted = Counter(e.payload.task_id for e in {env.event_id: env for _, env, _ in live.tap.items
                                                        if isinstance(env.payload, TaskAccepted)}.values())  # fmt: skip
         assert {t: accepted[t] for t in submitted} == dict.fromkeys(submitted, 1)
-        binds = Counter(b.task_id for b in {b.command_id: b for b in live.tap.payloads(BindCommand, lambda b: b.task_id in submitted)}.values())
+        binds = Counter(
+            b.task_id
+            for b in {
+                b.command_id: b for b in live.tap.payloads(BindCommand, lambda b: b.task_id in submitted)
+            }.values()
+        )
         connection = await asyncpg.connect(live.base["DATABASE_URL"])
         try:
-            rows = await connection.fetch("SELECT task_id, count(*) AS n FROM preemption_decision WHERE kind = 'started' GROUP BY task_id")
-            duplicates = await connection.fetchval("SELECT count(*) - count(DISTINCT event_id) FROM preemption_journal WHERE event_id IS NOT NULL")
+            rows = await connection.fetch(
+                "SELECT task_id, count(*) AS n FROM preemption_decision WHERE kind = 'started' GROUP BY task_id"
+            )
+            duplicates = await connection.fetchval(
+                "SELECT count(*) - count(DISTINCT event_id) FROM preemption_journal WHERE event_id IS NOT NULL"
+            )
         finally:
             await connection.close()
         starts = {r["task_id"]: int(r["n"]) for r in rows if r["task_id"] in submitted}
@@ -417,7 +458,10 @@ async def _ack_like_agents(live: Live) -> None:
     while True:
         for _, env, _ in list(live.tap.items):
             payload = env.payload
-            if not payload.__class__.__name__.endswith("Command") or getattr(payload, "command_id", None) in done:
+            if (
+                not payload.__class__.__name__.endswith("Command")
+                or getattr(payload, "command_id", None) in done
+            ):
                 continue
             if not payload.node.startswith("f"):
                 continue

@@ -65,8 +65,16 @@ class Cluster:
         return f"{self.pool.lower()}-n{i}"
 
     async def telemetry(self, node: str, gpus: int) -> None:
-        samples = tuple(GpuSample(index=i, utilisation_pct=0, memory_used_mib=0, memory_total_mib=80_000) for i in range(gpus))
-        await self.producer.send("gfs.nodes.telemetry", wrap(NodeTelemetry(node=node, gpu_model=self.pool, sampled_at=_now(), gpus=samples), producer="it"))
+        samples = tuple(
+            GpuSample(index=i, utilisation_pct=0, memory_used_mib=0, memory_total_mib=80_000)
+            for i in range(gpus)
+        )
+        await self.producer.send(
+            "gfs.nodes.telemetry",
+            wrap(
+                NodeTelemetry(node=node, gpu_model=self.pool, sampled_at=_now(), gpus=samples), producer="it"
+            ),
+        )
 
     async def quota(self, gpus: float) -> None:
         q = SpotQuota(pool=self.pool, quotas=tuple(GuaranteeQuota(guarantee_hours=h, quota_gpus=gpus) for h in (1, 2, 4)),
@@ -166,7 +174,9 @@ def _key(node: str) -> bytes:
 
 
 @pytest.mark.asyncio(loop_scope="session")
-async def test_hp_evicts_then_binds_after_the_ack_signed_and_explained(world: tuple[Cluster, str], kafka_bootstrap: str) -> None:
+async def test_hp_evicts_then_binds_after_the_ack_signed_and_explained(
+    world: tuple[Cluster, str], kafka_bootstrap: str
+) -> None:
     c, dsn = world
     port = _free_port()
     settings = _settings(dsn, kafka_bootstrap, c.pool, preemption_api_port=port)
@@ -187,12 +197,22 @@ async def test_hp_evicts_then_binds_after_the_ack_signed_and_explained(world: tu
         await c.started(bind_b)
         await c.submit("H", TaskClass.HP)
         (evict,) = await c.tap.wait(EvictCommand, lambda e: e.preemptor_task_id == "H")
-        assert evict.task_ids == ("B",) and evict.node == bind_b.node and evict.reason is EvictionReason.PREEMPTED_BY_HP
+        assert (
+            evict.task_ids == ("B",)
+            and evict.node == bind_b.node
+            and evict.reason is EvictionReason.PREEMPTED_BY_HP
+        )
         assert check_signature(evict, key=_key(evict.node)) is SignatureCheck.VALID
         assert check_signature(evict, key=_key(bind_a.node)) is SignatureCheck.MISMATCH  # another node's key
         await asyncio.sleep(0.5)
         assert not c.tap.payloads(BindCommand, lambda b: b.task_id == "H")  # held until the ack
-        ack = EvictAck(command_id=evict.command_id, node=evict.node, task_ids=("B",), outcome=EvictOutcome.CHECKPOINTED, acked_at=_now())
+        ack = EvictAck(
+            command_id=evict.command_id,
+            node=evict.node,
+            task_ids=("B",),
+            outcome=EvictOutcome.CHECKPOINTED,
+            acked_at=_now(),
+        )
         await c.producer.send("gfs.commands.evict-ack", wrap(ack, producer="it"))
         (bind_h,) = await c.bind_of("H")
         assert bind_h.node == bind_b.node and bind_h.placements[0].gpu_indices == (0, 1)
@@ -203,19 +223,36 @@ async def test_hp_evicts_then_binds_after_the_ack_signed_and_explained(world: tu
         # Rejections with a reason; a duplicate id.
         await c.submit("too-big", TaskClass.HP, gpus=4)
         await c.submit("A", TaskClass.HP, gpus=1)
-        rejected = {r.task_id: r.reason for r in await c.tap.wait(TaskRejected, lambda r: r.task_id in ("too-big", "A"), count=2)}
-        assert rejected == {"too-big": RejectionReason.REQUEST_LARGER_THAN_ANY_NODE, "A": RejectionReason.DUPLICATE_TASK_ID}
+        rejected = {
+            r.task_id: r.reason
+            for r in await c.tap.wait(TaskRejected, lambda r: r.task_id in ("too-big", "A"), count=2)
+        }
+        assert rejected == {
+            "too-big": RejectionReason.REQUEST_LARGER_THAN_ANY_NODE,
+            "A": RejectionReason.DUPLICATE_TASK_ID,
+        }
 
         # A finishes on its own: its GPUs go to B, which was requeued.
-        done = WorkerExited(command_id=bind_a.command_id, node=bind_a.node, task_id="A", worker_index=0, exit_code=0, exited_at=_now())
+        done = WorkerExited(
+            command_id=bind_a.command_id,
+            node=bind_a.node,
+            task_id="A",
+            worker_index=0,
+            exit_code=0,
+            exited_at=_now(),
+        )
         await c.producer.send("gfs.commands.worker-ack", wrap(done, producer="it"))
         await c.tap.wait(TaskFinished, lambda e: e.task_id == "A")
         (_, rebind_b) = await c.bind_of("B", count=2)
         assert rebind_b.node == bind_a.node
 
         # Cancel the running B: an EvictCommand with reason CANCELLED.
-        await c.producer.send("gfs.tasks.submit", wrap(TaskCancelled(task_id="B", tenant="org-it"), producer="it"))
-        (cancel,) = await c.tap.wait(EvictCommand, lambda e: e.task_ids == ("B",) and e.reason is EvictionReason.CANCELLED)
+        await c.producer.send(
+            "gfs.tasks.submit", wrap(TaskCancelled(task_id="B", tenant="org-it"), producer="it")
+        )
+        (cancel,) = await c.tap.wait(
+            EvictCommand, lambda e: e.task_ids == ("B",) and e.reason is EvictionReason.CANCELLED
+        )
         assert cancel.node == bind_a.node
 
         # Pool status for the quota service.
@@ -226,7 +263,9 @@ async def test_hp_evicts_then_binds_after_the_ack_signed_and_explained(world: tu
         async with aiohttp.ClientSession() as http:
             async with http.get(f"http://127.0.0.1:{port}/explain/B") as response:
                 body = await response.json()
-        evictions = [d for d in body["decisions"] if d["kind"] == "evicted" and d["detail"].get("preemptor") == "H"]
+        evictions = [
+            d for d in body["decisions"] if d["kind"] == "evicted" and d["detail"].get("preemptor") == "H"
+        ]
         assert evictions, body
         plan = evictions[0]["detail"]["explanation"]["last_eviction"]["plan"]
         assert plan["winner"]["victims"] == ["B"] and plan["alternatives"][0]["victims"] == ["A"]
@@ -237,8 +276,13 @@ async def test_hp_evicts_then_binds_after_the_ack_signed_and_explained(world: tu
             metrics = await response.text()
         assert "gfs_preemption_decision_latency_seconds_bucket" in metrics
         assert 'gfs_preemption_decisions_total{kind="evicted"' in metrics
-        assert _sample(metrics, "gfs_preemption_tasks", {"class": "hp", "pool": c.pool, "state": "running"}) == 1.0
-        assert _sample(metrics, "gfs_preemption_evictions", {"pool": c.pool, "reason": "PREEMPTED_BY_HP"}) == 1.0
+        assert (
+            _sample(metrics, "gfs_preemption_tasks", {"class": "hp", "pool": c.pool, "state": "running"})
+            == 1.0
+        )
+        assert (
+            _sample(metrics, "gfs_preemption_evictions", {"pool": c.pool, "reason": "PREEMPTED_BY_HP"}) == 1.0
+        )
         before = {name: sorted(ctl.runtime.state.running) for name, ctl in decider.owned_pools().items()}
         queued = {name: ctl.runtime.queued_ids() for name, ctl in decider.owned_pools().items()}
         counter = {name: ctl.counter for name, ctl in decider.owned_pools().items()}
@@ -248,20 +292,29 @@ async def test_hp_evicts_then_binds_after_the_ack_signed_and_explained(world: tu
     c.tap.items.clear()
     async with _service(settings) as (again, _):
         await asyncio.sleep(1.5)
-        assert {name: sorted(ctl.runtime.state.running) for name, ctl in again.owned_pools().items()} == before
+        assert {
+            name: sorted(ctl.runtime.state.running) for name, ctl in again.owned_pools().items()
+        } == before
         assert {name: ctl.runtime.queued_ids() for name, ctl in again.owned_pools().items()} == queued
         assert {name: ctl.counter for name, ctl in again.owned_pools().items()} == counter
         assert not c.tap.payloads((BindCommand, EvictCommand))
     connection = await asyncpg.connect(dsn)
     try:
-        kinds = [r["kind"] for r in await connection.fetch("SELECT kind FROM preemption_decision WHERE task_id = 'H' ORDER BY id")]
+        kinds = [
+            r["kind"]
+            for r in await connection.fetch(
+                "SELECT kind FROM preemption_decision WHERE task_id = 'H' ORDER BY id"
+            )
+        ]
     finally:
         await connection.close()
     assert kinds[:3] == ["accepted", "started", "bind_held"] and "bound" in kinds
 
 
 @pytest.mark.asyncio(loop_scope="session")
-async def test_dry_run_decides_and_records_but_publishes_nothing(world: tuple[Cluster, str], kafka_bootstrap: str) -> None:
+async def test_dry_run_decides_and_records_but_publishes_nothing(
+    world: tuple[Cluster, str], kafka_bootstrap: str
+) -> None:
     c, dsn = world
     settings = _settings(dsn, kafka_bootstrap, c.pool, preemption_dry_run=True)
     async with _service(settings) as (decider, _):
@@ -274,7 +327,9 @@ async def test_dry_run_decides_and_records_but_publishes_nothing(world: tuple[Cl
     assert not c.tap.payloads((BindCommand, TaskAccepted), lambda p: p.task_id == "D")
     connection = await asyncpg.connect(dsn)
     try:
-        rows = await connection.fetch("SELECT kind, dry_run FROM preemption_decision WHERE task_id = 'D' ORDER BY id")
+        rows = await connection.fetch(
+            "SELECT kind, dry_run FROM preemption_decision WHERE task_id = 'D' ORDER BY id"
+        )
     finally:
         await connection.close()
     assert [(r["kind"], r["dry_run"]) for r in rows] == [("accepted", True), ("started", True)]

@@ -11,7 +11,9 @@ from services.core.reasons import Rejection
 from services.core.runtime import PoolRuntime, RuntimeSettings, Started, Stopped
 
 
-def _decisions(rt: PoolRuntime, t: float) -> list[tuple[str, str, tuple[str, ...], tuple[tuple[int, ...], ...]]]:
+def _decisions(
+    rt: PoolRuntime, t: float
+) -> list[tuple[str, str, tuple[str, ...], tuple[tuple[int, ...], ...]]]:
     out = []
     for o in rt.schedule(t).outcomes:
         if isinstance(o, Started):

@@ -35,13 +35,28 @@ def _at(s: float) -> datetime:
 
 
 def _task(tid: str, cls: TaskClass, gpus: float = 2, workers: int = 1, **kw: object) -> TaskSubmitted:
-    return TaskSubmitted(task_id=tid, tenant="org-a", gpu_model="A100", gpus_per_worker=gpus, workers=workers,
-                         task_class=cls, command=("gfs", "fake-task"), **kw)  # type: ignore[arg-type]
+    return TaskSubmitted(
+        task_id=tid,
+        tenant="org-a",
+        gpu_model="A100",
+        gpus_per_worker=gpus,
+        workers=workers,
+        task_class=cls,
+        command=("gfs", "fake-task"),
+        **kw,
+    )  # type: ignore[arg-type]
 
 
 def _quota(gpus: float, until: float = 3600.0) -> SpotQuota:
-    return SpotQuota(pool="A100", quotas=tuple(GuaranteeQuota(guarantee_hours=h, quota_gpus=gpus) for h in (1, 2, 4)),
-                     eta=1.0, capacity_gpus=4, valid_from=_at(0), valid_until=_at(until), forecast_version="m:1")
+    return SpotQuota(
+        pool="A100",
+        quotas=tuple(GuaranteeQuota(guarantee_hours=h, quota_gpus=gpus) for h in (1, 2, 4)),
+        eta=1.0,
+        capacity_gpus=4,
+        valid_from=_at(0),
+        valid_until=_at(until),
+        forecast_version="m:1",
+    )
 
 
 class World:
@@ -68,8 +83,14 @@ class World:
     def started(self, bind: BindCommand, t: float) -> Effects:
         out = Effects()
         for p in bind.placements:
-            ack = WorkerStarted(command_id=bind.command_id, node=bind.node, task_id=bind.task_id,
-                                worker_index=p.worker_index, pid=100 + p.worker_index, started_at=_at(t))
+            ack = WorkerStarted(
+                command_id=bind.command_id,
+                node=bind.node,
+                task_id=bind.task_id,
+                worker_index=p.worker_index,
+                pid=100 + p.worker_index,
+                started_at=_at(t),
+            )
             out.extend(self.event(ack, t))
         return out
 
@@ -88,7 +109,9 @@ def _spot_world() -> tuple[World, BindCommand, BindCommand]:
     a = w.event(_task("A", TaskClass.SPOT), 0)
     assert isinstance(a.events[0], TaskAccepted)
     bind_a = _one(a.commands, BindCommand)
-    assert isinstance(bind_a, BindCommand) and bind_a.node == "n0" and bind_a.placements[0].gpu_indices == (0, 1)
+    assert (
+        isinstance(bind_a, BindCommand) and bind_a.node == "n0" and bind_a.placements[0].gpu_indices == (0, 1)
+    )
     started = w.started(bind_a, 1)
     assert isinstance(_one(started.events, TaskStarted), TaskStarted)
     b = w.event(_task("B", TaskClass.SPOT), 1000)
@@ -114,11 +137,18 @@ def test_an_hp_task_evicts_the_cheaper_victim_and_is_bound_only_after_the_ack() 
     assert held.detail["explanation"]["last_eviction"]["plan"]["winner"]["node"] == "n1"
     assert held.detail["explanation"]["last_eviction"]["plan"]["alternatives"][0]["victims"] == ["A"]
 
-    ack = EvictAck(command_id=evict.command_id, node="n1", task_ids=("B",), outcome=EvictOutcome.CHECKPOINTED,
-                   acked_at=_at(2005))
+    ack = EvictAck(
+        command_id=evict.command_id,
+        node="n1",
+        task_ids=("B",),
+        outcome=EvictOutcome.CHECKPOINTED,
+        acked_at=_at(2005),
+    )
     after = w.event(ack, 2005)
     bind_h = _one(after.commands, BindCommand)
-    assert isinstance(bind_h, BindCommand) and bind_h.node == "n1" and bind_h.placements[0].gpu_indices == (0, 1)
+    assert (
+        isinstance(bind_h, BindCommand) and bind_h.node == "n1" and bind_h.placements[0].gpu_indices == (0, 1)
+    )
     assert bind_h.issued_at == _at(2005)
     evicted = _one(after.events, TaskEvicted)
     assert isinstance(evicted, TaskEvicted) and evicted.task_id == "B" and evicted.requeued
@@ -140,8 +170,9 @@ def test_held_binds_go_out_when_the_grace_period_and_margin_pass() -> None:
 def test_a_task_finishes_when_every_worker_exited_and_frees_its_gpus() -> None:
     w, bind_a, _ = _spot_world()
     w.event(_task("C", TaskClass.SPOT), 1500)  # queued: no GPU left
-    exit_a = WorkerExited(command_id=bind_a.command_id, node="n0", task_id="A", worker_index=0, exit_code=3,
-                          exited_at=_at(1600))
+    exit_a = WorkerExited(
+        command_id=bind_a.command_id, node="n0", task_id="A", worker_index=0, exit_code=3, exited_at=_at(1600)
+    )
     out = w.event(exit_a, 1600)
     finished = _one(out.events, TaskFinished)
     assert isinstance(finished, TaskFinished) and finished.exit_code == 3
@@ -176,8 +207,13 @@ def test_cancel_withdraws_a_queued_task_and_stops_a_running_one_without_requeue(
     out = w.event(TaskCancelled(task_id="A", tenant="org-a"), 1300)
     evict = _one(out.commands, EvictCommand)
     assert isinstance(evict, EvictCommand) and evict.reason is EvictionReason.CANCELLED and evict.node == "n0"
-    ack = EvictAck(command_id=evict.command_id, node="n0", task_ids=("A",), outcome=EvictOutcome.KILLED,
-                   acked_at=_at(1310))
+    ack = EvictAck(
+        command_id=evict.command_id,
+        node="n0",
+        task_ids=("A",),
+        outcome=EvictOutcome.KILLED,
+        acked_at=_at(1310),
+    )
     gone = _one(w.event(ack, 1310).events, TaskEvicted)
     assert isinstance(gone, TaskEvicted) and not gone.requeued
     assert "A" not in w.c.tasks
@@ -187,7 +223,11 @@ def test_a_lost_node_requeues_its_task_and_tells_the_node_to_stop_it() -> None:
     w, _, bind_b = _spot_world()
     out = w.feed(("node_down", {"node": "n1"}, T0 + 1500))
     evict = _one(out.commands, EvictCommand)
-    assert isinstance(evict, EvictCommand) and evict.reason is EvictionReason.NODE_LOST and evict.grace_seconds == 0
+    assert (
+        isinstance(evict, EvictCommand)
+        and evict.reason is EvictionReason.NODE_LOST
+        and evict.grace_seconds == 0
+    )
     lost = _one(out.events, TaskEvicted)
     assert isinstance(lost, TaskEvicted) and lost.task_id == "B" and lost.requeued
     # B waits for GPUs: n1 is down and n0 is full.
@@ -238,4 +278,3 @@ def test_a_gang_gets_one_bind_per_node_with_its_workers_device_indices() -> None
 def test_lease_policies_are_refused_by_name() -> None:
     with pytest.raises(ValueError, match="lease"):
         ControllerSettings(policy="chronus")
-
