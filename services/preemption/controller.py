@@ -60,6 +60,7 @@ from schemas.tasks import TaskClass as WireClass
 from schemas.workers import WorkerExited, WorkerStarted
 from services.core import reasons as core_reasons
 from services.core.explain import Explanation
+from services.preemption.explanations import explanation_dict
 from services.core.feasibility import rejection_message
 from services.core.guarantee import GUARANTEE_PERIOD_S
 from services.core.ids import PoolId, TaskId, TenantId
@@ -745,35 +746,3 @@ class PoolController:
             "hp_queued": len(rt.hp.task_ids()),
             "spot_queued": len(rt.spot.task_ids()),
         }
-
-
-def explanation_dict(why: Explanation) -> dict[str, Any]:
-    """An explanation as JSON (decision records, the SRE API, `gfs explain`)."""
-
-    def candidate(c: Any) -> dict[str, Any]:
-        return {"node": c.node, "victims": list(c.victims), "cost": c.cost,
-                "eviction_rate_term": c.eviction_rate_term, "lost_gpu_term": c.lost_gpu_term}  # fmt: skip
-
-    out: dict[str, Any] = {"state": why.state, "message": why.message()}
-    if why.queued is not None:
-        out["queued"] = {"reason": why.queued.reason.name, "message": why.queued.reason.message,
-                         "blocked_by": why.queued.blocked_by, "since_pass": why.queued.since_pass}  # fmt: skip
-    out["preemptions"] = [
-        {
-            "winner": candidate(p.winner),
-            "alternatives": [candidate(a) for a in p.losers],
-            "considered": p.considered,
-        }
-        for p in why.preemptions
-    ]
-    last = why.last_eviction
-    if last is not None:
-        out["last_eviction"] = {
-            "at_s": last.at_s, "node": last.node, "reason": last.reason.name, "preemptor": last.preemptor,
-            "plan": None if last.preemption is None else {
-                "winner": candidate(last.preemption.winner),
-                "alternatives": [candidate(a) for a in last.preemption.losers],
-                "considered": last.preemption.considered,
-            },
-        }  # fmt: skip
-    return out

@@ -38,7 +38,6 @@ from aiohttp import web
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, ConsumerRecord, TopicPartition
 from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
-from opentelemetry.metrics import CallbackOptions, Observation
 from pydantic import BaseModel, SecretStr
 
 from schemas.commands import BindCommand, EvictCommand
@@ -51,15 +50,16 @@ from services.platform.clock import Clock, SystemClock
 from services.platform.kafka.dead_letter import FailedRecord, build_dead_letter
 from services.platform.kafka.producer import EnvelopeProducer
 from services.platform.kafka.topic_admin import ensure_topics
-from services.platform.metrics import Metrics, configure_metrics, metrics_handler
+from services.platform.metrics import configure_metrics
 from services.platform.outbox import OutboxRelay, enqueue, enqueue_many
 from services.platform.postgres import open_pool
 from services.platform.settings import PlatformSettings
 from services.platform.signing import node_key, sign
 from services.platform.tracing import extract_context, inject_headers
 from services.preemption import controls, store
-from services.preemption.controller import ControllerSettings, Effects, PoolController, explanation_dict
-from services.preemption.dashboard import register_dashboard, with_trace_id
+from services.preemption.api import build_api, observe
+from services.preemption.controller import ControllerSettings, Effects, PoolController
+from services.preemption.dashboard import with_trace_id
 from services.preemption.inputs import Entry, apply, entry_for
 from services.preemption.router import DUPLICATE_HEADER, INBOX_TOPIC, SOURCE_HEADER, Router, inbox_spec, route
 
@@ -392,7 +392,9 @@ class Decider:
         """Sign a command, wrap it, and carry the trace of its task (a span of that trace)."""
         task_id = _task_of(message)
         parent = self.contexts.get(task_id, ctx) if task_id else ctx
-        if isinstance(message, BindCommand) or isinstance(message, EvictCommand):
+        if isinstance(message, BindCommand):  # two branches: `sign` keeps the command's own type
+            message = sign(message, key=self._key(message.node))
+        elif isinstance(message, EvictCommand):
             message = sign(message, key=self._key(message.node))
         if isinstance(message, BindCommand | EvictCommand):
             # A span per command (the decision SREs follow); events carry the task's trace as is.
@@ -481,88 +483,6 @@ class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
         self.ready.set()
 
 
-def _observe(decider: Decider) -> dict[str, Callable[[CallbackOptions], list[Observation]]]:
-    def tasks(_: CallbackOptions) -> list[Observation]:
-        out = []
-        for name, controller in decider.owned_pools().items():
-            for key, value in controller.running_and_queued().items():
-                cls, state = key.split("_")
-                out.append(Observation(value, {"pool": name, "class": cls, "state": state}))
-        return out
-
-    def evictions(_: CallbackOptions) -> list[Observation]:
-        return [
-            Observation(v, {"reason": r, "pool": p})
-            for (r, p), v in sorted(decider.evictions_by_reason.items())
-        ]
-
-    def owned(_: CallbackOptions) -> list[Observation]:
-        return [Observation(len(decider.partitions), {"instance": decider.instance})]
-
-    def quota(_: CallbackOptions) -> list[Observation]:
-        return [
-            Observation(q, {"pool": name, "guarantee_hours": str(h)})
-            for name, c in decider.owned_pools().items()
-            for h, q in c.runtime.quota.items()
-        ]
-
-    return {
-        "gfs_preemption_tasks": tasks,
-        "gfs_preemption_evictions": evictions,
-        "gfs_preemption_partitions_owned": owned,
-        "gfs_preemption_quota_gpus": quota,
-    }
-
-
-def build_api(decider: Decider, metrics: Metrics, ready: asyncio.Event) -> web.Application:
-    async def healthz(_: web.Request) -> web.Response:
-        return web.json_response({"status": "alive", "instance": decider.instance})
-
-    async def readyz(_: web.Request) -> web.Response:
-        ok = ready.is_set()
-        return web.json_response(
-            {"ready": ok, "partitions": sorted(decider.partitions)}, status=200 if ok else 503
-        )
-
-    async def pools(_: web.Request) -> web.Response:
-        out = {}
-        for name, c in sorted(decider.owned_pools().items()):
-            out[name] = {
-                "nodes": len(c.nodes), "down": sorted(c.down), "capacity_gpus": int(c.runtime.state.online_capacity),
-                "quota_gpus": {str(h): q for h, q in sorted(c.runtime.quota.items())},
-                "quota_version": c.quota_version, "quota_frozen": c.quota_frozen,
-                "pending_binds": sorted(c.pending), **c.running_and_queued(),
-            }  # fmt: skip
-        return web.json_response({"instance": decider.instance, "pools": out})
-
-    async def explain(request: web.Request) -> web.Response:
-        task_id = request.match_info["task_id"]
-        live = None
-        for c in decider.owned_pools().values():
-            if task_id in c.seen:
-                live = explanation_dict(c.explain(task_id))
-        async with decider.pool.acquire() as connection:
-            history = await store.decisions_of(connection, task_id)
-        return web.json_response({"task_id": task_id, "live": live, "decisions": history})
-
-    async def decisions(request: web.Request) -> web.Response:
-        limit = min(500, int(request.query.get("limit", "50")))
-        async with decider.pool.acquire() as connection:
-            rows = await store.recent_decisions(connection, limit)
-        return web.json_response(rows)
-
-    app = web.Application()
-    app.router.add_get("/healthz", healthz)
-    app.router.add_get("/readyz", readyz)
-    app.router.add_get("/pools", pools)
-    app.router.add_get("/explain/{task_id}", explain)
-    app.router.add_get("/decisions", decisions)
-    app.router.add_get("/metrics", metrics_handler(metrics))
-    controls.register(app, decider)
-    register_dashboard(app, decider)  # /dashboard (dashboard.py)
-    return app
-
-
 async def _decide(consumer: AIOKafkaConsumer, decider: Decider, stop: asyncio.Event) -> None:
     while not stop.is_set():
         batch = await consumer.getmany(timeout_ms=200, max_records=500)
@@ -619,7 +539,7 @@ async def run_preemption_service(
         decider.decisions_counter = meter.create_counter(
             "gfs_preemption_decisions", description="Decision records by kind"
         )
-        for name, callback in _observe(decider).items():
+        for name, callback in observe(decider).items():
             meter.create_observable_gauge(name, callbacks=[callback])
         router = Router(pool, producer, inbox=inbox.name, pools=settings.pool_allowlist())
         try:

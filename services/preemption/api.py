@@ -1,0 +1,101 @@
+"""The preemption service's SRE API (aiohttp) and its metric callbacks: reads of the decider's
+live state and of the decision records; the controls and the dashboard register their routes here."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+from opentelemetry.metrics import CallbackOptions, Observation
+
+from services.platform.metrics import Metrics, metrics_handler
+from services.preemption import controls, store
+from services.preemption.dashboard import register_dashboard
+from services.preemption.explanations import explanation_dict
+
+if TYPE_CHECKING:
+    from services.preemption.service import Decider
+
+
+def observe(decider: Decider) -> dict[str, Callable[[CallbackOptions], list[Observation]]]:
+    def tasks(_: CallbackOptions) -> list[Observation]:
+        out = []
+        for name, controller in decider.owned_pools().items():
+            for key, value in controller.running_and_queued().items():
+                cls, state = key.split("_")
+                out.append(Observation(value, {"pool": name, "class": cls, "state": state}))
+        return out
+
+    def evictions(_: CallbackOptions) -> list[Observation]:
+        return [
+            Observation(v, {"reason": r, "pool": p})
+            for (r, p), v in sorted(decider.evictions_by_reason.items())
+        ]
+
+    def owned(_: CallbackOptions) -> list[Observation]:
+        return [Observation(len(decider.partitions), {"instance": decider.instance})]
+
+    def quota(_: CallbackOptions) -> list[Observation]:
+        return [
+            Observation(q, {"pool": name, "guarantee_hours": str(h)})
+            for name, c in decider.owned_pools().items()
+            for h, q in c.runtime.quota.items()
+        ]
+
+    return {
+        "gfs_preemption_tasks": tasks,
+        "gfs_preemption_evictions": evictions,
+        "gfs_preemption_partitions_owned": owned,
+        "gfs_preemption_quota_gpus": quota,
+    }
+
+
+def build_api(decider: Decider, metrics: Metrics, ready: asyncio.Event) -> web.Application:
+    async def healthz(_: web.Request) -> web.Response:
+        return web.json_response({"status": "alive", "instance": decider.instance})
+
+    async def readyz(_: web.Request) -> web.Response:
+        ok = ready.is_set()
+        return web.json_response(
+            {"ready": ok, "partitions": sorted(decider.partitions)}, status=200 if ok else 503
+        )
+
+    async def pools(_: web.Request) -> web.Response:
+        out = {}
+        for name, c in sorted(decider.owned_pools().items()):
+            out[name] = {
+                "nodes": len(c.nodes), "down": sorted(c.down), "capacity_gpus": int(c.runtime.state.online_capacity),
+                "quota_gpus": {str(h): q for h, q in sorted(c.runtime.quota.items())},
+                "quota_version": c.quota_version, "quota_frozen": c.quota_frozen,
+                "pending_binds": sorted(c.pending), **c.running_and_queued(),
+            }  # fmt: skip
+        return web.json_response({"instance": decider.instance, "pools": out})
+
+    async def explain(request: web.Request) -> web.Response:
+        task_id = request.match_info["task_id"]
+        live = None
+        for c in decider.owned_pools().values():
+            if task_id in c.seen:
+                live = explanation_dict(c.explain(task_id))
+        async with decider.pool.acquire() as connection:
+            history = await store.decisions_of(connection, task_id)
+        return web.json_response({"task_id": task_id, "live": live, "decisions": history})
+
+    async def decisions(request: web.Request) -> web.Response:
+        limit = min(500, int(request.query.get("limit", "50")))
+        async with decider.pool.acquire() as connection:
+            rows = await store.recent_decisions(connection, limit)
+        return web.json_response(rows)
+
+    app = web.Application()
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/pools", pools)
+    app.router.add_get("/explain/{task_id}", explain)
+    app.router.add_get("/decisions", decisions)
+    app.router.add_get("/metrics", metrics_handler(metrics))
+    controls.register(app, decider)
+    register_dashboard(app, decider)  # /dashboard (dashboard.py)
+    return app
