@@ -41,6 +41,14 @@ class BindCommand(BaseModel):
     )
     command: str | tuple[str, ...] = Field(min_length=1, description="What each worker runs.")
     checkpoint_interval_s: float | None = Field(default=None, gt=0, description="Passed to the task.")
+    restart_overhead_s: float | None = Field(
+        default=None,
+        ge=0,
+        description=(
+            "Seconds the start costs before work resumes (a restart after eviction, or a start that "
+            "had to wait for evictions; spec 5.4); passed to the task as GFS_RESTART_OVERHEAD_S."
+        ),
+    )
     issued_at: UtcDatetime = Field(description="When the scheduler issued the command.")
     signature: str = Field(default="", description="HMAC-SHA256 hex of the unsigned command; '' if unsigned.")
 

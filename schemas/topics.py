@@ -34,6 +34,7 @@ from schemas.tasks import (
 )
 from schemas.telemetry import NodeTelemetry
 from schemas.workers import WorkerExited, WorkerStarted
+from schemas.clock import ClockAck, ClockTick
 
 __all__ = [
     "DEAD_LETTER_TOPIC",
@@ -193,6 +194,24 @@ TOPICS: tuple[TopicSpec, ...] = (
         retention_ms=7 * _DAY_MS,
         compacted=False,
         description="Node agents' per-worker reports: started (pid), exited (exit code).",
+    ),
+    TopicSpec(
+        name="gfs.control.clock",
+        key_field="clock",
+        payload_types=(ClockTick,),
+        partitions=1,
+        retention_ms=_DAY_MS,
+        compacted=False,
+        description="Controllable clock: ticks a driver publishes for reproducible replays (schemas/clock.py).",
+    ),
+    TopicSpec(
+        name="gfs.control.clock-acks",
+        key_field="clock",
+        payload_types=(ClockAck,),
+        partitions=1,
+        retention_ms=_DAY_MS,
+        compacted=False,
+        description="Components' answers to clock ticks (node agents: which workers exited).",
     ),
     TopicSpec(
         name=DEAD_LETTER_TOPIC,
