@@ -13,7 +13,9 @@ played in phases, each published only after the pipeline settled from the one be
   the quota for that instant from it).
 - PASS: each pool runs one scheduling pass at `at`.
 
-Keyed by the constant "clock" on a one-partition topic, so every reader sees one total order.
+Keyed by the clock's name on a one-partition topic, so every reader sees one total order; a
+service follows the clock named in its settings (default `clock`) and ignores ticks of others, so
+two replays sharing a broker do not move each other's services.
 """
 
 from __future__ import annotations
@@ -40,7 +42,10 @@ class ClockTick(BaseModel):
 
     model_config = _CONTRACT
 
-    clock: str = Field(default=CLOCK_KEY, description="The clock's name (the Kafka key).")
+    clock: str = Field(
+        min_length=1, max_length=200,
+        description="The clock's name (the Kafka key); a reader follows one clock and ignores others.",
+    )
     at: UtcDatetime = Field(description="The instant being played.")
     sequence: int = Field(ge=0, description="Increases by one per tick; a reader ignores one it saw.")
     phase: ClockPhase = Field(description="ADVANCE, STATUS or PASS (module doc).")
@@ -51,7 +56,7 @@ class ClockAck(BaseModel):
 
     model_config = _CONTRACT
 
-    clock: str = Field(default=CLOCK_KEY, description="The clock's name (the Kafka key).")
+    clock: str = Field(min_length=1, max_length=200, description="The clock answered (the Kafka key).")
     component: str = Field(min_length=1, max_length=200, description="Who answers, e.g. node-agent/gpu-3.")
     sequence: int = Field(ge=0, description="The tick answered.")
     at: UtcDatetime = Field(description="The tick's instant.")

@@ -2,8 +2,9 @@
 # The main job (`make demo`; the Makefile has already set up and started the stack: Kafka,
 # Postgres, Jaeger, Prometheus, and exported its env): the live system replaying the bundled
 # sample, watched in the terminal (services/demo/live.py). Ctrl-C stops every process the demo
-# started; the stack stays up until `make down`. GFS_DEMO_SPEED changes the replay speed.
+# started; the stack stays up until `make down`. GFS_DEMO_SPEED changes the replay speed; arguments
+# go on to `gfs demo live` (e.g. --preemption-port 18082).
 set -euo pipefail
 REPO_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$REPO_DIR"
-exec "$REPO_DIR/.venv/bin/gfs" demo live --speed "${GFS_DEMO_SPEED:-120}"
+exec "$REPO_DIR/.venv/bin/gfs" demo live --speed "${GFS_DEMO_SPEED:-120}" "$@"

@@ -23,6 +23,7 @@ _SUBAPPS: tuple[tuple[str, str, str], ...] = (
     ("livebench", "services.livebench.cli", "app"),
     ("faults", "services.faults.cli", "app"),
     ("demo", "services.demo.cli", "app"),
+    ("parity", "services.parity.cli", "app"),
 )
 
 # Single commands mounted at the top level: (command name, module, function attribute).

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -16,14 +17,38 @@ def live(
     speed: Annotated[float, typer.Option(help="trace seconds per wall second")] = 120.0,
     settle_s: Annotated[float, typer.Option(help="keep watching after the replay ended")] = 30.0,
     max_s: Annotated[float, typer.Option(help="stop after this long in any case")] = 600.0,
+    sample: Annotated[
+        Path | None, typer.Option(help="GFS-format trace to replay (default: the bundled demo/sample)")
+    ] = None,
+    preemption_port: Annotated[
+        int, typer.Option(help="the preemption service's SRE API and dashboard")
+    ] = 8082,
+    quota_port: Annotated[int, typer.Option(help="the quota service's SRE API")] = 8081,
+    forecast_port: Annotated[int, typer.Option(help="the forecast service's web port")] = 6066,
+    agent_metrics_port: Annotated[
+        int, typer.Option(help="the first of the 8 agents' metrics ports (Prometheus scrapes 9101-9110)")
+    ] = 9101,
 ) -> None:
     """The whole system (forecast, quota, preemption, 8 agents, 100 virtual nodes) replaying the
     bundled sample through Kafka; Ctrl-C stops everything the demo started."""
     from rich.console import Console
 
-    from services.demo.live import run_demo
+    from services.demo.live import SAMPLE, run_demo
 
-    raise typer.Exit(asyncio.run(run_demo(speed=speed, settle_s=settle_s, max_s=max_s, console=Console())))
+    ports = {"preemption": preemption_port, "quota": quota_port, "forecast": forecast_port}
+    raise typer.Exit(
+        asyncio.run(
+            run_demo(
+                speed=speed,
+                settle_s=settle_s,
+                max_s=max_s,
+                console=Console(),
+                sample=sample or SAMPLE,
+                ports=ports,
+                agent_metrics_port=agent_metrics_port,
+            )
+        )
+    )
 
 
 @app.command("sim")

@@ -8,9 +8,17 @@ queued tasks per class, evictions, the quota against the forecast, and the evict
 its target; a final report follows. Ctrl-C (or the end of the replay) stops every process the
 demo started, the agents' workers included; the stack stays up until `make down`.
 
+Before the view starts the demo prints one line with its run id, the preemption service's SRE
+dashboard (`/dashboard`) and its work folder (`runs/demo-live-<run>/`: logs, `pids.json` with every
+process it started, `report.json`). Every process it starts, and the agents' workers, carry
+`GFS_DEMO_RUN=<run>` in their environment. The ports (`--preemption-port` etc.) and the trace
+(`--sample`) can be changed, so a test can run it beside other services.
+
 Each run has its own id: consumer groups, inbox, node and task names and a Postgres schema, so
 runs never see each other's state. The router of a new run starts at the topics' end
-(`PREEMPTION_ROUTER_OFFSET_RESET=latest`), so older runs' submissions are not replayed into it.
+(`PREEMPTION_ROUTER_OFFSET_RESET=latest`), so older runs' submissions are not replayed into it; the
+quota service's group starts there too (the demo commits the topics' end offsets for it first), so
+it quotes from the first seconds even on a stack whose topics hold a long history.
 """
 
 from __future__ import annotations
@@ -39,6 +47,7 @@ from services.platform.migrations import migrated_schema
 from services.platform.settings import REPO_ROOT, PlatformSettings
 
 DEMO_DIR = REPO_ROOT / "demo"
+SAMPLE = DEMO_DIR / "sample"
 PORTS = {"quota": 8081, "preemption": 8082, "forecast": 6066}
 AGENT_METRICS = 9101  # Prometheus scrapes agents on 9101-9110
 
@@ -53,21 +62,41 @@ class Proc:
 
     def start(self) -> None:
         handle = self.log.open("ab")
-        self.proc = subprocess.Popen([sys.executable, "-m", "services", *self.args], cwd=REPO_ROOT, env=self.env,
-                                     stdout=handle, stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "services", *self.args],
+            cwd=REPO_ROOT,
+            env=self.env,
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         handle.close()
 
-    def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
+    def terminate(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGTERM)
+
+    def wait(self, deadline: float) -> None:
+        """Wait for the process until `deadline` (monotonic), then kill its group."""
+        if self.proc is None:
             return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGTERM)
         try:
-            self.proc.wait(timeout=15)
+            self.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait(timeout=5)
+
+
+def stop_all(procs: list[Proc], timeout_s: float = 15.0) -> None:
+    """SIGTERM every process group at once, then wait; a group still there after `timeout_s` is
+    killed."""
+    for p in procs:
+        p.terminate()
+    deadline = time.monotonic() + timeout_s
+    for p in procs:
+        p.wait(deadline)
 
 
 @dataclass(slots=True)
@@ -88,30 +117,55 @@ async def _json(http: aiohttp.ClientSession, url: str) -> Any:
         return None
 
 
-def _render(view: View, run: str) -> Group:
+def _render(view: View, run: str, ports: dict[str, int]) -> Group:
     table = Table(title=f"GFS live demo {run}: {time.monotonic() - view.started:.0f} s", expand=True)
-    for column in ("pool", "nodes (down)", "GPUs", "HP run/queue", "spot run/queue", "evictions",
-                   "spot quota 1h", "HP forecast p90 1h", "eviction rate / target"):  # fmt: skip
+    for column in (
+        "pool",
+        "nodes (down)",
+        "GPUs",
+        "HP run/queue",
+        "spot run/queue",
+        "evictions",
+        "spot quota 1h",
+        "HP forecast p90 1h",
+        "eviction rate / target",
+    ):
         table.add_column(column, justify="right")
     for name, p in sorted(view.pools.items()):
         q = view.quotas.get(name) or {}
         forecast = (q.get("forecast") or {}).get("p_quantile") or []
         rate = q.get("eviction_rate_recent")
         table.add_row(
-            name, f"{p['nodes']} ({len(p['down'])})", str(p["capacity_gpus"]),
-            f"{p['hp_running']}/{p['hp_queued']}", f"{p['spot_running']}/{p['spot_queued']}",
-            str(view.counts.get((name, "evicted"), 0)), f"{p['quota_gpus'].get('1', 0):.0f}",
+            name,
+            f"{p['nodes']} ({len(p['down'])})",
+            str(p["capacity_gpus"]),
+            f"{p['hp_running']}/{p['hp_queued']}",
+            f"{p['spot_running']}/{p['spot_queued']}",
+            str(view.counts.get((name, "evicted"), 0)),
+            f"{p['quota_gpus'].get('1', 0):.0f}",
             f"{forecast[0]:.1f}" if forecast else "-",
             f"{rate:.3f} / 0.100" if rate is not None else "- / 0.100",
-        )  # fmt: skip
+        )
     first = "waiting" if view.first_decision_s is None else f"{view.first_decision_s:.1f} s after start"
-    footer = (f"first decision: {first}; replay {'done' if view.replay_done else 'running'}; "
-              "Jaeger http://127.0.0.1:16686  Prometheus http://127.0.0.1:9090  "
-              f"SRE API http://127.0.0.1:{PORTS['preemption']}/pools  (Ctrl-C stops the demo)")  # fmt: skip
+    footer = (
+        f"first decision: {first}; replay {'done' if view.replay_done else 'running'}; "
+        "Jaeger http://127.0.0.1:16686  Prometheus http://127.0.0.1:9090  "
+        f"SRE dashboard http://127.0.0.1:{ports['preemption']}/dashboard  (Ctrl-C stops the demo)"
+    )
     return Group(table, footer)
 
 
-async def run_demo(*, speed: float, settle_s: float, max_s: float, console: Console) -> int:
+async def run_demo(
+    *,
+    speed: float,
+    settle_s: float,
+    max_s: float,
+    console: Console,
+    sample: Path = SAMPLE,
+    ports: dict[str, int] | None = None,
+    agent_metrics_port: int = AGENT_METRICS,
+) -> int:
+    ports = PORTS | (ports or {})
     settings = PlatformSettings()
     secret = os.environ.get("GFS_COMMAND_SECRET")
     if not secret:
@@ -124,7 +178,7 @@ async def run_demo(*, speed: float, settle_s: float, max_s: float, console: Cons
     workdir.mkdir(parents=True, exist_ok=True)
     schema = f"demo_{run}"
     dsn = await migrated_schema(settings.database_url, schema)
-    base = os.environ | {"DATABASE_URL": dsn, "PYTHONUNBUFFERED": "1"}
+    base = os.environ | {"DATABASE_URL": dsn, "PYTHONUNBUFFERED": "1", "GFS_DEMO_RUN": run}
     rows = list(csv.DictReader((DEMO_DIR / "cluster.csv").open()))
     agents = [r for r in rows if r["node_name"].startswith("agent-")]
     virtual = workdir / "virtual.csv"
@@ -133,64 +187,123 @@ async def run_demo(*, speed: float, settle_s: float, max_s: float, console: Cons
         writer.writeheader()
         writer.writerows(r for r in rows if not r["node_name"].startswith("agent-"))
     procs = [
-        Proc("forecast", ["serve", "forecast"], base | {"OTEL_SERVICE_NAME": "gfs-forecast",
-             "FORECAST_APP_ID": f"demo-forecast-{run}", "FORECAST_STORE": "memory://", "FORECAST_TICK_S": "20",
-             "FORECAST_DATADIR": str(workdir / "faust"), "FORECAST_WEB_PORT": str(PORTS["forecast"])}, workdir / "forecast.log"),
-        Proc("quota", ["serve", "quota"], base | {"OTEL_SERVICE_NAME": "gfs-quota", "QUOTA_GROUP": f"demo-quota-{run}",
-             "QUOTA_REFRESH_S": "10", "QUOTA_API_PORT": str(PORTS["quota"])}, workdir / "quota.log"),
-        Proc("preemption", ["serve", "preemption"], base | {"OTEL_SERVICE_NAME": "gfs-preemption",
-             "PREEMPTION_GROUP": f"demo-pre-{run}", "PREEMPTION_ROUTER_GROUP": f"demo-router-{run}",
-             "PREEMPTION_INBOX_TOPIC": f"demo-inbox-{run}", "PREEMPTION_ROUTER_OFFSET_RESET": "latest",
-             "PREEMPTION_API_PORT": str(PORTS["preemption"]), "PREEMPTION_STATUS_S": "10", "PREEMPTION_GRACE_S": "5",
-             "PREEMPTION_INSTANCE": f"demo-{run}", "PREEMPTION_POOLS": ",".join(sorted({r["gpu_model"] for r in rows}))},
-             workdir / "preemption.log"),
-    ]  # fmt: skip
+        Proc(
+            "forecast",
+            ["serve", "forecast"],
+            base
+            | {
+                "OTEL_SERVICE_NAME": "gfs-forecast",
+                "FORECAST_APP_ID": f"demo-forecast-{run}",
+                "FORECAST_STORE": "memory://",
+                "FORECAST_TICK_S": "20",
+                "FORECAST_DATADIR": str(workdir / "faust"),
+                "FORECAST_WEB_PORT": str(ports["forecast"]),
+            },
+            workdir / "forecast.log",
+        ),
+        Proc(
+            "quota",
+            ["serve", "quota"],
+            base
+            | {
+                "OTEL_SERVICE_NAME": "gfs-quota",
+                "QUOTA_GROUP": f"demo-quota-{run}",
+                "QUOTA_REFRESH_S": "10",
+                "QUOTA_API_PORT": str(ports["quota"]),
+            },
+            workdir / "quota.log",
+        ),
+        Proc(
+            "preemption",
+            ["serve", "preemption"],
+            base
+            | {
+                "OTEL_SERVICE_NAME": "gfs-preemption",
+                "PREEMPTION_GROUP": f"demo-pre-{run}",
+                "PREEMPTION_ROUTER_GROUP": f"demo-router-{run}",
+                "PREEMPTION_INBOX_TOPIC": f"demo-inbox-{run}",
+                "PREEMPTION_ROUTER_OFFSET_RESET": "latest",
+                "PREEMPTION_API_PORT": str(ports["preemption"]),
+                "PREEMPTION_STATUS_S": "10",
+                "PREEMPTION_GRACE_S": "5",
+                "PREEMPTION_INSTANCE": f"demo-{run}",
+                "PREEMPTION_POOLS": ",".join(sorted({r["gpu_model"] for r in rows})),
+            },
+            workdir / "preemption.log",
+        ),
+    ]
     for i, row in enumerate(agents):
         node = f"{run}-{row['node_name']}"
-        procs.append(Proc(node, ["serve", "node-agent", "--node", node, "--gpu-model", row["gpu_model"], "--gpus",
-                                 row["gpu_capacity_num"], "--fake-gpus", "--telemetry-s", "2", "--state-dir",
-                                 str(workdir / node), "--metrics-port", str(AGENT_METRICS + i)],
-                          base | {"OTEL_SERVICE_NAME": "gfs-node-agent"}, workdir / f"{node}.log"))  # fmt: skip
-    procs.append(Proc("virtual-nodes", ["serve", "virtual-nodes", "--nodes", str(virtual), "--prefix", f"{run}-",
-                                        "--telemetry-s", "5"], base, workdir / "virtual-nodes.log"))  # fmt: skip
+        args = ["serve", "node-agent", "--node", node, "--gpu-model", row["gpu_model"], "--fake-gpus"]
+        args += ["--gpus", row["gpu_capacity_num"], "--telemetry-s", "2", "--state-dir", str(workdir / node)]
+        args += ["--metrics-port", str(agent_metrics_port + i)]
+        env = base | {"OTEL_SERVICE_NAME": "gfs-node-agent"}
+        procs.append(Proc(node, args, env, workdir / f"{node}.log"))
+    procs.append(
+        Proc(
+            "virtual-nodes",
+            ["serve", "virtual-nodes", "--nodes", str(virtual), "--prefix", f"{run}-", "--telemetry-s", "5"],
+            base,
+            workdir / "virtual-nodes.log",
+        )
+    )
     gfs = str(Path(sys.executable).with_name("gfs"))
-    replay = Proc("replay", ["replay", "--trace", str(DEMO_DIR / "sample"), "--speed", str(speed),
-                             "--task-prefix", f"{run}-", "--gfs-program", gfs], base, workdir / "replay.log")  # fmt: skip
+    args = ["replay", "--trace", str(sample), "--speed", str(speed), "--task-prefix", f"{run}-"]
+    replay = Proc("replay", [*args, "--gfs-program", gfs], base, workdir / "replay.log")
     view = View()
+    api = f"http://127.0.0.1:{ports['preemption']}"
+    console.print(
+        f"GFS live demo {run}: dashboard {api}/dashboard  logs, pids and report: {workdir}", soft_wrap=True
+    )
+    pids = workdir / "pids.json"
+
+    def started(p: Proc) -> None:
+        p.start()
+        known = json.loads(pids.read_text()) if pids.exists() else {}
+        known[p.name] = p.proc.pid if p.proc is not None else None
+        pids.write_text(json.dumps(known, indent=1))
+
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stopping.set)
     try:
+        # The quota service's new group would read its topics from their start: on a stack that has
+        # run a while, minutes of other runs' records. Like the router, it starts at their end.
+        from services.quota.service import TOPICS as QUOTA_TOPICS
+
+        await _start_at_end(settings.bootstrap_servers, f"demo-quota-{run}", QUOTA_TOPICS)
         for p in procs[:3]:
-            p.start()
+            started(p)
         async with aiohttp.ClientSession() as http:
-            while (
-                not stopping.is_set()
-                and await _json(http, f"http://127.0.0.1:{PORTS['preemption']}/readyz") is None
-            ):
+            while not stopping.is_set() and await _json(http, f"{api}/readyz") is None:
+                dead = [p for p in procs[:3] if p.proc is not None and p.proc.poll() is not None]
+                if dead:
+                    console.print(f"[red]{dead[0].name} exited at start: see {dead[0].log}", soft_wrap=True)
+                    return 1
                 await asyncio.sleep(0.5)
             await asyncio.sleep(2.0)  # the router's group settles (it starts at the topics' end)
             for p in procs[3:]:
-                p.start()
+                started(p)
             expected = len(rows)
             deadline = time.monotonic() + 120
             while not stopping.is_set() and time.monotonic() < deadline:
-                body = await _json(http, f"http://127.0.0.1:{PORTS['preemption']}/pools")
+                body = await _json(http, f"{api}/pools")
                 if body and sum(p["nodes"] for p in body["pools"].values()) >= expected:
                     break
                 await asyncio.sleep(0.5)
-            replay.start()
+            if not stopping.is_set():
+                started(replay)
             bootstrap = asyncio.create_task(_bootstrap_forecasts(settings, rows, stopping))
             ended_at: float | None = None
             db = await asyncpg.connect(dsn)
             try:
-                with Live(_render(view, run), console=console, refresh_per_second=2) as live:
+                with Live(_render(view, run, ports), console=console, refresh_per_second=2) as live:
                     while not stopping.is_set():
-                        body = await _json(http, f"http://127.0.0.1:{PORTS['preemption']}/pools")
+                        body = await _json(http, f"{api}/pools")
                         view.pools = (body or {}).get("pools", view.pools)
                         view.quotas = (
-                            await _json(http, f"http://127.0.0.1:{PORTS['quota']}/quotas") or view.quotas
+                            await _json(http, f"http://127.0.0.1:{ports['quota']}/quotas") or view.quotas
                         )
                         counts = await db.fetch(
                             "SELECT pool, kind, count(*) AS n FROM preemption_decision GROUP BY pool, kind"
@@ -204,7 +317,7 @@ async def run_demo(*, speed: float, settle_s: float, max_s: float, console: Cons
                             and not view.replay_done
                         ):
                             view.replay_done, ended_at = True, time.monotonic()
-                        live.update(_render(view, run))
+                        live.update(_render(view, run, ports))
                         if ended_at is not None and time.monotonic() - ended_at > settle_s:
                             break
                         if time.monotonic() - view.started > max_s:
@@ -216,15 +329,40 @@ async def run_demo(*, speed: float, settle_s: float, max_s: float, console: Cons
                 bootstrap.cancel()
                 await db.close()
         console.print(report)
-        (workdir / "report.json").write_text(json.dumps({"run": run, "counts": {f"{p}/{k}": n for (p, k), n in view.counts.items()},
-                                                         "first_decision_s": view.first_decision_s}, indent=2))  # fmt: skip
+        (workdir / "report.json").write_text(
+            json.dumps(
+                {
+                    "run": run,
+                    "counts": {f"{p}/{k}": n for (p, k), n in view.counts.items()},
+                    "first_decision_s": view.first_decision_s,
+                },
+                indent=2,
+            )
+        )
         console.print(f"logs and the report: {workdir}")
         return 0
     finally:
-        replay.stop()
-        for p in reversed(procs):
-            p.stop()
-        _kill_workers(workdir)
+        stop_all([replay])
+        stop_all(procs)
+        _kill_workers(workdir, run)
+
+
+async def _start_at_end(bootstrap: list[str] | str, group: str, topics: tuple[str, ...]) -> None:
+    """Commit, for the consumer group `group` (not yet started), the current end of `topics`: it
+    starts there instead of at the earliest offset."""
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    from schemas.topics import topic
+
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
+    await consumer.start()
+    try:
+        partitions = [TopicPartition(t, i) for t in topics for i in range(topic(t).partitions)]
+        consumer.assign(partitions)
+        await consumer.seek_to_end(*partitions)
+        await consumer.commit({tp: await consumer.position(tp) for tp in partitions})
+    finally:
+        await consumer.stop()
 
 
 async def _bootstrap_forecasts(
@@ -250,11 +388,21 @@ async def _bootstrap_forecasts(
             now = datetime.now(UTC)
             for pool, gpus in capacity.items():
                 hp = 0.6 * gpus
-                horizon = tuple(HourlyDemand(hour_ahead=h, mean=hp, std=0.05 * gpus, quantiles={"0.5": hp, "0.9": hp + 0.06 * gpus})
-                                for h in range(1, 5))  # fmt: skip
-                forecast = PoolDemandForecast(pool=pool, origin_time=now.replace(minute=0, second=0, microsecond=0),
-                                              tenants=1, model_name="demo-bootstrap", model_version=str(int(now.timestamp())),
-                                              horizon=horizon, fallback=True)  # fmt: skip
+                horizon = tuple(
+                    HourlyDemand(
+                        hour_ahead=h, mean=hp, std=0.05 * gpus, quantiles={"0.5": hp, "0.9": hp + 0.06 * gpus}
+                    )
+                    for h in range(1, 5)
+                )
+                forecast = PoolDemandForecast(
+                    pool=pool,
+                    origin_time=now.replace(minute=0, second=0, microsecond=0),
+                    tenants=1,
+                    model_name="demo-bootstrap",
+                    model_version=str(int(now.timestamp())),
+                    horizon=horizon,
+                    fallback=True,
+                )
                 await producer.send("gfs.forecasts", wrap(forecast, producer="gfs-demo"))
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=60.0)
@@ -283,8 +431,10 @@ async def _report(db: asyncpg.Connection, view: View, run: str) -> Table:
             ),
         )
     waits = await db.fetch(
-        """SELECT s.pool, percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM s.at - a.at)) AS p50
-           FROM preemption_decision a JOIN preemption_decision s ON s.task_id = a.task_id AND s.kind = 'started'
+        """SELECT s.pool,
+                  percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM s.at - a.at)) AS p50
+           FROM preemption_decision a
+           JOIN preemption_decision s ON s.task_id = a.task_id AND s.kind = 'started'
            WHERE a.kind = 'accepted' GROUP BY s.pool"""
     )
     for r in waits:
@@ -294,15 +444,40 @@ async def _report(db: asyncpg.Connection, view: View, run: str) -> Table:
     return table
 
 
-def _kill_workers(workdir: Path) -> None:
+def _kill_workers(workdir: Path, run: str) -> None:
     """The agents leave their workers running when stopped (a restarted agent re-adopts them): the
-    demo's workers must not outlive it."""
+    demo's workers must not outlive it. Those in the agents' journals, then any process still
+    carrying this run's `GFS_DEMO_RUN` (a worker started after its agent's last journal write)."""
     for journal in workdir.glob("*/journal.json"):
         with contextlib.suppress(OSError, ValueError):
             for worker in json.loads(journal.read_text()).get("workers", {}).values():
                 pid = worker.get("pid")
                 if not pid:
                     continue
+                command = b""
                 with contextlib.suppress(OSError), open(f"/proc/{pid}/cmdline", "rb") as cmdline:
-                    if b"fake_task" in cmdline.read() or b"fake-task" in cmdline.read():
+                    command = cmdline.read()
+                if b"fake_task" in command or b"fake-task" in command:
+                    with contextlib.suppress(OSError):
                         os.killpg(int(pid), signal.SIGKILL)
+    for pid in run_processes(run):
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def run_processes(run: str) -> list[int]:
+    """Processes (other than this one) whose environment has `GFS_DEMO_RUN=<run>`: every process
+    the demo run started and their children."""
+    marker = f"GFS_DEMO_RUN={run}".encode()
+    found: list[int] = []
+    proc = Path("/proc")
+    for entry in proc.iterdir() if proc.is_dir() else ():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        if marker in environ.split(b"\0"):
+            found.append(int(entry.name))
+    return found

@@ -9,13 +9,23 @@ Topology (docs/live-pipeline.md; every state change goes through a changelogged 
       -> agent `demand`: table `pool-demand` (by pool): running + queued HP per tenant, sampled at
          minute boundaries; table `pool-history` (by pool): completed hourly peaks
       -> on every completed hour: DemandForecast per tenant and PoolDemandForecast per pool on
-         gfs.forecasts, from the shipped LSTM (persistence when it fails, flagged)
-    timer every `forecast_tick_s`: a tick per known pool on the re-keyed topic, so minutes and hours
-    close on the wall clock when no task event arrives.
+         gfs.forecasts, from the shipped LSTM (persistence when it fails, flagged); on a pool's
+         first demand change, before any hour of it completed: the empty-history persistence
+         forecast (zeros, flagged), as the simulator forecasts a pool's first hour
+    clock (`forecast_clock`):
+      wall  (default) timer every `forecast_tick_s`: a tick per known pool on the re-keyed topic, so
+            minutes and hours close on the wall clock when no task event arrives;
+      topic agent `clock` on gfs.control.clock (schemas/clock.py): each ADVANCE tick sends a tick
+            at its `at` per known pool instead, so the hours before `at` close and their forecasts
+            go out; offsets are committed every `forecast_commit_interval_s` (0.1 s by default),
+            so a driver waiting for committed == end offsets sees the stream settle.
 
 Tables are re-keyed before being updated (a table is partitioned like the stream that updates it),
 so a pool's counts never split across partitions. Times are the events' `occurred_at` (a late event
-is applied when it arrives) and the wall clock for ticks.
+is applied when it arrives) and the wall clock (or the clock topic's `at`) for ticks.
+
+Faust commits an offset only after flushing the producer, so whatever an event caused (re-keyed
+records, ticks, forecasts) is on the broker before the event counts as consumed.
 """
 
 from __future__ import annotations
@@ -23,17 +33,22 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import faust
+from opentelemetry import context as otel_context
 from opentelemetry import trace
-from opentelemetry.metrics import Observation
+from opentelemetry.metrics import CallbackOptions, Observation
+from pydantic import AliasChoices, Field, field_validator
 
+from schemas.clock import CLOCK_KEY, ClockPhase, ClockTick
 from schemas.envelope import wrap
+from schemas.forecast import DemandForecast, PoolDemandForecast
 from schemas.topics import DEAD_LETTER_TOPIC, decode, encode, key_of
-from services.forecast.forecasting import PoolHistory, StreamForecaster
+from services.forecast.forecasting import HOUR, PoolHistory, StreamForecaster
 from services.forecast.pipeline import Delta, PoolDemand, TaskRecord, apply_task_event
 from services.platform.kafka.dead_letter import FailedRecord, build_dead_letter, describe_error
 from services.platform.metrics import configure_metrics
@@ -44,8 +59,11 @@ log = logging.getLogger(__name__)
 
 SOURCES = ("gfs.tasks.submit", "gfs.tasks.lifecycle")
 FORECASTS = "gfs.forecasts"
+CLOCK_TOPIC = "gfs.control.clock"
+HOUR_S = HOUR.total_seconds()
 PRODUCER = "gfs-forecast"
 TRACER = "gfs.forecast"
+FAUST_COMMIT_INTERVAL_S = 2.8  # faust's own default of broker_commit_interval
 SHIPPED_ARTIFACT = Path(__file__).resolve().parent / "model" / "lstm-observed"
 
 
@@ -66,6 +84,46 @@ class ForecastServiceSettings(PlatformSettings):
     forecast_processing_guarantee: str = "at_least_once"
     forecast_web_port: int = 6066  # /metrics on loopback (Faust's web server); 0: none
     forecast_web_host: str = "127.0.0.1"
+    # "wall": the timer ticks pools on the host's clock. "topic": ClockTick ADVANCEs on
+    # gfs.control.clock are the only ticks (sim/live parity). Env GFS_FORECAST_CLOCK.
+    forecast_clock: Literal["wall", "topic"] = Field(
+        default="wall", validation_alias=AliasChoices("forecast_clock", "gfs_forecast_clock")
+    )
+    # Topic clock: the clock followed (ClockTick.clock, the Kafka key); ticks of other clocks on
+    # the topic are ignored, so a test's private clock never moves another run's stream.
+    forecast_clock_name: str = Field(
+        default=CLOCK_KEY,
+        min_length=1,
+        validation_alias=AliasChoices("forecast_clock_name", "gfs_forecast_clock_name"),
+    )
+    # How often Faust commits consumed offsets; None: Faust's default (2.8 s) on the wall clock,
+    # 0.1 s on the topic clock, where a driver waits for committed offsets to reach the end.
+    forecast_commit_interval_s: float | None = Field(default=None, gt=0)
+    # A new pool's history starts at this hour (zeros before its first completed hour), as the
+    # simulator's series start at the trace's first hour; None: at its first completed hour.
+    forecast_history_origin: datetime | None = None
+
+    @field_validator("forecast_artifact", mode="before")
+    @classmethod
+    def _blank_artifact_is_none(cls, value: object) -> object:
+        # FORECAST_ARTIFACT= (set but empty) means persistence only, not the current directory.
+        return None if isinstance(value, str) and not value.strip() else value
+
+    @field_validator("forecast_history_origin", mode="after")
+    @classmethod
+    def _origin_in_utc(cls, value: datetime | None) -> datetime | None:
+        # Without an offset it is UTC (sim time is), whatever the host's time zone.
+        return value if value is None or value.tzinfo is not None else value.replace(tzinfo=UTC)
+
+    @property
+    def topic_clock(self) -> bool:
+        return self.forecast_clock == "topic"
+
+    @property
+    def commit_interval_s(self) -> float:
+        if self.forecast_commit_interval_s is not None:
+            return self.forecast_commit_interval_s
+        return 0.1 if self.topic_clock else FAUST_COMMIT_INTERVAL_S
 
 
 def make_app(settings: ForecastServiceSettings, forecaster: StreamForecaster | None = None) -> faust.App:
@@ -84,11 +142,17 @@ def make_app(settings: ForecastServiceSettings, forecaster: StreamForecaster | N
         web_host=settings.forecast_web_host,
         producer_acks=-1,
         processing_guarantee=settings.forecast_processing_guarantee,
+        broker_commit_interval=settings.commit_interval_s,
         # A new stream reads the retained task topics from the start: that is its state.
         consumer_auto_offset_reset="earliest",
     )
-    raw = {"key_type": bytes, "value_type": bytes, "key_serializer": "raw", "value_serializer": "raw"}
-    sources = app.topic(*SOURCES, **raw)
+
+    def raw(*names: str) -> faust.TopicT:
+        return app.topic(
+            *names, key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw"
+        )
+
+    sources = raw(*SOURCES)
     by_pool = app.topic(
         f"{settings.forecast_app_id}-demand-by-pool",
         key_type=bytes,
@@ -97,15 +161,52 @@ def make_app(settings: ForecastServiceSettings, forecaster: StreamForecaster | N
         partitions=settings.forecast_partitions,
         internal=True,
     )
-    forecasts = app.topic(FORECASTS, **raw)
-    dead = app.topic(DEAD_LETTER_TOPIC, **raw)
+    forecasts = raw(FORECASTS)
+    dead = raw(DEAD_LETTER_TOPIC)
     tasks = app.Table("tasks", partitions=settings.forecast_partitions, key_type=str)
     demand = app.Table("pool-demand", partitions=settings.forecast_partitions, key_type=str)
     history = app.Table("pool-history", partitions=settings.forecast_partitions, key_type=str)
     known_pools: set[str] = set()
+    # Pools whose first forecast is settled (sent, or hours completed): skips a table read per event.
+    first_forecast_done: set[str] = set()
     last_context: dict[str, Any] = {}
     tracer = trace.get_tracer(TRACER)
     counters = {"dead_lettered": 0, "skipped": 0, "forecasts": 0}  # read by /metrics
+    origin = settings.forecast_history_origin
+    origin_hour = None if origin is None else int(origin.timestamp() // HOUR_S)
+
+    def load_history(pool: str) -> PoolHistory:
+        stored = history.get(pool)
+        if stored is None:
+            return PoolHistory(max_hours=settings.forecast_history_hours, first_hour=origin_hour)
+        return PoolHistory.from_json(stored)
+
+    async def publish(out: tuple[list[DemandForecast], PoolDemandForecast], at_s: float) -> None:
+        # On the topic clock the forecast happened at the clock's time (the tick or event that
+        # closed the hour), so a replay's envelopes do not depend on how fast it ran.
+        occurred_at = datetime.fromtimestamp(at_s, UTC) if settings.topic_clock else None
+        tenant_forecasts, pool_forecast = out
+        headers = inject_headers(())
+        for payload in (*tenant_forecasts, pool_forecast):
+            envelope = wrap(payload, producer=PRODUCER, occurred_at=occurred_at)
+            await forecasts.send(key=key_of(envelope), value=encode(envelope), headers=headers)
+        counters["forecasts"] += 1
+
+    async def first_forecast(pool: str, tenant: str, at_s: float, context: otel_context.Context) -> None:
+        """Before a pool's first hour completes, its quota would have no forecast and fall back to
+        the idle GPUs, where the simulator's persistence forecasts zeros from the empty history
+        (so its quota counts the HP running and queued from the first hour): send those zeros once,
+        from the hour of the pool's first demand change."""
+        hist = load_history(pool)
+        if not hist.pool and not hist.empty_forecast_sent:
+            with tracer.start_as_current_span(
+                "forecast.predict", context=context, attributes={"gfs.pool": pool, "gfs.first_hour": True}
+            ):
+                await publish(forecaster.first_hour_forecast(pool, [tenant], int(at_s // HOUR_S)), at_s)
+            # Marked after the send: a crash in between sends it again (same origin; harmless).
+            hist.empty_forecast_sent = True
+            history[pool] = hist.to_json()
+        first_forecast_done.add(pool)
 
     async def dead_letter(topic_name: str, event: Any, exc: Exception) -> None:
         message = event.message
@@ -159,23 +260,22 @@ def make_app(settings: ForecastServiceSettings, forecaster: StreamForecaster | N
             parent = extract_context(list(event.message.headers or ()))
             stored = demand.get(pool)
             state = PoolDemand() if stored is None else PoolDemand.from_json(stored)
+            at_s = float(value["at"])
             if value.get("tick"):
-                closed = state.advance(float(value["at"]))
+                closed = state.advance(at_s)
             else:
                 last_context[pool] = parent
-                closed = state.apply(Delta(pool, value["tenant"], float(value["gpus"]), float(value["at"])))
+                closed = state.apply(Delta(pool, value["tenant"], float(value["gpus"]), at_s))
             demand[pool] = state.to_json()
             if not closed:
+                if not value.get("tick") and pool not in first_forecast_done:
+                    await first_forecast(pool, value["tenant"], at_s, parent)
                 continue
             log.info("pool %s: hours %s closed", pool, [h.hour for h in closed])
-            stored_history = history.get(pool)
-            hist = (
-                PoolHistory(max_hours=settings.forecast_history_hours)
-                if stored_history is None
-                else PoolHistory.from_json(stored_history)
-            )
+            hist = load_history(pool)
             added = [hour for hour in closed if hist.add(hour)]
             history[pool] = hist.to_json()
+            first_forecast_done.add(pool)  # hours completed: the regular forecasts take over
             if not added:
                 continue
             with tracer.start_as_current_span("forecast.predict", context=last_context.get(pool, parent),
@@ -186,12 +286,7 @@ def make_app(settings: ForecastServiceSettings, forecaster: StreamForecaster | N
                 out = forecaster.forecast(pool, hist)
                 if out is None:
                     continue
-                tenant_forecasts, pool_forecast = out
-                headers = inject_headers(())
-                for payload in (*tenant_forecasts, pool_forecast):
-                    envelope = wrap(payload, producer=PRODUCER)
-                    await forecasts.send(key=key_of(envelope), value=encode(envelope), headers=headers)
-                counters["forecasts"] += 1
+                await publish(out, at_s)
 
     metrics = configure_metrics(PRODUCER)
     meter = metrics.meter(TRACER)
@@ -202,7 +297,7 @@ def make_app(settings: ForecastServiceSettings, forecaster: StreamForecaster | N
     ):
         meter.create_observable_counter(
             f"gfs_forecast_{key}",
-            callbacks=[lambda _, k=key: [Observation(counters[k])]],
+            callbacks=[_counter_callback(counters, key)],
             description=help_text,
         )
     meter.create_observable_counter(
@@ -216,13 +311,51 @@ def make_app(settings: ForecastServiceSettings, forecaster: StreamForecaster | N
         # aiohttp refuses a charset inside content_type: the format version only.
         return web.bytes(metrics.render(), content_type="text/plain; version=0.0.4")
 
-    @app.timer(settings.forecast_tick_s)
-    async def tick() -> None:
-        now = time.time()
+    async def tick_pools(at_s: float) -> None:
         for pool in sorted(known_pools | {str(k) for k in demand}):
-            await by_pool.send(key=pool.encode(), value={"tick": True, "at": now})
+            await by_pool.send(key=pool.encode(), value={"tick": True, "at": at_s})
+
+    if settings.topic_clock:
+        clock = raw(CLOCK_TOPIC)
+
+        @app.agent(clock)
+        async def on_clock(stream: faust.StreamT[bytes]) -> None:
+            # Ticks are idempotent (a pool advanced to a time it reached closes nothing), so only
+            # a repeat of the last tick (a redelivery) is skipped; a sequence lower than one seen
+            # is not, because a new run's driver numbers its ticks from 0 again.
+            last: tuple[int, float] | None = None
+            async for event in stream.events():
+                try:
+                    envelope = decode(CLOCK_TOPIC, event.value or b"")
+                except ValueError as exc:
+                    await dead_letter(CLOCK_TOPIC, event, exc)
+                    continue
+                tick = envelope.payload
+                # STATUS and PASS are the preemption service's phases: nothing to do here.
+                if not isinstance(tick, ClockTick) or tick.phase is not ClockPhase.ADVANCE:
+                    continue
+                if tick.clock != settings.forecast_clock_name:
+                    continue  # another run's clock
+                at_s = tick.at.timestamp()
+                if last == (tick.sequence, at_s):
+                    continue
+                last = (tick.sequence, at_s)
+                await tick_pools(at_s)
+    else:
+
+        async def tick() -> None:
+            await tick_pools(time.time())
+
+        app.timer(settings.forecast_tick_s)(tick)  # called, not applied: faust's decorator is untyped
 
     return app
+
+
+def _counter_callback(counters: dict[str, int], key: str) -> Callable[[CallbackOptions], list[Observation]]:
+    def observe(_: CallbackOptions) -> list[Observation]:
+        return [Observation(counters[key])]
+
+    return observe
 
 
 def run_forecast_worker(settings: ForecastServiceSettings) -> None:

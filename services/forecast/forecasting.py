@@ -5,6 +5,11 @@ own peak series), as plain data for a Faust table. `StreamForecaster` turns it i
 with the calibrated model from an artifact (`ml.inference.load_forecaster`, the live time origin
 passed in so calendar features are right) or, when there is no artifact or the model fails, the
 simulator's persistence forecast (`services.core.naive_forecasts`), flagged as a fallback.
+
+Before a pool's first hour completes, `first_hour_forecast` answers what the simulator's
+persistence answers from an empty history: zeros (flagged as persistence is). The quota then
+floors HP demand at what runs and queues now, as the simulator's does, instead of falling back to
+the idle GPUs for want of any forecast.
 """
 
 from __future__ import annotations
@@ -39,13 +44,19 @@ def hour_start(hour: int) -> datetime:
 class PoolHistory:
     """At least the last `max_hours` completed hours of one pool (hours with no row for a tenant
     are 0). Old hours are dropped a week at a time, not one per hour: the series' first hour is the
-    model's time origin, and a moving origin would make it recompute everything every hour."""
+    model's time origin, and a moving origin would make it recompute everything every hour.
+
+    A history created with `first_hour` set and no hours starts its series there: hours before
+    the pool's first completed one are zeros (the simulator's series of every pool starts at the
+    trace's first hour, and persistence's residuals see those zeros too)."""
 
     max_hours: int = 14 * 24
     trim_hours: int = 7 * 24
     first_hour: int | None = None
     tenants: dict[str, list[float]] = field(default_factory=dict)
     pool: list[float] = field(default_factory=list)
+    # The empty-history forecast went out (before the first completed hour): not sent again.
+    empty_forecast_sent: bool = False
 
     @property
     def end_hour(self) -> int | None:
@@ -94,6 +105,7 @@ class PoolHistory:
             "first_hour": self.first_hour,
             "tenants": self.tenants,
             "pool": self.pool,
+            "empty_forecast_sent": self.empty_forecast_sent,
         }
 
     @staticmethod
@@ -105,6 +117,7 @@ class PoolHistory:
             data["first_hour"],
             tenants,
             list(data["pool"]),
+            bool(data.get("empty_forecast_sent", False)),  # absent in tables written before it
         )
 
 
@@ -194,6 +207,34 @@ class StreamForecaster:
                 log.info("forecast: the model works again")
             self._in_fallback = False
         name = "persistence" if fallback and self.artifact is None else self.model_name
+        return self._payloads(pool_name, keys, fc, origin, name, fallback)
+
+    def first_hour_forecast(
+        self, pool_name: str, tenants: Sequence[str], origin_hour: int
+    ) -> tuple[list[DemandForecast], PoolDemandForecast]:
+        """The forecast of a pool with no completed hour yet, from `origin_hour` on: the
+        simulator's persistence on an empty history (`_lag_forecast`: all zeros), flagged as
+        persistence forecasts are. `tenants`: the series known so far (each forecast at 0).
+
+        Not a model failure, so not counted in `fallbacks`: no model can answer without history."""
+        names = sorted(set(tenants))
+        keys = tuple((pool_name, t) for t in names)
+        empty = np.zeros((0, len(keys)), dtype=np.float64)
+        fc = Persistence((pool_name,), np.zeros((0, 1), dtype=np.float64)).predict(
+            keys, empty, 0, self.horizon
+        )
+        name = "persistence" if self.artifact is None else self.model_name
+        return self._payloads(pool_name, keys, fc, hour_start(origin_hour), name, True)
+
+    def _payloads(
+        self,
+        pool_name: str,
+        keys: Sequence[tuple[str, str]],
+        fc: CoreForecast,
+        origin: datetime,
+        name: str,
+        fallback: bool,
+    ) -> tuple[list[DemandForecast], PoolDemandForecast]:
         version = self.version
         tenants = [
             DemandForecast(

@@ -14,6 +14,9 @@ Order of effects, and what a crash at any point leads to:
   is left, journal the ack and publish it. After a restart an accepted eviction is resumed with
   the grace deadline it had; an ack journaled but not yet published is published.
 - Exit: the watcher sees a worker end, journals it, then publishes WorkerExited.
+- Clock tick (topic mode only, `sim_clock`): ADVANCE(at) sets the agent's time, writes it to the
+  workers' clock file, waits until each running worker exited or reported it saw `at`, reaps and
+  publishes the exits, then answers with a ClockAck (see `advance`).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import asyncio
 import collections
 import contextlib
 import logging
+import math
 import os
 import signal
 from collections.abc import Callable, Sequence
@@ -35,6 +39,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.metrics import Counter, Histogram, Meter
 
+from schemas.clock import ClockAck, ClockPhase, ClockTick
 from schemas.commands import BindCommand, EvictAck, EvictCommand, EvictOutcome
 from schemas.envelope import Envelope, wrap
 from schemas.telemetry import GpuAllocation, GpuProcess, GpuSample, NodeTelemetry
@@ -43,6 +48,7 @@ from services.node_agent import procs
 from services.node_agent.gpu import GpuBackend
 from services.node_agent.journal import CommandEntry, Journal, WorkerEntry
 from services.node_agent.security import CommandGuard, Rejection
+from services.node_agent.sim_clock import SimClock, epoch_to_utc, path_part, read_seen
 from services.platform.tracing import extract_context
 
 log = logging.getLogger(__name__)
@@ -52,6 +58,7 @@ TRACER = "gfs.node_agent"
 ACK_TOPIC = "gfs.commands.worker-ack"
 EVICT_ACK_TOPIC = "gfs.commands.evict-ack"
 TELEMETRY_TOPIC = "gfs.nodes.telemetry"
+CLOCK_ACK_TOPIC = "gfs.control.clock-acks"
 
 # A re-adopted worker is not the new agent's child, so its exit status cannot be collected
 # (only a parent may wait for it). Its WorkerExited carries this code and says so in `detail`.
@@ -60,6 +67,11 @@ UNKNOWN_EXIT_DETAIL = "exit status unknown: the worker was re-adopted after an a
 NOT_STARTED_EXIT_CODE = 127  # the shell's "command not found" status, as WorkerExited documents
 # The environment marker that finds a worker forked just before the agent died (see procs).
 WORKER_MARKER = "GFS_AGENT_WORKER"
+# What a worker learns of the controllable clock and of its restart (see `_start`).
+SIM_ENV = ("GFS_SIM_CLOCK_FILE", "GFS_SIM_START", "GFS_CLOCK_SEEN_FILE")
+# How often an ADVANCE looks at the workers' clock-seen files (a tick's latency is mostly this).
+_CLOCK_POLL_S = 0.01
+_CLOCK_ACK_ATTEMPTS = 3
 
 _LATENCY_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
@@ -126,7 +138,15 @@ class NodeAgent:
         kill_wait_s: float = 10.0,
         worker_env: dict[str, str] | None = None,
         tracer_provider: trace.TracerProvider | None = None,
+        wall_clock: Callable[[], datetime] | None = None,
+        sim_clock: SimClock | None = None,
+        checkpoint_root: Path | None = None,
+        clock_wait_s: float = 30.0,
     ) -> None:
+        """`clock` is the agent's time (acks, command freshness): the sim clock's `now` in topic
+        mode. `wall_clock` (default: `clock`) stamps the heartbeats, which stay on real time.
+        `checkpoint_root`: workers get GFS_CHECKPOINT_DIR=<root>/<task>/<worker> (None: the
+        variable is left as the agent's environment has it)."""
         self.node = node
         self.backend = backend
         self.gpu_model = gpu_model
@@ -136,6 +156,10 @@ class NodeAgent:
         self.metrics = metrics
         self.log_dir = log_dir
         self.clock = clock
+        self.wall_clock = wall_clock or clock
+        self.sim_clock = sim_clock
+        self.checkpoint_root = checkpoint_root
+        self.clock_wait_s = clock_wait_s
         self.watch_s = watch_s
         self.kill_wait_s = kill_wait_s
         # The base environment of workers (default: the agent's own).
@@ -145,6 +169,9 @@ class NodeAgent:
         self._exited: dict[str, asyncio.Event] = {}
         self.evictions: dict[UUID, asyncio.Task[None]] = {}
         self._last_prune = clock()
+        # The watcher and a clock tick both reap and report exits; one at a time, so an exit is
+        # published once and a tick's reap waits for the watcher's publishes in flight.
+        self._polling = asyncio.Lock()
 
     # Commands ----------------------------------------------------------------------------------
 
@@ -272,6 +299,23 @@ class NodeAgent:
             env["GFS_CHECKPOINT_INTERVAL_S"] = repr(command.checkpoint_interval_s)
         else:
             env.pop("GFS_CHECKPOINT_INTERVAL_S", None)
+        if command.restart_overhead_s is not None:
+            env["GFS_RESTART_OVERHEAD_S"] = repr(command.restart_overhead_s)
+        else:
+            env.pop("GFS_RESTART_OVERHEAD_S", None)
+        if self.checkpoint_root is not None:
+            folder = self.checkpoint_root / path_part(worker.task_id) / str(worker.worker_index)
+            try:
+                folder.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:  # the task may still run without; its checkpoints will fail loudly
+                log.warning("cannot create checkpoint folder %s: %s", folder, exc)
+            env["GFS_CHECKPOINT_DIR"] = str(folder)
+        for name in SIM_ENV:  # never inherited: a wall-clock agent's workers run on the wall clock
+            env.pop(name, None)
+        if self.sim_clock is not None:
+            env["GFS_SIM_CLOCK_FILE"] = str(self.sim_clock.path)
+            env["GFS_SIM_START"] = repr(self.sim_clock.epoch())
+            env["GFS_CLOCK_SEEN_FILE"] = str(self.sim_clock.seen_file(worker.command_id, worker.worker_index))
         try:
             process = procs.spawn(command.command, env=env, log_path=Path(worker.log_path))
         except OSError as exc:
@@ -366,7 +410,10 @@ class NodeAgent:
         ]
         if targets:
             deadline = (entry.sigterm_at or self.clock()) + timedelta(seconds=entry.grace_seconds)
-            await self._wait_exited(targets, (deadline - self.clock()).total_seconds())
+            # Never more than the grace: on the sim clock a resumed eviction's SIGTERM time and
+            # "now" (the wall clock until the next tick) may be years apart.
+            wait_s = min(entry.grace_seconds, (deadline - self.clock()).total_seconds())
+            await self._wait_exited(targets, wait_s)
             remaining = [w for w in targets if w.live]
             if remaining:
                 with self.tracer.start_as_current_span(
@@ -426,7 +473,8 @@ class NodeAgent:
             await self.poll_workers()
             self.journal.flush()
             now = self.clock()
-            if now - self._last_prune > timedelta(seconds=60):
+            # abs: a sim clock may start behind the wall clock the agent started on.
+            if abs(now - self._last_prune) > timedelta(seconds=60):
                 self._last_prune = now
                 if self.journal.prune(now - self.guard.max_age - self.guard.clock_skew):
                     self.journal.save()
@@ -434,6 +482,10 @@ class NodeAgent:
                 await asyncio.wait_for(stop.wait(), timeout=self.watch_s)
 
     async def poll_workers(self) -> None:
+        async with self._polling:
+            await self._poll_workers()
+
+    async def _poll_workers(self) -> None:
         ended: list[WorkerEntry] = []
         for worker in self.journal.live_workers():
             if worker.pid is None or worker.start_ticks is None:
@@ -455,6 +507,9 @@ class NodeAgent:
             self.journal.save()  # the exit status is on disk before anyone is told
             for worker in ended:
                 self._exit_event(worker.key).set()
+                if self.sim_clock is not None:
+                    with contextlib.suppress(OSError):
+                        self.sim_clock.seen_file(worker.command_id, worker.worker_index).unlink()
                 log.info(
                     "exited task=%s worker=%d pid=%s code=%s evicted=%s",
                     worker.task_id,
@@ -535,6 +590,132 @@ class NodeAgent:
         await self.poll_workers()  # also publishes the eviction acks that were never sent
         self.journal.flush()
 
+    # Controllable clock ------------------------------------------------------------------------
+
+    async def on_tick(self, tick: ClockTick) -> ClockAck | None:
+        """Handle a ClockTick (topic mode); returns the ClockAck published, if one was.
+
+        Only ADVANCE moves time; STATUS and PASS are other services' phases (nothing to do, no
+        answer). A tick at or below the last handled sequence is a repeat and is ignored, and so is
+        a tick of another clock (another driver sharing the topic)."""
+        clock = self.sim_clock
+        if clock is None or tick.clock != clock.name or not clock.is_new(tick.sequence):
+            if clock is not None and clock.last_sequence is not None and tick.sequence < clock.last_sequence:
+                log.warning("clock tick %d ignored: %d handled already", tick.sequence, clock.last_sequence)
+            return None
+        clock.handled(tick.sequence)
+        if tick.phase is not ClockPhase.ADVANCE:
+            return None
+        return await self.advance(tick)
+
+    async def advance(self, tick: ClockTick) -> ClockAck:
+        """Move to `tick.at`: workers due by then exit, the others take their checkpoints; answer
+        once each one is done (module doc). The ack lists the workers that exited by themselves
+        (their WorkerExited published before it) and the earliest exit still ahead."""
+        assert self.sim_clock is not None
+        # The workers to hear from: those running before the clock moves. A bind handled while we
+        # wait starts its worker at the new time already.
+        watched = [w for w in self.journal.live_workers() if w.pid is not None]
+        at = self.sim_clock.move_to(tick.at)
+        with self.tracer.start_as_current_span(
+            "agent.clock_advance",
+            attributes={
+                "gfs.node": self.node,
+                "gfs.clock.sequence": tick.sequence,
+                "gfs.workers": len(watched),
+            },
+        ):
+            deadline = asyncio.get_running_loop().time() + self.clock_wait_s
+            await self._until_seen(watched, at, deadline)
+            await self._reap_and_report(watched, deadline)
+            exited = tuple(
+                f"{w.task_id}/{w.worker_index}"
+                for w in sorted(watched, key=lambda w: (w.task_id, w.worker_index))
+                if not w.live and w.evicting_command is None
+            )
+            ack = ClockAck(
+                clock=tick.clock,
+                component=f"node-agent/{self.node}",
+                sequence=tick.sequence,
+                at=tick.at,
+                exited=exited,
+                next_exit_at=self._next_exit_at(),
+            )
+            for attempt in range(1, _CLOCK_ACK_ATTEMPTS + 1):
+                try:
+                    await self._publish(CLOCK_ACK_TOPIC, ack, None)
+                    break
+                except Exception as exc:
+                    log.warning("ClockAck %d not published (attempt %d): %r", tick.sequence, attempt, exc)
+                    if attempt == _CLOCK_ACK_ATTEMPTS:
+                        raise
+                    await asyncio.sleep(0.2 * 2 ** (attempt - 1))
+        log.info("clock at %s (tick %d): exited %s", tick.at.isoformat(), tick.sequence, list(exited) or "-")
+        return ack
+
+    def _gone(self, worker: WorkerEntry) -> bool:
+        """The worker's process ended (reaped or not yet)."""
+        if not worker.live:
+            return True
+        process = self._children.get(worker.key)
+        if process is not None:
+            return process.poll() is not None  # reaps it; `poll_workers` reads the same code
+        return (
+            worker.start_ticks is None
+            or worker.pid is None
+            or not procs.is_running(worker.pid, worker.start_ticks)
+        )
+
+    def _saw(self, worker: WorkerEntry, at: float) -> bool:
+        assert self.sim_clock is not None
+        seen = read_seen(self.sim_clock.seen_file(worker.command_id, worker.worker_index))
+        return seen is not None and seen.seen >= at
+
+    async def _until_seen(self, workers: Sequence[WorkerEntry], at: float, deadline: float) -> None:
+        loop = asyncio.get_running_loop()
+        pending = list(workers)
+        while True:
+            pending = [w for w in pending if not self._gone(w) and not self._saw(w, at)]
+            if not pending:
+                return
+            if loop.time() >= deadline:
+                log.error(
+                    "clock at %r: %d worker(s) neither exited nor saw it within %.0f s (answered anyway): %s",
+                    at,
+                    len(pending),
+                    self.clock_wait_s,
+                    ", ".join(f"{w.task_id}/{w.worker_index} pid {w.pid}" for w in pending[:10]),
+                )
+                return
+            await asyncio.sleep(_CLOCK_POLL_S)
+
+    async def _reap_and_report(self, workers: Sequence[WorkerEntry], deadline: float) -> None:
+        """Reap the workers that ended (the watcher's path: journal, then WorkerExited) and wait
+        until each of their WorkerExited is delivered, so the ClockAck never overtakes one."""
+        loop = asyncio.get_running_loop()
+        while True:
+            await self.poll_workers()
+            unreported = [w for w in workers if not w.live and not w.exit_acked]
+            if not unreported:
+                return
+            if loop.time() >= deadline:
+                log.error(
+                    "clock tick answered before the exits of %s were published", [w.key for w in unreported]
+                )
+                return
+            await asyncio.sleep(_CLOCK_POLL_S)
+
+    def _next_exit_at(self) -> datetime | None:
+        assert self.sim_clock is not None
+        due: list[float] = []
+        for worker in self.journal.live_workers():
+            if worker.pid is None:
+                continue
+            seen = read_seen(self.sim_clock.seen_file(worker.command_id, worker.worker_index))
+            if seen is not None and seen.exit_at is not None and math.isfinite(seen.exit_at):
+                due.append(seen.exit_at)
+        return epoch_to_utc(min(due)) if due else None
+
     # Telemetry ---------------------------------------------------------------------------------
 
     def telemetry(self) -> NodeTelemetry:
@@ -574,12 +755,13 @@ class NodeAgent:
                 )
             )
         return NodeTelemetry(
-            node=self.node, gpu_model=self.gpu_model, sampled_at=self.clock(), gpus=tuple(samples)
+            node=self.node, gpu_model=self.gpu_model, sampled_at=self.wall_clock(), gpus=tuple(samples)
         )
 
     async def publish_telemetry(self) -> None:
+        # The heartbeat stays on the wall clock in topic mode: it says the node is alive now.
         await self.sink.send(
-            TELEMETRY_TOPIC, wrap(self.telemetry(), producer=PRODUCER, occurred_at=self.clock())
+            TELEMETRY_TOPIC, wrap(self.telemetry(), producer=PRODUCER, occurred_at=self.wall_clock())
         )
 
     # Helpers -----------------------------------------------------------------------------------

@@ -5,6 +5,19 @@ SIGTERM (then prints `checkpointed` and exits 0), and exits by itself after `--d
 with `--exit-code`. `--ignore-sigterm` makes it note the SIGTERM and go on working, so the agent's
 grace period runs out and it has to SIGKILL.
 
+Simulated clock (env GFS_SIM_CLOCK_FILE, set by an agent in topic mode, or `--sim-clock FILE`):
+time is the float in that file, and the task follows the simulator's arithmetic exactly
+(services/core/guarantee.py `remaining_after_eviction`: work since the last periodic checkpoint is
+lost on eviction, each start costs the restart overhead). State `<checkpoint dir>/sim-state.json`
+`{"remaining": R}`; at start `need = (R if the file exists else --duration) + overhead`
+(GFS_RESTART_OVERHEAD_S, default 0), `start = GFS_SIM_START` (else the clock file's value), and it
+exits at `start + need`. The state is written as `need` at once, then `need - j*C` at each periodic
+checkpoint `start + j*C` (C = --checkpoint-s / GFS_CHECKPOINT_INTERVAL_S; only `j*C < need`).
+SIGTERM saves nothing more (progress since the last checkpoint is lost): it prints `checkpointed`
+and exits 0. After handling each new time it writes GFS_CLOCK_SEEN_FILE: `{"seen": now,
+"exit_at": start + need}` (null when it has no duration), which is how the agent knows it is done
+with that instant (services/node_agent/sim_clock.py).
+
 Only the standard library is imported: an agent may start hundreds of these at once (the
 benchmark does), so start-up must cost a bare interpreter and nothing more.
 """
@@ -13,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import signal
 import sys
@@ -25,6 +39,13 @@ from types import FrameType
 # the sleep resumes, so a stop takes at most one step; 0.1 s keeps hundreds of idle fake tasks
 # on a small machine from waking thousands of times a second.
 _STEP_S = 0.1
+# Simulated clock: how often the clock file is looked at (a stat; read only when it changed). A
+# driver waits for every worker to see each tick, so this bounds a tick's latency.
+_SIM_POLL_S = 0.01
+# Float slack when comparing instants: epoch seconds near 1.7e9 carry ~2e-7 s of rounding, and a
+# tick's `at` and `start + need` are computed along different paths.
+SIM_EPS = 1e-6
+SIM_STATE_FILE = "sim-state.json"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -36,6 +57,11 @@ class FakeTaskOptions:
     checkpoint_dir: Path | None = None
     progress_file: Path | None = None
     env_file: Path | None = None
+    # Simulated clock (module doc); None: the wall clock.
+    sim_clock_file: Path | None = None
+    sim_start: float | None = None
+    clock_seen_file: Path | None = None
+    restart_overhead_s: float = 0.0
 
 
 def _write_atomic(path: Path, text: str) -> None:
@@ -97,8 +123,144 @@ class _FakeTask:
         return 0
 
 
+# The simulated clock's arithmetic (pure, unit-tested against hand-worked numbers) ----------------
+
+
+def sim_need(remaining: float | None, overhead_s: float) -> float:
+    """Seconds this start must run: the work left (None: no end) plus the start's overhead."""
+    return math.inf if remaining is None else remaining + overhead_s
+
+
+def sim_checkpoints(start: float, need: float, interval: float | None, now: float) -> int:
+    """How many periodic checkpoints a run started at `start` has taken by `now`: the largest
+    j >= 1 with start + j*C <= now and j*C < need (0 when none, or no interval)."""
+    if interval is None or interval <= 0 or not math.isfinite(now - start):
+        return 0
+    j = math.floor((now - start + SIM_EPS) / interval)
+    if math.isfinite(need):
+        # Strictly before the end: at the end the task finishes, it does not checkpoint.
+        j = min(j, math.ceil((need - SIM_EPS) / interval) - 1)
+    while j > 0 and start + j * interval > now + SIM_EPS:  # floor's own rounding
+        j -= 1
+    return max(0, j)
+
+
+def sim_remaining(need: float, interval: float | None, checkpoints: int) -> float:
+    """The work a restart resumes after `checkpoints` periodic checkpoints of a run of `need`."""
+    return need - checkpoints * interval if interval and checkpoints else need
+
+
+def sim_finished(now: float, exit_at: float) -> bool:
+    return now >= exit_at - SIM_EPS
+
+
+def read_sim_state(checkpoint_dir: Path | None) -> tuple[bool, float | None]:
+    """(found, remaining) of `<checkpoint_dir>/sim-state.json`; remaining None means no end."""
+    if checkpoint_dir is None:
+        return False, None
+    try:
+        data = json.loads((checkpoint_dir / SIM_STATE_FILE).read_text())
+    except FileNotFoundError:
+        return False, None
+    except (OSError, ValueError) as exc:
+        print(f"unreadable {SIM_STATE_FILE} ({exc}): starting from --duration", flush=True)
+        return False, None
+    remaining = data.get("remaining") if isinstance(data, dict) else None
+    return True, None if remaining is None else float(remaining)
+
+
+def _read_clock(path: Path) -> float | None:
+    try:
+        return float(path.read_text())
+    except (OSError, ValueError):
+        return None  # not written yet (no tick so far): time has not moved
+
+
+class _SimFakeTask(_FakeTask):
+    """The fake task on a simulated clock (module doc)."""
+
+    def __init__(self, options: FakeTaskOptions, clock_file: Path) -> None:
+        super().__init__(options)
+        self.clock_file = clock_file
+        self._clock_stamp: tuple[int, int, int] | None = None
+
+    def _save(self, remaining: float) -> None:
+        if self.options.checkpoint_dir is not None:
+            value = remaining if math.isfinite(remaining) else None
+            _write_atomic(self.options.checkpoint_dir / SIM_STATE_FILE, json.dumps({"remaining": value}))
+
+    def _seen(self, now: float, exit_at: float) -> None:
+        if self.options.clock_seen_file is not None:
+            due = exit_at if math.isfinite(exit_at) else None
+            _write_atomic(self.options.clock_seen_file, json.dumps({"seen": now, "exit_at": due}))
+
+    def _clock_changed(self) -> bool:
+        # A stat per poll; the file is replaced (new inode) on every write, so any change shows.
+        try:
+            st = os.stat(self.clock_file)
+        except OSError:
+            return False
+        stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
+        if stamp == self._clock_stamp:
+            return False
+        self._clock_stamp = stamp
+        return True
+
+    def _new_time(self) -> float | None:
+        """The clock file's value if the file changed since the last look, else None."""
+        return _read_clock(self.clock_file) if self._clock_changed() else None
+
+    def run(self) -> int:
+        signal.signal(signal.SIGTERM, self.on_sigterm)
+        if self.options.env_file is not None:
+            _write_atomic(self.options.env_file, json.dumps(dict(os.environ), sort_keys=True))
+        self._say(f"started pid={os.getpid()}")
+        found, saved = read_sim_state(self.options.checkpoint_dir)
+        remaining = saved if found else self.options.duration_s
+        need = sim_need(remaining, self.options.restart_overhead_s)
+        first = self._new_time()
+        start = self.options.sim_start
+        while start is None:  # no GFS_SIM_START: the clock file's value, once there is one
+            start = first = first if first is not None else self._new_time()
+            if start is None:
+                if self.sigterm:
+                    self._say("checkpointed")
+                    return 0
+                time.sleep(_SIM_POLL_S)
+        now = start if first is None else first
+        exit_at = start + need
+        interval = self.options.checkpoint_s
+        self._save(need)
+        self._say(f"sim start={start!r} need={need!r} exit_at={exit_at!r}")
+        done = 0
+        handled: float | None = None
+        while not self.sigterm:
+            if now != handled:
+                handled = now
+                taken = sim_checkpoints(start, need, interval, now)
+                if taken > done:  # only forward: a clock stepping back undoes no checkpoint
+                    done = taken
+                    self._save(sim_remaining(need, interval, done))
+                    self.checkpoints += 1
+                    self._say(f"checkpoint {done} remaining={sim_remaining(need, interval, done)!r}")
+                if sim_finished(now, exit_at):
+                    self._say(f"finished exit_code={self.options.exit_code}")
+                    return self.options.exit_code
+                self._seen(now, exit_at)
+            time.sleep(_SIM_POLL_S)
+            self.steps += 1
+            changed = self._new_time()
+            if changed is not None:
+                now = changed
+        # Evicted: the state stays at the last periodic checkpoint (the work since is lost).
+        self._say("checkpointed")
+        return 0
+
+
 def run_fake_task(options: FakeTaskOptions) -> int:
     """Work until done or asked to stop; returns the exit status."""
+    if options.sim_clock_file is not None:
+        return _SimFakeTask(options, options.sim_clock_file).run()
     return _FakeTask(options).run()
 
 
@@ -116,10 +278,14 @@ def options_from(
     checkpoint_dir: str | None,
     progress_file: str | None,
     env_file: str | None,
+    sim_clock: str | None = None,
 ) -> FakeTaskOptions:
     """Fill what the flags leave open from the agent's environment (GFS_CHECKPOINT_INTERVAL_S,
-    GFS_CHECKPOINT_DIR), so a BindCommand's `checkpoint_interval_s` reaches the task."""
+    GFS_CHECKPOINT_DIR, GFS_RESTART_OVERHEAD_S, and in topic mode GFS_SIM_CLOCK_FILE,
+    GFS_SIM_START, GFS_CLOCK_SEEN_FILE), so a BindCommand's settings reach the task."""
     directory = checkpoint_dir or os.environ.get("GFS_CHECKPOINT_DIR") or None
+    clock_file = sim_clock or os.environ.get("GFS_SIM_CLOCK_FILE") or None
+    seen_file = os.environ.get("GFS_CLOCK_SEEN_FILE") or None
     return FakeTaskOptions(
         duration_s=duration_s,
         exit_code=exit_code,
@@ -128,6 +294,10 @@ def options_from(
         checkpoint_dir=Path(directory) if directory else None,
         progress_file=Path(progress_file) if progress_file else None,
         env_file=Path(env_file) if env_file else None,
+        sim_clock_file=Path(clock_file) if clock_file else None,
+        sim_start=_env_float("GFS_SIM_START"),
+        clock_seen_file=Path(seen_file) if seen_file else None,
+        restart_overhead_s=_env_float("GFS_RESTART_OVERHEAD_S") or 0.0,
     )
 
 
@@ -140,6 +310,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--checkpoint-dir", default=None, help="where checkpoint.json goes")
     parser.add_argument("--progress-file", default=None, help="append progress lines here too")
     parser.add_argument("--env-file", default=None, help="write the environment (JSON) here at start")
+    parser.add_argument(
+        "--sim-clock", default=None, help="simulated clock: read the time from this file (GFS_SIM_CLOCK_FILE)"
+    )
     args = parser.parse_args(argv)
     return run_fake_task(
         options_from(
@@ -150,6 +323,7 @@ def main(argv: list[str] | None = None) -> int:
             checkpoint_dir=args.checkpoint_dir,
             progress_file=args.progress_file,
             env_file=args.env_file,
+            sim_clock=args.sim_clock,
         )
     )
 

@@ -28,6 +28,12 @@ def fake_task(
     env_file: Annotated[
         str | None, typer.Option("--env-file", help="write the environment (JSON) here")
     ] = None,
+    sim_clock: Annotated[
+        str | None,
+        typer.Option(
+            "--sim-clock", help="simulated clock: the time is the float in FILE (env GFS_SIM_CLOCK_FILE)"
+        ),
+    ] = None,
 ) -> None:
     """A GPU-free worker: works, checkpoints on SIGTERM (prints `checkpointed`) and exits 0."""
     options = options_from(
@@ -38,5 +44,6 @@ def fake_task(
         checkpoint_dir=checkpoint_dir,
         progress_file=progress_file,
         env_file=env_file,
+        sim_clock=sim_clock,
     )
     raise typer.Exit(run_fake_task(options))

@@ -13,6 +13,11 @@ on each command's signed `issued_at`, whatever the offset.
 Offsets are committed after a fetched batch is handled: binds started and acknowledged,
 evictions SIGTERMed and journaled as accepted (their acks follow when the grace period ends; an
 accepted eviction is resumed from the journal after a restart).
+
+Reading the clock (`agent_clock = "topic"` only). The agent assigns itself gfs.control.clock (one
+partition, no group) positioned at its end as of start-up, resolved before the agent reports
+ready: ticks published from then on are all seen, older ones never replayed (a restarted agent
+starts on the wall clock until the next ADVANCE). Each tick goes to `NodeAgent.on_tick`.
 """
 
 from __future__ import annotations
@@ -35,12 +40,14 @@ from aiokafka.partitioner import DefaultPartitioner
 from opentelemetry import trace
 from opentelemetry.metrics import CallbackOptions, Observation
 
-from schemas.topics import DEAD_LETTER_TOPIC, decode
+from schemas.clock import ClockTick
+from schemas.topics import DEAD_LETTER_TOPIC, decode, topic
 from services.node_agent.agent import PRODUCER, TRACER, AgentMetrics, NodeAgent
 from services.node_agent.gpu import FakeGpuBackend, GpuBackend, NvmlBackend
 from services.node_agent.journal import Journal
 from services.node_agent.security import CommandGuard, Rejection
 from services.node_agent.settings import NodeAgentSettings
+from services.node_agent.sim_clock import SimClock
 from services.platform.kafka.dead_letter import FailedRecord, build_dead_letter, describe_error
 from services.platform.kafka.producer import EnvelopeProducer
 from services.platform.metrics import Metrics, configure_metrics, metrics_handler
@@ -49,6 +56,7 @@ from services.platform.tracing import extract_context
 log = logging.getLogger(__name__)
 
 COMMAND_TOPICS = ("gfs.commands.bind", "gfs.commands.evict")
+CLOCK_TOPIC = "gfs.control.clock"
 _HANDLER_ATTEMPTS = 3
 
 
@@ -144,6 +152,43 @@ class CommandReader:
 
     async def stop(self) -> None:
         await self.consumer.stop()
+
+
+class ClockReader:
+    """gfs.control.clock from its end as of `start` (module doc)."""
+
+    def __init__(self, *, servers: list[str]) -> None:
+        self.consumer = AIOKafkaConsumer(
+            bootstrap_servers=servers, enable_auto_commit=False, isolation_level="read_committed"
+        )
+        self.partitions = [TopicPartition(CLOCK_TOPIC, p) for p in range(topic(CLOCK_TOPIC).partitions)]
+
+    async def start(self) -> None:
+        self.consumer.assign(self.partitions)
+        await self.consumer.start()
+        await self.consumer.seek_to_end(*self.partitions)
+        for tp in self.partitions:
+            # Resolves the end offset now: a tick published once the agent is ready is after it.
+            log.info("clock: %s starts at offset %d", tp, await self.consumer.position(tp))
+
+    async def stop(self) -> None:
+        await self.consumer.stop()
+
+
+async def _follow_clock(reader: ClockReader, agent: NodeAgent, stop: asyncio.Event) -> None:
+    while not stop.is_set():
+        batch = await reader.consumer.getmany(timeout_ms=200)
+        for records in batch.values():
+            for record in records:
+                try:
+                    payload = decode(record.topic, record.value or b"").payload
+                except ValueError as exc:  # a driver's bug, not ours: say so and go on
+                    log.warning(
+                        "undecodable clock record at offset %d: %s", record.offset, describe_error(exc)
+                    )
+                    continue
+                if isinstance(payload, ClockTick):
+                    await agent.on_tick(payload)
 
 
 async def _read_commands(
@@ -252,12 +297,18 @@ async def run_node_agent(
 ) -> None:
     """Run the agent until `stop`. Raises `MissingKeyError` before touching anything when no key
     is configured. Workers keep running when the agent stops (a restart re-adopts them)."""
-    now: Callable[[], datetime] = clock or (lambda: datetime.now(UTC))
+    wall: Callable[[], datetime] = clock or (lambda: datetime.now(UTC))
     key = settings.command_key(options.node)
     state_dir = options.state_dir or settings.state_dir(options.node)
+    sim_clock = (
+        SimClock(state_dir, wall, settings.agent_clock_name) if settings.agent_clock == "topic" else None
+    )
+    # The agent's time (acks, command freshness): the ticks' in topic mode, else the wall clock.
+    now = sim_clock.now if sim_clock is not None else wall
     own_metrics = metrics is None
     metrics = metrics or configure_metrics(settings.otel_service_name or "gfs-node-agent")
     runner: web.AppRunner | None = None
+    clock_reader: ClockReader | None = None
     backend = build_backend(options)
     try:
         with _state_lock(state_dir):
@@ -281,8 +332,12 @@ async def run_node_agent(
                     metrics=AgentMetrics.create(metrics.meter(TRACER)),
                     log_dir=state_dir / "logs",
                     clock=now,
+                    wall_clock=wall,
                     watch_s=settings.agent_watch_s,
                     kill_wait_s=settings.agent_kill_wait_s,
+                    sim_clock=sim_clock,
+                    checkpoint_root=settings.checkpoint_root(state_dir),
+                    clock_wait_s=settings.agent_clock_wait_s,
                 )
                 _observe(agent, metrics)
                 if options.metrics_port:
@@ -297,7 +352,10 @@ async def run_node_agent(
                     servers=settings.bootstrap_servers,
                     max_age_s=settings.agent_command_max_age_s,
                 )
-                await reader.start(now())
+                await reader.start(wall())  # record timestamps are wall-clock ones
+                if sim_clock is not None:
+                    clock_reader = ClockReader(servers=settings.bootstrap_servers)
+                    await clock_reader.start()
                 if started is not None:
                     started(agent)
                 inner = asyncio.Event()
@@ -307,12 +365,15 @@ async def run_node_agent(
                     asyncio.create_task(_telemetry(agent, options.telemetry_s, inner)),
                     asyncio.create_task(stop.wait()),
                 ]
+                if clock_reader is not None:
+                    jobs.append(asyncio.create_task(_follow_clock(clock_reader, agent, inner)))
                 log.info(
-                    "node agent %s ready (%d GPUs %s, journal %s)",
+                    "node agent %s ready (%d GPUs %s, journal %s, %s clock)",
                     options.node,
                     backend.count,
                     agent.gpu_model,
                     journal.path,
+                    settings.agent_clock,
                 )
                 if ready is not None:
                     ready.set()
@@ -336,3 +397,5 @@ async def run_node_agent(
             await runner.cleanup()
         if own_metrics:
             metrics.shutdown()
+        if clock_reader is not None:
+            await clock_reader.stop()

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import AliasChoices, Field, SecretStr, field_validator
 
 from services.platform.settings import REPO_ROOT, PlatformSettings
 from services.platform.signing import MIN_KEY_BYTES, node_key
@@ -33,6 +34,29 @@ class NodeAgentSettings(PlatformSettings):
     agent_watch_s: float = Field(default=0.05, gt=0)
     # After SIGKILL, how long to wait for the process to go before the eviction is FAILED.
     agent_kill_wait_s: float = Field(default=10.0, gt=0)
+    # "wall": the agent's time is the wall clock. "topic": the latest ClockTick ADVANCE on
+    # gfs.control.clock (sim/live parity; see `sim_clock` and docs/services.md). Env GFS_AGENT_CLOCK.
+    agent_clock: Literal["wall", "topic"] = Field(
+        default="wall", validation_alias=AliasChoices("agent_clock", "gfs_agent_clock")
+    )
+    # Topic mode: the clock followed (ClockTick.clock, the Kafka key); ticks of other clocks on the
+    # topic are ignored, so a test's private clock never moves another run's agents.
+    agent_clock_name: str = Field(
+        default="clock",
+        min_length=1,
+        validation_alias=AliasChoices("agent_clock_name", "gfs_agent_clock_name"),
+    )
+    # Topic mode: how long (wall seconds) an ADVANCE waits for the workers to see the new time
+    # before it is answered anyway (with an error logged).
+    agent_clock_wait_s: float = Field(
+        default=30.0, gt=0, validation_alias=AliasChoices("agent_clock_wait_s", "gfs_agent_clock_wait_s")
+    )
+    # Workers' GFS_CHECKPOINT_DIR is <root>/<task_id>/<worker_index>. Agents sharing one root (on
+    # one machine) let a task evicted on one node resume its checkpoint on another. Unset:
+    # <state dir>/checkpoints. Env GFS_AGENT_CHECKPOINT_ROOT; relative paths as agent_state_root.
+    agent_checkpoint_root: Path | None = Field(
+        default=None, validation_alias=AliasChoices("agent_checkpoint_root", "gfs_agent_checkpoint_root")
+    )
 
     @field_validator("agent_state_root", mode="after")
     @classmethod
@@ -40,8 +64,26 @@ class NodeAgentSettings(PlatformSettings):
         path = value.expanduser()
         return path if path.is_absolute() else REPO_ROOT / path
 
+    @field_validator("agent_checkpoint_root", mode="before")
+    @classmethod
+    def _blank_checkpoint_root_is_none(cls, value: object) -> object:
+        # GFS_AGENT_CHECKPOINT_ROOT= (set but empty) means "the default", not the current directory.
+        return None if isinstance(value, str) and not value.strip() else value
+
+    @field_validator("agent_checkpoint_root", mode="after")
+    @classmethod
+    def _resolve_checkpoint_root(cls, value: Path | None) -> Path | None:
+        if value is None:
+            return None
+        path = value.expanduser()
+        return path if path.is_absolute() else REPO_ROOT / path
+
     def state_dir(self, node: str) -> Path:
         return self.agent_state_root / node
+
+    def checkpoint_root(self, state_dir: Path) -> Path:
+        """Where the workers' checkpoint folders go (see `agent_checkpoint_root`)."""
+        return self.agent_checkpoint_root or state_dir / "checkpoints"
 
     def command_key(self, node: str) -> bytes:
         """This node's HMAC key; `MissingKeyError` with what to set when there is none."""

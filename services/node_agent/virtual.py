@@ -56,6 +56,8 @@ class VirtualNodes:
     seen: set[UUID] = field(default_factory=set)
     rejected: int = 0
     acted: int = 0
+    # Exit reports in flight: held so the loop does not drop (garbage-collect) a pending one.
+    exiting: set[asyncio.Future[None]] = field(default_factory=set)
 
     def key(self, node: str) -> bytes:
         found = self.keys.get(node)
@@ -114,13 +116,16 @@ class VirtualNodes:
         await self.producer.send("gfs.commands.evict-ack", wrap(done, producer=PRODUCER))
 
     def _exit_later(self, command: BindCommand) -> None:
-        asyncio.ensure_future(self._exit(command, evicted=False))
+        future = asyncio.ensure_future(self._exit(command, evicted=False))
+        self.exiting.add(future)
+        future.add_done_callback(self.exiting.discard)
 
     async def _exit(self, command: BindCommand, *, evicted: bool) -> None:
         self.running.pop((command.task_id, command.command_id), None)
         for p in command.placements:
             ack = WorkerExited(command_id=command.command_id, node=command.node, task_id=command.task_id,
-                               worker_index=p.worker_index, exit_code=0, exited_at=datetime.now(UTC), evicted=evicted)  # fmt: skip
+                               worker_index=p.worker_index, exit_code=0, exited_at=datetime.now(UTC),
+                               evicted=evicted)  # fmt: skip
             await self.producer.send("gfs.commands.worker-ack", wrap(ack, producer=PRODUCER))
 
 

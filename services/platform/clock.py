@@ -81,3 +81,41 @@ def _finite(value: float, *, what: str) -> float:
     if not math.isfinite(value):
         raise ValueError(f"ManualClock {what} must be a finite number of seconds (got {value!r})")
     return value
+
+
+@dataclass(slots=True, init=False, eq=False)
+class TickClock:
+    """The time of the last clock tick a service read from gfs.control.clock (schemas/clock.py).
+
+    Services started with `--clock topic` (setting `*_clock = "topic"`) use it instead of the wall
+    clock, so a driver can replay a trace at any speed and every service agrees on "now". Before
+    the first tick it reads `start` (0: the epoch, earlier than any tick, so the first tick never
+    looks like a step back). It never moves backwards: a tick earlier than the current time (a
+    redelivery) leaves it where it is.
+    """
+
+    _now: float
+
+    def __init__(self, start: float = 0.0) -> None:
+        self._now = _finite(start, what="start")
+
+    def now(self) -> float:
+        return self._now
+
+    def advance_to(self, when: float) -> bool:
+        """Move to `when` if it is later; True if the time changed."""
+        when = _finite(when, what="time")
+        if when <= self._now:
+            return False
+        self._now = when
+        return True
+
+
+CLOCK_MODES = ("wall", "topic")
+
+
+def check_clock_mode(mode: str) -> str:
+    """A `*_clock` setting's value, checked: `wall` or `topic`."""
+    if mode not in CLOCK_MODES:
+        raise ValueError(f"clock mode must be one of {CLOCK_MODES}, got {mode!r}")
+    return mode

@@ -83,7 +83,14 @@ def signing_bytes(command: BindCommand | EvictCommand) -> bytes:
     `model_copy(update=...)` does not re-validate, which is right here: the command was validated
     when built, and only the signature (a free string) changes.
     """
-    return command.model_copy(update={"signature": ""}).model_dump_json().encode("utf-8")
+    unsigned = command.model_copy(update={"signature": ""})
+    # Fields added to the contract after v1 are left out while unset, so a command without them
+    # signs to the same bytes as before they existed (agents and schedulers upgrade one by one).
+    later = {name for name in _ADDED_AFTER_V1 if getattr(command, name, None) is None}
+    return unsigned.model_dump_json(exclude=later).encode("utf-8")
+
+
+_ADDED_AFTER_V1 = ("restart_overhead_s",)
 
 
 def signature_of(command: BindCommand | EvictCommand, *, key: bytes) -> str:

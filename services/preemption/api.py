@@ -58,8 +58,11 @@ def build_api(decider: Decider, metrics: Metrics, ready: asyncio.Event) -> web.A
 
     async def readyz(_: web.Request) -> web.Response:
         ok = ready.is_set()
+        # The inbox offset each owned partition has read up to (a replay driver's settle check).
+        offsets = {str(p): s.next_offset for p, s in sorted(decider.partitions.items())}
         return web.json_response(
-            {"ready": ok, "partitions": sorted(decider.partitions)}, status=200 if ok else 503
+            {"ready": ok, "partitions": sorted(decider.partitions), "inbox_offsets": offsets},
+            status=200 if ok else 503,
         )
 
     async def pools(_: web.Request) -> web.Response:

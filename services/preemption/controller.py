@@ -41,6 +41,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from schemas.commands import BindCommand, EvictAck, EvictCommand, EvictOutcome
+from schemas.pool_status import PoolStatus
 from schemas.quota import SpotQuota
 from schemas.tasks import (
     EvictionReason,
@@ -60,7 +61,6 @@ from schemas.tasks import TaskClass as WireClass
 from schemas.workers import WorkerExited, WorkerStarted
 from services.core import reasons as core_reasons
 from services.core.explain import Explanation
-from services.preemption.explanations import explanation_dict
 from services.core.feasibility import rejection_message
 from services.core.guarantee import GUARANTEE_PERIOD_S
 from services.core.ids import PoolId, TaskId, TenantId
@@ -69,6 +69,7 @@ from services.core.policies.registry import build_policy
 from services.core.pool import PoolState
 from services.core.runtime import PoolRuntime, RuntimeSettings
 from services.core.task import TaskClass, TaskSpec
+from services.preemption.explanations import explanation_dict
 
 # Namespace of the command and event ids the controller derives (uuid5 of pool and counter).
 ID_NAMESPACE = uuid.UUID("6a1f4c52-2d0e-4f1b-9a57-0c9e3b8d7e11")
@@ -191,6 +192,7 @@ class _Task:
     workers: int = 0
     reported_start: bool = False
     periods_closed: int = 0  # guarantee periods of the current run already reported
+    evicted: bool = False  # stopped and requeued before: its next start pays the restart overhead
 
 
 @dataclass(slots=True)
@@ -241,6 +243,11 @@ class PoolController:
         self.counter = 0
         self._periods: list[tuple[float, str, float]] = []  # (period end, task, its run start)
         self.decided = 0
+        self.clock_sequence = -1  # the last controllable-clock tick applied (schemas/clock.py)
+        # Something a pass could act on changed since the last pass (the simulator's "dirty" pool:
+        # a task arrived, finished or was cancelled, the quota or the nodes changed). A PASS tick
+        # runs a pass only then, as the simulator does; wall-clock passes run on every batch.
+        self.dirty = True
 
     # ----- ids --------------------------------------------------------------------------------
     def _id(self) -> uuid.UUID:
@@ -253,9 +260,11 @@ class PoolController:
         out = Effects()
         index = self.nodes.get(name)
         if index is None:
+            self.dirty = True
             self.nodes[name] = self.runtime.add_node(name, gpus, self._now(now))
             out.decisions.append(Decision("", "node_joined", now, {"node": name, "gpus": gpus}))
         elif name in self.down:
+            self.dirty = True
             self.down.discard(name)
             self.runtime.node_up(index, self._now(now))
             out.decisions.append(Decision("", "node_up", now, {"node": name}))
@@ -268,6 +277,7 @@ class PoolController:
         if index is None or name in self.down:
             return out
         self.down.add(name)
+        self.dirty = True
         stops = self.runtime.node_down(index, self._now(now))
         out.decisions.append(
             Decision("", "node_down", now, {"node": name, "stopped": [s.task_id for s in stops]})
@@ -313,6 +323,7 @@ class PoolController:
             out.decisions.append(Decision(tid, "rejected", now, {"reason": reason.value, "message": message}))
             return out
         self.tasks[tid] = _Task(task)
+        self.dirty = True
         out.events.append(TaskAccepted(task_id=tid, pool=self.pool, task_class=task.task_class))
         out.decisions.append(Decision(tid, "accepted", now, {"class": task.task_class.value}))
         return out
@@ -330,6 +341,7 @@ class PoolController:
             out.decisions.append(Decision(task_id, "cancel_refused", now, {"why": why}))
             return out
         self._drop_pending(task_id)
+        self.dirty = True
         stop = self.runtime.cancel(TaskId(task_id), self._now(now))
         if stop is None:
             del self.tasks[task_id]
@@ -365,8 +377,12 @@ class PoolController:
     def _apply_quota(self, quota: SpotQuota, now: float) -> Effects:
         out = Effects()
         values = self._quota_values({q.guarantee_hours: q.quota_gpus for q in quota.quotas})
-        self._now(now)
+        at = self._now(now)
         changed = self.runtime.update_quota(values, quota.eta)
+        self.dirty |= changed
+        # The simulator refreshes the node eviction scores with every quota refresh; the live
+        # scheduler does it with every quota it applies, so both place on the same scores.
+        self.runtime.refresh_eviction_scores(at)
         self.quota_valid_until = quota.valid_until.timestamp()
         self.quota_frozen = False
         self.quota_version = f"{quota.forecast_version}@{quota.valid_from.isoformat()}"
@@ -466,6 +482,7 @@ class PoolController:
         if task.submitted.task_class is WireClass.SPOT and start is not None:
             out.events += self._closes(tid, task, start, now, finished.successes, failed=False)
         out.events.append(TaskFinished(task_id=tid, exit_code=code, finished_at=ack.exited_at))
+        self.dirty = True
         out.decisions.append(Decision(tid, "finished", now, {"exit_code": code, "run_s": finished.run_s}))
         self._drop_pending(tid)
         del self.tasks[tid]
@@ -494,7 +511,8 @@ class PoolController:
         if until is not None and now > until and not self.quota_frozen and self.controls.quota_mode is None:
             self.quota_frozen = True
             in_use = self.runtime.state.spot_in_use
-            self.runtime.update_quota(dict.fromkeys(self.runtime.quota, in_use), self.runtime.eta)
+            frozen = dict.fromkeys(self.runtime.quota, in_use)
+            self.dirty |= self.runtime.update_quota(frozen, self.runtime.eta)
             out.decisions.append(Decision("", "quota_expired", now, {"frozen_at_gpus": in_use}))
         return out
 
@@ -502,6 +520,7 @@ class PoolController:
         """One scheduling pass: starts become BindCommands (held while victims stop), evictions
         EvictCommands."""
         out = Effects()
+        self.dirty = False
         preemption = preemption and not self.controls.kill_switch
         result = self.runtime.schedule(self._now(now), preemption_enabled=preemption, quota_enabled=True)
         victims: dict[str, list[uuid.UUID]] = {}
@@ -517,6 +536,37 @@ class PoolController:
         self.decided += len(result.outcomes)
         return out
 
+    def clock(self, phase: str, sequence: int, at: float) -> Effects:
+        """A tick of the controllable clock (schemas/clock.py): ADVANCE runs the timers due by
+        `at`, STATUS reports the pool's status at `at` (the quota service computes the quota for
+        that instant from it), PASS runs one scheduling pass. A tick seen before does nothing."""
+        if sequence <= self.clock_sequence:
+            return Effects()
+        self.clock_sequence = sequence
+        if phase == "ADVANCE":
+            return self.tick(at)
+        if phase == "STATUS":
+            return Effects(events=[self.status(at)]) if self.nodes else Effects()
+        if phase == "PASS":
+            return self.schedule(at) if self.dirty else Effects()
+        raise ValueError(f"unknown clock phase {phase!r}")
+
+    def status(self, now: float) -> PoolStatus:
+        """The pool's status for the quota service: what `PoolRuntime.quota_inputs` sees at `now`."""
+        rt = self.runtime
+        inputs = rt.quota_inputs(self._now(now), None)
+        return PoolStatus(
+            pool=self.pool,
+            observed_at=utc(now),
+            capacity_gpus=int(inputs.capacity),
+            idle_gpus=int(inputs.idle_gpus),
+            spot_in_use_gpus=max(0.0, float(inputs.spot_in_use)),
+            hp_running_gpus=max(0.0, float(rt.state.hp_in_use)),
+            hp_queued_gpus=max(0.0, float(rt.hp.gpus)),
+            spot_head_wait_s=None if inputs.head_wait_s is None else max(0.0, inputs.head_wait_s),
+            quota_held_wait_s=None if (held := inputs.quota_held_wait_s) is None else max(0.0, held),
+        )
+
     # ----- SRE controls -----------------------------------------------------------------------------
     def control(self, wanted: Controls, now: float, *, audit_id: int | None = None) -> Effects:
         """Put the SRE controls `wanted` in force (module doc); a `control` decision record."""
@@ -525,6 +575,7 @@ class PoolController:
         if wanted == before:
             return out
         self.controls = wanted
+        self.dirty = True
         self._now(now)
         if wanted.kill_switch != before.kill_switch:
             self.runtime.invalidate()  # HP tasks held by the switch are retried
@@ -585,12 +636,17 @@ class PoolController:
                 )
                 worker += 1
         task.workers = worker
+        # The start pays the eviction/restart delay when it needed evictions or resumes an evicted
+        # run (spec 5.4): the task is told, so a fake task models it the way the simulator does.
+        core_spec = self.runtime.state.running[TaskId(tid)].spec
+        overhead = core_spec.restart_overhead_s if started.preempted or task.evicted else None
         binds = []
         for node, placements in per_node.items():
             command = BindCommand(
                 command_id=self._id(), node=node, task_id=tid, task_class=spec.task_class,
                 placements=tuple(placements), command=spec.command,
-                checkpoint_interval_s=spec.checkpoint_interval_s, issued_at=utc(now),
+                checkpoint_interval_s=spec.checkpoint_interval_s, restart_overhead_s=overhead,
+                issued_at=utc(now),
             )  # fmt: skip
             binds.append(command)
             task.binds[command.command_id] = command
@@ -706,6 +762,7 @@ class PoolController:
         task.binds.clear()
         task.started.clear()
         task.exits.clear()
+        task.evicted = True
         if not requeued:
             del self.tasks[tid]
         return out

@@ -12,6 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from schemas.clock import ClockTick
 from schemas.commands import EvictAck
 from schemas.quota import SpotQuota
 from schemas.tasks import TaskCancelled, TaskSubmitted
@@ -39,6 +40,8 @@ def entry_for(payload: BaseModel, at_s: float, *, duplicate: bool = False) -> En
         return ("worker_exited", data, at_s)
     if isinstance(payload, NodeTelemetry):
         return ("node_seen", {"node": payload.node, "gpus": len(payload.gpus)}, at_s)
+    if isinstance(payload, ClockTick):  # played at the tick's own instant, whatever the shell's time
+        return ("clock", {"phase": payload.phase.value, "sequence": payload.sequence}, payload.at.timestamp())
     raise TypeError(f"the preemption service does not take {type(payload).__name__}")
 
 
@@ -69,6 +72,8 @@ def apply(controller: PoolController, entry: Entry) -> Effects:
         return effects
     if kind == "schedule":
         return controller.schedule(at, preemption=bool(data.get("preemption", True)))
+    if kind == "clock":
+        return controller.clock(str(data["phase"]), int(data["sequence"]), at)
     if kind == "control":  # SRE controls (services/preemption/controls.py)
         audit = data.get("audit_id")
         wanted = Controls.from_dict(data["controls"])

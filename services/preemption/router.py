@@ -25,6 +25,7 @@ from typing import Any
 
 import asyncpg
 
+from schemas.clock import CLOCK_KEY, ClockTick
 from schemas.commands import EvictAck
 from schemas.envelope import Envelope
 from schemas.quota import SpotQuota
@@ -50,6 +51,7 @@ ROUTED_TOPICS = (
     "gfs.commands.evict-ack",
     "gfs.commands.worker-ack",
 )
+CLOCK_TOPIC = "gfs.control.clock"  # routed too when the service runs on the controllable clock
 UNKNOWN_NODE_TTL_S = 30.0
 _TRACE_HEADERS = frozenset({"traceparent", "tracestate"})
 
@@ -76,6 +78,7 @@ class Router:
     # The pools this deployment schedules (None: all). Records of other pools, and records whose
     # pool is unknown, are skipped rather than dead-lettered: another scheduler may own them.
     pools: frozenset[str] | None = None
+    clock_name: str = CLOCK_KEY  # the controllable clock followed; ticks of other clocks are skipped
     nodes: dict[str, str] = field(default_factory=dict)  # node -> pool, cached
     routed: int = 0
     unroutable: int = 0
@@ -84,6 +87,14 @@ class Router:
     unknown_nodes: dict[str, float] = field(default_factory=dict)  # node -> monotonic retry time
 
     async def handle(self, envelope: Envelope[Any], context: MessageContext) -> None:
+        if isinstance(envelope.payload, ClockTick):
+            if envelope.payload.clock != self.clock_name:
+                self.skipped += 1  # another replay's clock on the shared topic
+                return
+            # Every pool plays every tick: one copy per pool, in the pool's inbox order.
+            for pool in await self._clock_pools():
+                await self._forward(envelope, context, pool, duplicate=False)
+            return
         if self.pools is not None and not self._maybe_ours(envelope.payload):
             self.skipped += 1
             return
@@ -98,6 +109,11 @@ class Router:
         if self.pools is not None and pool not in self.pools:
             self.skipped += 1
             return
+        await self._forward(envelope, context, pool, duplicate=duplicate)
+
+    async def _forward(
+        self, envelope: Envelope[Any], context: MessageContext, pool: str, *, duplicate: bool
+    ) -> None:
         headers = [
             (k, v)
             for k, v in context.headers
@@ -117,6 +133,13 @@ class Router:
         in_flight, self.in_flight = self.in_flight, []
         if in_flight:
             await asyncio.gather(*in_flight)
+
+    async def _clock_pools(self) -> list[str]:
+        """The pools a clock tick goes to: the allow-list, else every pool a node reported."""
+        if self.pools is not None:
+            return sorted(self.pools)
+        async with self.pool.acquire() as connection:
+            return await store.known_pools(connection)
 
     def _maybe_ours(self, payload: object) -> bool:
         """Cheap pre-filter for records that name their pool."""
@@ -187,6 +210,7 @@ async def route(
     stop: asyncio.Event,
     stats: ConsumeStats | None = None,
     offset_reset: str = "earliest",
+    topics: tuple[str, ...] = ROUTED_TOPICS,
 ) -> None:
     """The router's loop: per fetched batch, decode (bad records to the dead-letter topic, as the
     platform's loop does), forward every record without waiting, then wait for all the acks and
@@ -199,7 +223,7 @@ async def route(
         producer_name=router.producer_name, now=lambda: datetime.now(UTC), stats=stats or ConsumeStats(),
     )  # fmt: skip
     consumer = AIOKafkaConsumer(
-        *ROUTED_TOPICS, bootstrap_servers=bootstrap_servers, group_id=group, enable_auto_commit=False,
+        *topics, bootstrap_servers=bootstrap_servers, group_id=group, enable_auto_commit=False,
         auto_offset_reset=offset_reset, isolation_level="read_committed",
     )  # fmt: skip
     await consumer.start()

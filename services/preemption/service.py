@@ -40,13 +40,13 @@ from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
 from pydantic import BaseModel, SecretStr
 
+from schemas.clock import CLOCK_KEY, ClockTick
 from schemas.commands import BindCommand, EvictCommand
 from schemas.envelope import Envelope, wrap
-from schemas.pool_status import PoolStatus
 from schemas.tasks import TaskEvicted
 from schemas.telemetry import NodeTelemetry
 from schemas.topics import DEAD_LETTER_TOPIC, decode, topic_for_event_type
-from services.platform.clock import Clock, SystemClock
+from services.platform.clock import Clock, SystemClock, TickClock, check_clock_mode
 from services.platform.kafka.dead_letter import FailedRecord, build_dead_letter
 from services.platform.kafka.producer import EnvelopeProducer
 from services.platform.kafka.topic_admin import ensure_topics
@@ -61,7 +61,16 @@ from services.preemption.api import build_api, observe
 from services.preemption.controller import ControllerSettings, Effects, PoolController
 from services.preemption.dashboard import with_trace_id
 from services.preemption.inputs import Entry, apply, entry_for
-from services.preemption.router import DUPLICATE_HEADER, INBOX_TOPIC, SOURCE_HEADER, Router, inbox_spec, route
+from services.preemption.router import (
+    CLOCK_TOPIC,
+    DUPLICATE_HEADER,
+    INBOX_TOPIC,
+    ROUTED_TOPICS,
+    SOURCE_HEADER,
+    Router,
+    inbox_spec,
+    route,
+)
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +100,11 @@ class PreemptionSettings(PlatformSettings):
     preemption_dry_run: bool = False
     preemption_instance: str = ""  # default: host-pid
     preemption_session_timeout_ms: int = 6000
+    # "wall": the host's clock, timers every preemption_tick_s. "topic": the controllable clock
+    # (schemas/clock.py): time is the last tick on gfs.control.clock, timers and passes run only on
+    # ticks, node heartbeats never time out (a replay may run faster or slower than real time).
+    preemption_clock: str = "wall"
+    preemption_clock_name: str = CLOCK_KEY  # the clock followed on gfs.control.clock (others ignored)
     gfs_command_secret: SecretStr | None = None
     preemption_admin_token: SecretStr | None = None  # bearer token of SRE control writes (none: refused)
 
@@ -99,6 +113,10 @@ class PreemptionSettings(PlatformSettings):
             policy=self.preemption_policy, t_win_s=self.preemption_t_win_s, cost_weight=self.preemption_cost_weight,
             grace_s=self.preemption_grace_s, ack_margin_s=self.preemption_ack_margin_s,
         )  # fmt: skip
+
+    @property
+    def topic_clock(self) -> bool:
+        return check_clock_mode(self.preemption_clock) == "topic"
 
     def pool_allowlist(self) -> frozenset[str] | None:
         names = frozenset(p.strip() for p in self.preemption_pools.split(",") if p.strip())
@@ -196,6 +214,7 @@ class Decider:
                 return
             received = time.monotonic()
             now = self.clock.now()
+            ticked = isinstance(self.clock, TickClock)
             items: list[tuple[str, Entry, uuid.UUID | None, otel_context.Context]] = []
             for record in records:
                 if record.offset < state.next_offset:
@@ -206,6 +225,16 @@ class Decider:
                 payload, event_id, duplicate, ctx = decoded
                 pool_name = (record.key or b"").decode()  # the router keyed it by its pool
                 controller = self.controller(state, pool_name)
+                eid: uuid.UUID | None = event_id
+                if isinstance(payload, ClockTick):
+                    clock = self.clock
+                    if not isinstance(clock, TickClock):
+                        continue  # a wall-clock service ignores a replay's ticks
+                    clock.advance_to(payload.at.timestamp())
+                    now = clock.now()
+                    # One tick goes to every pool with one event id: the controller dedupes by
+                    # sequence, so the copies must not collide in the journal's event-id index.
+                    eid = None
                 if isinstance(payload, NodeTelemetry):
                     state.last_seen[payload.node] = now
                     if payload.node in controller.nodes and payload.node not in controller.down:
@@ -217,7 +246,7 @@ class Decider:
                     carrier: dict[str, str] = {}
                     propagate.inject(carrier, context=ctx)
                     entry[1]["trace"] = carrier
-                items.append((pool_name, entry, event_id, ctx))
+                items.append((pool_name, entry, eid, ctx))
             last_offset = records[-1].offset
             if not items:
                 await self._advance(state, last_offset + 1)
@@ -237,7 +266,7 @@ class Decider:
                 rows.append((pool_name, entry, eid))
                 if pool_name not in touched:
                     touched.append(pool_name)
-            for pool_name in touched:
+            for pool_name in [] if ticked else touched:  # on the clock, passes run on PASS ticks
                 entry = ("schedule", {}, now)
                 effects.append((pool_name, apply(self.controller(state, pool_name), entry), None))
                 rows.append((pool_name, entry, None))
@@ -314,7 +343,7 @@ class Decider:
 
     async def _publish_status(self, now: float) -> None:
         for state in list(self.partitions.values()):
-            statuses = [_status(c, now) for c in state.controllers.values() if c.nodes]
+            statuses = [c.status(now) for c in state.controllers.values() if c.nodes]
             if not statuses or self.settings.preemption_dry_run:
                 continue
             try:
@@ -405,7 +434,9 @@ class Decider:
                 headers = inject_headers()
         else:
             headers = inject_headers(context=parent) if parent is not None else []
-        envelope = wrap(message, producer=PRODUCER, occurred_at=datetime.now(UTC))
+        # On the controllable clock an event happened at the replay's time, not the host's.
+        occurred = _utc(self.clock.now()) if isinstance(self.clock, TickClock) else datetime.now(UTC)
+        envelope = wrap(message, producer=PRODUCER, occurred_at=occurred)
         return topic_for_event_type(type(message).__name__).name, envelope, headers
 
     def _key(self, node: str) -> bytes:
@@ -448,22 +479,6 @@ def _pool_of_task(state: PartitionState, task_id: str) -> str:
 
 def _utc(seconds: float) -> datetime:
     return datetime.fromtimestamp(seconds, UTC)
-
-
-def _status(controller: PoolController, now: float) -> PoolStatus:
-    rt = controller.runtime
-    inputs = rt.quota_inputs(rt.now if rt.now > now else now, None)
-    return PoolStatus(
-        pool=controller.pool,
-        observed_at=_utc(now),
-        capacity_gpus=int(inputs.capacity),
-        idle_gpus=int(inputs.idle_gpus),
-        spot_in_use_gpus=max(0.0, float(inputs.spot_in_use)),
-        hp_running_gpus=max(0.0, float(rt.state.hp_in_use)),
-        hp_queued_gpus=max(0.0, float(rt.hp.gpus)),
-        spot_head_wait_s=None if inputs.head_wait_s is None else max(0.0, inputs.head_wait_s),
-        quota_held_wait_s=None if inputs.quota_held_wait_s is None else max(0.0, inputs.quota_held_wait_s),
-    )
 
 
 class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
@@ -515,7 +530,7 @@ async def run_preemption_service(
     started: Callable[[Decider], None] | None = None,
 ) -> Stats:
     """Run the router, the decider, the timers, the outbox relay and the SRE API until `stop`."""
-    clock = clock or SystemClock()
+    clock = clock or (TickClock() if settings.topic_clock else SystemClock())
     ready = ready or asyncio.Event()
     secret = settings.master_secret()
     instance = settings.preemption_instance or f"{socket.gethostname()}-{os.getpid()}"
@@ -541,7 +556,8 @@ async def run_preemption_service(
         )
         for name, callback in observe(decider).items():
             meter.create_observable_gauge(name, callbacks=[callback])
-        router = Router(pool, producer, inbox=inbox.name, pools=settings.pool_allowlist())
+        router = Router(pool, producer, inbox=inbox.name, pools=settings.pool_allowlist(),
+                        clock_name=settings.preemption_clock_name)  # fmt: skip
         try:
             if settings.preemption_api_port:
                 runner = web.AppRunner(build_api(decider, metrics, ready))
@@ -570,11 +586,13 @@ async def run_preemption_service(
                         group=settings.preemption_router_group,
                         stop=stop,
                         offset_reset=settings.preemption_router_offset_reset,
+                        topics=(*ROUTED_TOPICS, CLOCK_TOPIC) if settings.topic_clock else ROUTED_TOPICS,
                     )  # fmt: skip
                 ),
-                asyncio.create_task(_every(settings.preemption_tick_s, stop, decider.tick)),
                 asyncio.create_task(relay.run(stop)),
             ]
+            if not settings.topic_clock:  # on the controllable clock, ticks drive the timers
+                jobs.append(asyncio.create_task(_every(settings.preemption_tick_s, stop, decider.tick)))
             try:
                 done, _ = await asyncio.wait(
                     [*jobs, asyncio.create_task(stop.wait())], return_when=asyncio.FIRST_COMPLETED

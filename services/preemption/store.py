@@ -171,3 +171,9 @@ async def route_node(connection: asyncpg.Connection, node: str, pool: str) -> No
 async def node_pool(connection: asyncpg.Connection, node: str) -> str | None:
     found = await connection.fetchval("SELECT pool FROM preemption_node_route WHERE node = $1", node)
     return None if found is None else str(found)
+
+
+async def known_pools(connection: asyncpg.Connection) -> list[str]:
+    """Every pool some node reported (telemetry), sorted."""
+    rows = await connection.fetch("SELECT DISTINCT pool FROM preemption_node_route ORDER BY pool")
+    return [str(r["pool"]) for r in rows]

@@ -6,6 +6,16 @@ commit-after-effects); every refresh interval compute each pool's quota with the
 (`PoolBook`), and write the quota version, eta, inputs, the forecast behind it and the SpotQuota
 envelope in one Postgres transaction (the outbox); the relay publishes it.
 
+Clock (`quota_clock`): `wall` (default) refreshes every pool every `quota_refresh_s` on the host's
+clock, and a new pool forecast recomputes that pool's quota at once. `topic` (sim/live parity: the
+preemption service publishes each pool's status at the STATUS phase of a controllable clock's
+instant, schemas/clock.py) has no timer: each new PoolStatus is its pool's refresh, computed at
+`now = observed_at` with eta's feedback, persisted and published (SpotQuota valid from
+`observed_at` for two refresh intervals) before the status's offset is committed; a forecast only
+updates the book, as in the simulator, which computes quotas only at its refresh instants. Anything
+else that asks for the time (the outcomes loaded at start, forecast health) gets the newest status's
+`observed_at` (`StatusClock`).
+
 Effects in order: an input is persisted (outcome row, latest status/forecast row) before its
 offset is committed; a quota is persisted with its outbox row before it is published; the relay
 marks a row only after the broker's ack. One instance is active (the advisory fence); a standby
@@ -21,14 +31,14 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 import asyncpg
 from aiohttp import web
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.metrics import CallbackOptions, Observation
-from pydantic import BaseModel
+from pydantic import AliasChoices, BaseModel, Field
 
 from schemas.envelope import Envelope, wrap
 from schemas.forecast import DemandForecast, PoolDemandForecast
@@ -64,6 +74,30 @@ class QuotaServiceSettings(PlatformSettings):
     quota_api_port: int = 8081  # 0: no API
     quota_fence_poll_s: float = 1.0
     quota_fence_key: int = FENCE_KEY  # instances sharing a key (and a database) fence each other
+    # "wall": refresh every quota_refresh_s on the host's clock. "topic": each PoolStatus is its
+    # pool's refresh, at its observed_at (module doc). Env GFS_QUOTA_CLOCK.
+    quota_clock: Literal["wall", "topic"] = Field(
+        default="wall", validation_alias=AliasChoices("quota_clock", "gfs_quota_clock")
+    )
+
+    @property
+    def topic_clock(self) -> bool:
+        return self.quota_clock == "topic"
+
+
+@dataclass(slots=True)
+class StatusClock:
+    """The topic clock's time in the quota service: the newest PoolStatus's `observed_at` (the
+    preemption service stamps statuses with the controllable clock's instant). 0, the epoch,
+    before any status; it never moves back (an older status is a redelivery)."""
+
+    latest: float = 0.0
+
+    def now(self) -> float:
+        return self.latest
+
+    def observe(self, observed_s: float) -> None:
+        self.latest = max(self.latest, observed_s)
 
 
 @dataclass(slots=True)
@@ -84,6 +118,13 @@ class QuotaService:
     fallback_forecasts: int = 0
     ignored: int = 0
     on_saved: Callable[[], None] = lambda: None
+    # Topic clock: awaited after a status's quota is saved (the relay's drain), so the SpotQuota is
+    # on the broker before the status's offset is committed and a driver waiting for the consumer
+    # to catch up sees the quota too. None: `on_saved` only.
+    publish: Callable[[], Awaitable[object]] | None = None
+    # pool -> the computed_at of its last saved quota (a redelivered status is not quoted twice:
+    # eta's feedback would run twice for one instant).
+    quoted_at: dict[str, float] = field(default_factory=dict)
     # None: the global provider (configure_tracing); tests pass one with an in-memory exporter.
     tracer_provider: trace.TracerProvider | None = None
 
@@ -93,39 +134,60 @@ class QuotaService:
             found = self.books[pool] = PoolBook(pool, settings=self.quota_settings)
         return found
 
+    @property
+    def topic_clock(self) -> bool:
+        return self.settings.topic_clock
+
     async def load(self) -> None:
-        """Resume from Postgres: eta and version per pool, recent outcomes, latest inputs."""
+        """Resume from Postgres: eta and version per pool, latest inputs, recent outcomes (the
+        inputs first: on the topic clock the latest status says what "recent" means)."""
         async with self.pool.acquire() as connection:
             for name, stored in (await store.load_pools(connection)).items():
                 book = self.book(name)
                 book.eta, book.version = stored.eta, stored.version
-            since = store.utc(self.clock.now() - self.quota_settings.feedback_window_s)
-            for row in await store.load_outcomes(connection, since):
-                start, end = row["period_start"].timestamp(), row["period_end"].timestamp()
-                self.book(row["pool"]).record_outcome(row["task_id"], start, end, row["succeeded"])
+                self.quoted_at[name] = stored.updated_at.timestamp()
             for row in await store.load_latest_inputs(connection):
                 payload = row["payload"]
                 if row["kind"] == "status":
-                    self.book(row["pool"]).update_status(status_view(PoolStatus.model_validate_json(payload)))
+                    view = status_view(PoolStatus.model_validate_json(payload))
+                    self.book(row["pool"]).update_status(view)
+                    self._observe_time(view.observed_s)
                 else:
                     self.book(row["pool"]).update_forecast(
                         forecast_view(PoolDemandForecast.model_validate_json(payload))
                     )
+            since = store.utc(self.clock.now() - self.quota_settings.feedback_window_s)
+            for row in await store.load_outcomes(connection, since):
+                start, end = row["period_start"].timestamp(), row["period_end"].timestamp()
+                self.book(row["pool"]).record_outcome(row["task_id"], start, end, row["succeeded"])
+
+    def _observe_time(self, observed_s: float) -> None:
+        if isinstance(self.clock, StatusClock):
+            self.clock.observe(observed_s)
 
     async def handle(self, envelope: Envelope[Any], context: MessageContext) -> None:
         payload = envelope.payload
         if isinstance(payload, PoolStatus):
             await self._remember(payload.pool, "status", payload.observed_at, payload)
-            self.book(payload.pool).update_status(status_view(payload))
+            view = status_view(payload)
+            self.book(payload.pool).update_status(view)
             self.contexts.setdefault(payload.pool, context.trace_context)
+            if self.topic_clock:
+                await self._quote_status(payload.pool, view.observed_s)
         elif isinstance(payload, PoolDemandForecast):
             await self._remember(payload.pool, "forecast", payload.origin_time, payload)
             self.fallback_forecasts += payload.fallback
             if self.book(payload.pool).update_forecast(forecast_view(payload)):
                 self.contexts[payload.pool] = context.trace_context
                 # A new forecast changes the quota now, not at the next refresh. Eta's feedback
-                # runs only on the refresh timer (as in the simulator), so this keeps eta.
-                if await self._refresh_pool(payload.pool, feedback=False) is not None:
+                # runs only on the refresh timer (as in the simulator), so this keeps eta. On the
+                # topic clock the next status is the next refresh: the simulator puts a new
+                # forecast in force only at its refresh instants, and a quota computed now would
+                # be at the previous status's time, before this forecast's origin (so without it).
+                if (
+                    not self.topic_clock
+                    and await self._refresh_pool(payload.pool, feedback=False) is not None
+                ):
                     self.on_saved()
         elif isinstance(payload, GuaranteePeriodClosed):
             await self._outcome(payload, envelope)
@@ -152,6 +214,21 @@ class QuotaService:
             payload.task_id, payload.period_start.timestamp(), payload.period_end.timestamp(), succeeded
         )
 
+    async def _quote_status(self, pool: str, observed_s: float) -> None:
+        """Topic clock: a status is its pool's refresh instant. Compute (with eta's feedback),
+        persist and publish the quota at `observed_s`, before the status counts as consumed."""
+        self._observe_time(observed_s)
+        status = self.books[pool].status
+        if status is None or status.observed_s != observed_s:
+            return  # older than the status in force (a redelivery): that one was quoted
+        last = self.quoted_at.get(pool)
+        if last is None or abs(last - observed_s) > 1e-6:  # a redelivery after the save: publish only
+            await self._refresh_pool(pool, feedback=True, now=observed_s)
+        if self.publish is not None:
+            await self.publish()
+        else:
+            self.on_saved()
+
     async def refresh(self) -> list[QuotaComputation]:
         """Every refresh interval: compute (with the eta feedback), persist with the outbox row
         and keep every pool's quota; returns them."""
@@ -160,8 +237,10 @@ class QuotaService:
             self.on_saved()
         return saved
 
-    async def _refresh_pool(self, name: str, *, feedback: bool) -> QuotaComputation | None:
-        now = self.clock.now()
+    async def _refresh_pool(
+        self, name: str, *, feedback: bool, now: float | None = None
+    ) -> QuotaComputation | None:
+        now = self.clock.now() if now is None else now
         tracer = trace.get_tracer(TRACER, tracer_provider=self.tracer_provider)
         book = self.books[name]
         with tracer.start_as_current_span(
@@ -179,6 +258,7 @@ class QuotaService:
             book.commit(computed)
             book.version = version
             self.latest[name] = computed
+            self.quoted_at[name] = now
             return computed
 
 
@@ -304,8 +384,9 @@ async def run_quota_service(
     started: Callable[[QuotaService], None] | None = None,
 ) -> ConsumeStats:
     """Run until `stop`: wait for the fence (standby), resume from Postgres, then consume,
-    refresh and relay. Losing the fence stops the active work (the caller may start again)."""
-    clock = clock or SystemClock()
+    refresh and relay. Losing the fence stops the active work (the caller may start again).
+    `clock`: the time source (default: the wall clock, or a `StatusClock` on the topic clock)."""
+    clock = clock or (StatusClock() if settings.topic_clock else SystemClock())
     ready = ready or asyncio.Event()
     metrics = configure_metrics(settings.otel_service_name or "gfs-quota")
     stats = ConsumeStats()
@@ -318,7 +399,10 @@ async def run_quota_service(
         ):
             relay = OutboxRelay(pool, producer)
             probe = LagProbe(settings.bootstrap_servers, settings.quota_group, TOPICS)
-            service = QuotaService(pool, settings, clock, on_saved=relay.wake, stats=stats, lag_probe=probe)
+            service = QuotaService(
+                pool, settings, clock, on_saved=relay.wake, stats=stats, lag_probe=probe,
+                publish=relay.drain if settings.topic_clock else None,
+            )  # fmt: skip
             meter = metrics.meter(TRACER)
             for name, callback in _observe(service).items():
                 meter.create_observable_gauge(name, callbacks=[callback])
@@ -359,18 +443,23 @@ async def run_quota_service(
             )
             jobs = [
                 asyncio.create_task(consuming),
-                asyncio.create_task(_every(settings.quota_refresh_s, inner, service.refresh)),
                 asyncio.create_task(relay.run(inner)),
                 asyncio.create_task(probe.run(inner)),
                 asyncio.create_task(watch_fence()),
                 asyncio.create_task(until_stop()),
             ]
+            if not settings.topic_clock:  # on the topic clock, statuses are the refreshes
+                jobs.append(asyncio.create_task(_every(settings.quota_refresh_s, inner, service.refresh)))
             try:
                 # Any job ending ends the active period: stop asked, fence lost, or a failure.
                 done, _ = await asyncio.wait(jobs, return_when=asyncio.FIRST_COMPLETED)
                 for job in done:
                     error = job.exception()
-                    if isinstance(error, store.FenceLostError):
+                    # On the topic clock quotas are written by the status handler, so a lost
+                    # fence arrives wrapped in the consumer's HandlerFailedError.
+                    if isinstance(error, store.FenceLostError) or isinstance(
+                        getattr(error, "__cause__", None), store.FenceLostError
+                    ):
                         # Another instance wrote this pool's quota: step down (the caller waits
                         # for the fence again and resumes from Postgres).
                         log.error("quota: %s; stepping down", error)

@@ -33,6 +33,7 @@ class FenceLostError(RuntimeError):
 class StoredPool:
     eta: float
     version: int
+    updated_at: datetime  # the computed_at of the last quota saved (its valid_from)
 
 
 def utc(seconds: float) -> datetime:
@@ -40,8 +41,8 @@ def utc(seconds: float) -> datetime:
 
 
 async def load_pools(connection: asyncpg.Connection) -> dict[str, StoredPool]:
-    rows = await connection.fetch("SELECT pool, eta, version FROM quota_pool")
-    return {r["pool"]: StoredPool(float(r["eta"]), int(r["version"])) for r in rows}
+    rows = await connection.fetch("SELECT pool, eta, version, updated_at FROM quota_pool")
+    return {r["pool"]: StoredPool(float(r["eta"]), int(r["version"]), r["updated_at"]) for r in rows}
 
 
 async def load_outcomes(connection: asyncpg.Connection, since: datetime) -> list[asyncpg.Record]:

@@ -23,9 +23,18 @@ def simulate(
         int, typer.Option("--seed", help="recorded with the results (the simulation is deterministic)")
     ] = 0,
     window_days: Annotated[
-        float, typer.Option("--window-days", help="evaluation window: last N days")
+        float, typer.Option("--window-days", help="evaluation window: the last N days before its end")
     ] = 31.0,
     drain_days: Annotated[float, typer.Option("--drain-days", help="drain after the window")] = 7.0,
+    window_end_s: Annotated[
+        float | None,
+        typer.Option(
+            "--window-end-s",
+            help="the evaluation window ends at S seconds (default: the trace horizon, the latest "
+            "submit + duration); past the horizon, quota and preemption stay on while queued and "
+            "evicted work finishes",
+        ),
+    ] = None,
     model_artifact: Annotated[
         Path | None, typer.Option("--model-artifact", help="artifact dir for --forecast model")
     ] = None,
@@ -52,6 +61,8 @@ def simulate(
 
     if forecast is ForecastSource.MODEL and model_artifact is None:
         raise typer.BadParameter("--forecast model needs --model-artifact DIR")
+    if window_end_s is not None and not window_end_s > 0:
+        raise typer.BadParameter(f"--window-end-s must be > 0, got {window_end_s}")
     if trace_format != "gfs":
         raise typer.BadParameter(f"unknown trace format {trace_format!r} (supported: gfs)")
     console = Console(stderr=True)
@@ -67,8 +78,10 @@ def simulate(
         window_days=window_days,
         drain_days=drain_days,
         model_artifact=model_artifact,
+        window_end_s=window_end_s,
     )
-    horizon = loaded.horizon_s + drain_days * 86400.0
+    end = loaded.horizon_s if window_end_s is None else window_end_s
+    horizon = end + drain_days * 86400.0
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),

@@ -5,7 +5,10 @@ runtime and must log the same lines for the same inputs. Each line has the polic
 time, the pool, the pool's pass number, the task and the action:
 - `start` / `renew` (a lease renewed): the placements, each a node name with its GPU indices, or a
   node, one shared GPU index and the fraction; `preempted` and, for a preempting HP task, the victims;
-- `evict` / `stop`: the node (null for a lease stop), the reason code and message, the preemptor.
+- `evict` / `stop`: the node (null for a lease stop), the reason code and message, the preemptor;
+- `cancel` (a trace's cancel_time; no pass number, written when it happens, so before the lines of
+  the pass at that instant): the node the task ran on (its first worker's), null if it was queued.
+  A task already finished at its cancel time writes nothing.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 import json
 from typing import IO, TYPE_CHECKING, Any
 
+from services.core.ids import TaskId
 from services.core.runtime import PassResult, PoolRuntime, Started, Stopped
 
 if TYPE_CHECKING:
@@ -66,3 +70,16 @@ class DecisionLog:
                 body = stopped_line(rt, o)
             self.out.write(json.dumps({**head, "task": o.task_id, **body}, separators=(",", ":")) + "\n")
             self.lines += 1
+
+    def cancelled(self, sim: Simulation, rt: PoolRuntime, task_id: TaskId, node: str | None) -> None:
+        """The engine's cancel sink: one `cancel` line."""
+        line = {
+            "policy": self.policy,
+            "t": sim.now,
+            "pool": rt.state.pool,
+            "task": task_id,
+            "action": "cancel",
+            "node": node,
+        }
+        self.out.write(json.dumps(line, separators=(",", ":")) + "\n")
+        self.lines += 1

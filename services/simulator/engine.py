@@ -1,11 +1,19 @@
-"""Discrete-event simulation: one heap ordered by (time, seq), one clock, no fixed ticks.
+"""Discrete-event simulation: one heap ordered by (time, kind, seq), one clock, no fixed ticks.
 
 Events: arrivals (merged from the sorted task list), finishes, guarantee-period boundaries,
-quota refresh (300 s) and state samples (60 s) inside the window, window start / end, stop.
-All events at one timestamp are applied first; then every pool that changed runs one scheduling
-pass. Everything per pool (queues, applying decisions, guarantee ledger, eviction scores, quota
-inputs, leases) is the core's `PoolRuntime`, the same one the live preemption service drives: the
-engine keeps only events, timing and recording (task lives, useful GPU time, samples).
+cancellations, quota refresh (300 s) and state samples (60 s) inside the window, window start /
+end, lease renewals, stop. All events at one timestamp are applied first, in a canonical order:
+arrivals, then the heap's events by kind (FINISH, PERIOD, CANCEL, QUOTA, SAMPLE, WINDOW_START,
+WINDOW_END, LEASE), equal kinds in push order; so a quota refresh at t sees every finish and
+cancellation at t, whenever their events were pushed. Then every pool that changed runs one
+scheduling pass (events a pass pushes at the same instant, a zero-length run's finish, are
+applied in the same order and followed by another pass). A live driver plays an instant the same
+way: time advances (finishes, guarantee periods), submissions and cancellations, the quota
+refresh, one pass.
+
+Everything per pool (queues, applying decisions, guarantee ledger, eviction scores, quota inputs,
+leases) is the core's `PoolRuntime`, the same one the live preemption service drives: the engine
+keeps only events, timing and recording (task lives, useful GPU time, samples).
 """
 
 from __future__ import annotations
@@ -40,7 +48,8 @@ from services.simulator.lifecycle import Life, overlap
 from services.simulator.recording import Recorder
 from services.simulator.workload import Workload
 
-FINISH, PERIOD, QUOTA, SAMPLE, WINDOW_START, WINDOW_END, LEASE = range(7)
+# Event kinds, in the order equal-time events are applied (arrivals come before all of them).
+FINISH, PERIOD, CANCEL, QUOTA, SAMPLE, WINDOW_START, WINDOW_END, LEASE = range(8)
 QUOTA_PERIOD_S = 300.0
 SAMPLE_PERIOD_S = 60.0
 HORIZON_H = 4
@@ -74,6 +83,9 @@ class DemandInput:
 
 
 DecisionSink = Callable[["Simulation", PoolRuntime, PassResult], None]
+# A cancellation as it happened: the pool's runtime, the task, and the node it ran on (its first
+# worker's; None: it was queued).
+CancelSink = Callable[["Simulation", PoolRuntime, TaskId, str | None], None]
 
 
 class Simulation:
@@ -85,6 +97,7 @@ class Simulation:
         demand: DemandInput,
         settings: SimSettings = SimSettings(),
         decision_sink: DecisionSink | None = None,
+        cancel_sink: CancelSink | None = None,
     ) -> None:
         self.w = workload
         self.policy = policy
@@ -93,6 +106,7 @@ class Simulation:
         self.observed = demand.observed
         self.settings = settings
         self.decision_sink = decision_sink
+        self.cancel_sink = cancel_sink
         # Device indices change no decision and no metric: tracked when a decision log reads them.
         rs = RuntimeSettings(
             t_win_s=settings.t_win_s,
@@ -120,11 +134,14 @@ class Simulation:
         self.lease_s = float(policy.lease_s or 0.0)
         self.lease_renewals = 0
         self.lease_stops = 0
+        self.cancelled: list[TaskId] = []  # in the order they happened
+        self.cancelled_queued = 0
+        self.cancelled_running = 0
 
     # ----- event plumbing -------------------------------------------------------------------
     def push(self, t: float, kind: int, payload: object) -> None:
         self.seq += 1
-        heapq.heappush(self.heap, (t, self.seq, kind, payload))
+        heapq.heappush(self.heap, (t, kind, self.seq, payload))
 
     def run(self, progress: Callable[[float], None] | None = None) -> Recorder:
         wall0 = time.perf_counter()
@@ -133,6 +150,8 @@ class Simulation:
         ai = 0
         self.push(self.w.window_start_s, WINDOW_START, None)
         self.push(self.w.window_end_s, WINDOW_END, None)
+        for cancel_s, tid in self.w.cancels:
+            self.push(cancel_s, CANCEL, tid)
         next_progress = 0
         t = 0.0
         while True:
@@ -151,7 +170,7 @@ class Simulation:
                     self._arrive(tasks[ai])
                     ai += 1
                 while self.heap and self.heap[0][0] == t:
-                    _, _, kind, payload = heapq.heappop(self.heap)
+                    _, kind, _, payload = heapq.heappop(self.heap)
                     self.events += 1
                     sample |= self._handle(kind, payload)
                 if not self.dirty:
@@ -180,6 +199,8 @@ class Simulation:
         elif kind == PERIOD:
             tid, epoch = cast(tuple[TaskId, int], payload)
             self._period(tid, epoch)
+        elif kind == CANCEL:
+            self._cancel(cast(TaskId, payload))
         elif kind == QUOTA:
             self._refresh_quota()
         elif kind == SAMPLE:
@@ -240,6 +261,45 @@ class Simulation:
         if life.in_window:
             self.outstanding_window -= 1
         self.dirty.add(spec.pool)
+
+    def _cancel(self, tid: TaskId) -> None:
+        """The owner cancels: a finished (or already cancelled) task is not affected; a queued one is
+        withdrawn, having waited until now; a running one stops for good: its completed guarantee
+        periods count, the interrupted one is void, its work until now is charged like a run still
+        going at the stop (HP: all of it; spot: its completed periods). Either way its life ends
+        here, not as a finish: it is no longer outstanding."""
+        life = self.lives.get(tid)
+        if life is None:  # the workload checks that no cancel comes before its submission
+            raise ValueError(f"task {tid}: cancelled at {self.now} s before it was submitted")
+        if not (math.isnan(life.end) and math.isnan(life.cancelled)):
+            return
+        spec = life.spec
+        rt = self.pools[spec.pool]
+        running = rt.state.running.get(tid)
+        node = rt.state.node_names[running.placements[0].node] if running is not None else None
+        stop = rt.cancel(tid, self.now)
+        if stop is None:
+            life.wait += self.now - life.entered
+            self.cancelled_queued += 1
+        else:
+            self._log_stop(life, stop)
+            end = (
+                self.now
+                if spec.task_class is TaskClass.HP
+                else life.start + useful_seconds_before_eviction(stop.run_s)
+            )
+            self.useful_gpu_s[spec.pool] += spec.total_gpus * overlap(life.start, end, *self._window())
+            self.cancelled_running += 1
+        if self.observed is not None and spec.task_class is TaskClass.HP:
+            self.observed.remove(self.now, (spec.pool, spec.tenant), spec.total_gpus)
+        life.cancelled = self.now
+        self.cancelled.append(tid)
+        life.epoch += 1  # its finish / period events are stale now
+        if life.in_window:
+            self.outstanding_window -= 1
+        self.dirty.add(spec.pool)
+        if self.cancel_sink is not None:
+            self.cancel_sink(self, rt, tid, node)
 
     def _period(self, tid: TaskId, epoch: int) -> None:
         life = self.lives[tid]

@@ -11,6 +11,7 @@ class Life:
     """What happened to one task: waits, runs, evictions, guarantee periods."""
 
     __slots__ = (
+        "cancelled",
         "end",
         "entered",
         "epoch",
@@ -35,7 +36,8 @@ class Life:
         self.epoch = 0  # bumped on every start/eviction so stale finish/period events are ignored
         self.start = math.nan
         self.first_start = math.nan
-        self.end = math.nan
+        self.end = math.nan  # when it finished
+        self.cancelled = math.nan  # when it was cancelled (then it never finishes)
         self.wait = 0.0
         self.entered = spec.submit_s
         self.logged = 0  # guarantee successes already logged for the current run

@@ -25,6 +25,7 @@ TABLE_METRICS: tuple[tuple[str, str], ...] = (
     ("evictions", "{:.0f}"),
     ("tasks_finished", "{:.0f}"),
     ("tasks_unfinished", "{:.0f}"),
+    ("tasks_cancelled", "{:.0f}"),
     ("sim_wall_s", "{:.1f}"),
     ("events", "{:.0f}"),
 )

@@ -3,12 +3,13 @@ plots. Kept apart from rendering (report.py) so tests and the JSON writer need n
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from services.core.metrics import ClassOutcomes, metric_block
+from services.core.metrics import HP_SLO_START_S, ClassOutcomes, metric_block
 from services.core.task import TaskClass
 
 if TYPE_CHECKING:
@@ -77,6 +78,40 @@ def _outcomes(sim: Simulation, cls: TaskClass, pool: str | None) -> ClassOutcome
     )
 
 
+def _with_cancellations(block: dict[str, float], sim: Simulation, pool: str | None) -> dict[str, float]:
+    """Cancelled tasks (a trace's cancel_time) are neither finished nor unfinished: they count in
+    `tasks_cancelled`; their waits (until the cancel, if queued) and guarantee periods count as
+    usual. An HP task cancelled unstarted within the SLO's 10 minutes is left out of the SLO (it
+    could not miss it); one cancelled after waiting longer missed it."""
+    cancelled = sum(
+        1
+        for tid in sim.cancelled
+        if sim.lives[tid].in_window and (pool is None or sim.lives[tid].spec.pool == pool)
+    )
+    block["tasks_cancelled"] = float(cancelled)
+    if not cancelled:
+        return block
+    block["tasks_unfinished"] -= cancelled
+    hp = [
+        life
+        for life in sim.lives.values()
+        if life.in_window
+        and (pool is None or life.spec.pool == pool)
+        and life.spec.task_class is TaskClass.HP
+        and not (
+            not math.isnan(life.cancelled)
+            and math.isnan(life.first_start)
+            and life.cancelled - life.spec.submit_s <= HP_SLO_START_S
+        )
+    ]
+    within = [
+        not math.isnan(life.first_start) and life.first_start - life.spec.submit_s <= HP_SLO_START_S
+        for life in hp
+    ]
+    block["hp_slo_attainment"] = sum(within) / len(within) if within else 1.0
+    return block
+
+
 def build_policy_result(sim: Simulation) -> PolicyResult:
     rec = sim.recorder
     pools = tuple(str(p) for p in rec.pools)
@@ -85,7 +120,7 @@ def build_policy_result(sim: Simulation) -> PolicyResult:
     window_s = sim.w.window_s
     per_pool: dict[str, dict[str, float]] = {}
     for i, pool in enumerate(pools):
-        per_pool[pool] = metric_block(
+        block = metric_block(
             _outcomes(sim, TaskClass.HP, pool),
             _outcomes(sim, TaskClass.SPOT, pool),
             alloc[:, i] / caps[i] if len(alloc) else np.zeros(0),
@@ -93,15 +128,20 @@ def build_policy_result(sim: Simulation) -> PolicyResult:
             int(caps[i]),
             window_s,
         )
+        per_pool[pool] = _with_cancellations(block, sim, pool)
     hp_all = _outcomes(sim, TaskClass.HP, None)
     spot_all = _outcomes(sim, TaskClass.SPOT, None)
-    cluster = metric_block(
-        hp_all,
-        spot_all,
-        alloc.sum(axis=1) / caps.sum() if len(alloc) else np.zeros(0),
-        sum(sim.useful_gpu_s.values()),
-        int(caps.sum()),
-        window_s,
+    cluster = _with_cancellations(
+        metric_block(
+            hp_all,
+            spot_all,
+            alloc.sum(axis=1) / caps.sum() if len(alloc) else np.zeros(0),
+            sum(sim.useful_gpu_s.values()),
+            int(caps.sum()),
+            window_s,
+        ),
+        sim,
+        None,
     )
     fc = sim.forecaster
     metrics: dict[str, Any] = dict(cluster)

@@ -23,7 +23,7 @@ from services.core.policies.protocols import SchedulingPolicy
 from services.core.policies.registry import build_policy
 from services.simulator.decision_log import DecisionLog
 from services.simulator.demand import DemandSeries, hp_demand_series, pool_totals, write_canonical_csv
-from services.simulator.engine import DecisionSink, DemandInput, SimSettings, Simulation
+from services.simulator.engine import CancelSink, DecisionSink, DemandInput, SimSettings, Simulation
 from services.simulator.result import PolicyResult, SimulationResult, build_policy_result
 from services.simulator.traces.records import Trace
 from services.simulator.workload import Workload, build_workload
@@ -70,6 +70,7 @@ class RunSettings:
     drain_days: float = 7.0
     t_win_days: float = 31.0
     model_artifact: Path | None = None
+    window_end_s: float | None = None  # None: the trace horizon
 
 
 def build_forecaster(settings: RunSettings, demand: DemandInput) -> Forecaster:
@@ -98,7 +99,12 @@ def build_forecaster(settings: RunSettings, demand: DemandInput) -> Forecaster:
 
 def prepare(trace: Trace, settings: RunSettings) -> tuple[Workload, DemandInput]:
     """The workload and the trace-defined HP demand (what `demand_for` starts from)."""
-    workload = build_workload(trace, window_days=settings.window_days, drain_days=settings.drain_days)
+    workload = build_workload(
+        trace,
+        window_days=settings.window_days,
+        drain_days=settings.drain_days,
+        window_end_s=settings.window_end_s,
+    )
     series = hp_demand_series(trace)
     totals = pool_totals(series)
     pools = tuple(sorted(totals))
@@ -123,12 +129,13 @@ def build_simulation(
     policy: SchedulingPolicy,
     settings: RunSettings,
     decision_sink: DecisionSink | None = None,
+    cancel_sink: CancelSink | None = None,
 ) -> Simulation:
     """One policy's simulation with its demand series and forecaster (every driver composes it here)."""
     demand = demand_for(policy, workload, trace_demand)
     sim_settings = SimSettings(t_win_s=settings.t_win_days * 86400.0)
     return Simulation(
-        workload, policy, build_forecaster(settings, demand), demand, sim_settings, decision_sink
+        workload, policy, build_forecaster(settings, demand), demand, sim_settings, decision_sink, cancel_sink
     )
 
 
@@ -154,6 +161,7 @@ def run_policies(
             "model_artifact": str(settings.model_artifact) if settings.model_artifact else None,
             "window_start_s": workload.window_start_s,
             "window_end_s": workload.window_end_s,
+            "cancellations": len(workload.cancels),
             "spot_jobs_dropped_before_window": workload.dropped_spot,
             "jobs_dropped_no_pool": workload.dropped_no_pool,
             "tasks": len(workload.tasks),
@@ -187,7 +195,8 @@ def run_one(
         sim.run(on_progress)
     else:
         with decisions.open("a", encoding="utf-8") as out:
-            sim = build_simulation(workload, demand, policy, settings, DecisionLog(out, name))
+            log = DecisionLog(out, name)
+            sim = build_simulation(workload, demand, policy, settings, log, log.cancelled)
             sim.run(on_progress)
     if observed_out is not None and sim.observed is not None:
         write_observed_csv(sim.observed, observed_out / f"{name}.csv")

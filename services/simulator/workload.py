@@ -1,11 +1,14 @@
 """Trace records -> core pools and task specs, with the evaluation window (spec 2.3).
 
-The window is the last `window_days` of the trace; before it the simulation is HP-only warm-up,
-so spot jobs submitted before the window are dropped (the authors keep only August's spot jobs).
+The window is the last `window_days` before its end (the trace horizon, or `window_end_s`); before
+it the simulation is HP-only warm-up, so spot jobs submitted before the window are dropped (the
+authors keep only August's spot jobs). Jobs with a cancel time become cancellations
+(`Workload.cancels`), played by the engine.
 """
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from dataclasses import dataclass
 
@@ -40,13 +43,21 @@ class Workload:
     rejected_infeasible: int
     rejected_by_reason: dict[str, int]  # `reasons.Rejection` name -> jobs (the core's feasibility check)
     source: str
+    # (cancel time, task) for every kept task with a cancel time, sorted; each at or after its submit.
+    cancels: tuple[tuple[float, TaskId], ...] = ()
 
     @property
     def window_s(self) -> float:
         return self.window_end_s - self.window_start_s
 
 
-def build_workload(trace: Trace, *, window_days: float = 31.0, drain_days: float = 7.0) -> Workload:
+def build_workload(
+    trace: Trace, *, window_days: float = 31.0, drain_days: float = 7.0, window_end_s: float | None = None
+) -> Workload:
+    """`window_end_s`: where the evaluation window ends (default: the trace horizon); a window
+    reaching past the horizon keeps quota and preemption on while queued and evicted work finishes."""
+    if window_end_s is not None and not (math.isfinite(window_end_s) and window_end_s > 0):
+        raise ValueError(f"window end must be a finite number of seconds > 0, got {window_end_s}")
     by_pool: dict[str, list[tuple[str, int]]] = defaultdict(list)
     for node in trace.nodes:
         if node.gpus > 0:
@@ -55,9 +66,10 @@ def build_workload(trace: Trace, *, window_days: float = 31.0, drain_days: float
         PoolLayout(PoolId(p), tuple(n for n, _ in nodes), tuple(g for _, g in nodes))
         for p, nodes in sorted(by_pool.items())
     )
-    end = trace.horizon_s
+    end = trace.horizon_s if window_end_s is None else float(window_end_s)
     start = max(0.0, end - window_days * DAY_S)
     tasks: list[TaskSpec] = []
+    cancels: list[tuple[float, TaskId]] = []
     seen: dict[str, int] = {}
     feasibility = {p: PoolFeasibility(tuple(g for _, g in nodes)) for p, nodes in by_pool.items()}
     dropped_spot = dropped_pool = infeasible = 0
@@ -78,6 +90,13 @@ def build_workload(trace: Trace, *, window_days: float = 31.0, drain_days: float
         k = seen.get(job.name, 0)
         seen[job.name] = k + 1
         tid = job.name if k == 0 else f"{job.name}#{k}"
+        if job.cancel_s is not None:
+            if job.cancel_s < job.submit_s:
+                raise ValueError(
+                    f"job {job.name}: cancelled at {job.cancel_s} s, before its submission at "
+                    f"{job.submit_s} s (a job cannot be cancelled before it is submitted)"
+                )
+            cancels.append((job.cancel_s, TaskId(tid)))
         tasks.append(
             TaskSpec(
                 task_id=TaskId(tid),
@@ -104,6 +123,7 @@ def build_workload(trace: Trace, *, window_days: float = 31.0, drain_days: float
         rejected_infeasible=infeasible,
         rejected_by_reason=dict(sorted(by_reason.items())),
         source=trace.source,
+        cancels=tuple(sorted(cancels)),
     )
 
 

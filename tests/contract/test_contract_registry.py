@@ -34,6 +34,8 @@ EXPECTED: dict[str, tuple[str, frozenset[str], int]] = {
     "gfs.commands.evict": ("node", frozenset({"EvictCommand"}), 6),
     "gfs.commands.evict-ack": ("node", frozenset({"EvictAck"}), 6),
     "gfs.commands.worker-ack": ("node", frozenset({"WorkerStarted", "WorkerExited"}), 6),
+    "gfs.control.clock": ("clock", frozenset({"ClockTick"}), 1),
+    "gfs.control.clock-acks": ("clock", frozenset({"ClockAck"}), 1),
     "gfs.deadletter": ("source_topic", frozenset({"DeadLetter"}), 1),
 }
 

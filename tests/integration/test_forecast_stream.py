@@ -1,7 +1,8 @@
 """The forecast stream (`gfs serve forecast`, a real Faust worker) on the real broker: task events
 in, per-tenant and per-pool forecasts of observed HP demand out (worked by hand), the trace of the
 task event that last changed the pool carried to its forecast, and a malformed record dead-lettered
-with its reason while good events flow."""
+with its reason while good events flow. On the topic clock, hours close on ClockTick ADVANCEs of
+its own clock only, and the consumed offsets are committed promptly."""
 
 from __future__ import annotations
 
@@ -14,20 +15,23 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
-from kafka_harness import consume_until
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
 from opentelemetry.sdk.trace import TracerProvider
 
+from schemas.clock import ClockPhase, ClockTick
 from schemas.dead_letter import DeadLetter
-from schemas.envelope import wrap
+from schemas.envelope import Envelope, wrap
 from schemas.forecast import DemandForecast, PoolDemandForecast
 from schemas.tasks import TaskAccepted, TaskClass, TaskFinished, TaskSubmitted
+from schemas.topics import decode
 from services.platform.kafka.producer import EnvelopeProducer
 from services.platform.kafka.topic_admin import TopicsReport
 from services.platform.tracing import traceparent_of
@@ -36,10 +40,13 @@ pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
 BAD = b"{not json"
+SOURCES = ("gfs.tasks.submit", "gfs.tasks.lifecycle")
 
 
 @contextlib.contextmanager
-def _worker(kafka_bootstrap: str, app_id: str, log_path: Path, web_port: int = 0) -> Iterator[Path]:
+def _worker(
+    kafka_bootstrap: str, app_id: str, log_path: Path, web_port: int = 0, **extra_env: str
+) -> Iterator[Path]:
     """A forecast worker (its own app id), ready to consume; stopped gracefully on exit."""
     env = {
         **os.environ,
@@ -49,6 +56,7 @@ def _worker(kafka_bootstrap: str, app_id: str, log_path: Path, web_port: int = 0
         "FORECAST_STORE": "memory://",  # tables live in their changelogs only: a restart rebuilds them
         "FORECAST_TICK_S": "3600",
         "FORECAST_WEB_PORT": str(web_port),
+        **extra_env,
     }
     log = log_path.open("w")
     gfs = str(Path(sys.executable).parent / "gfs")
@@ -109,6 +117,87 @@ async def _wait_for_log(path: Path, text: str, timeout_s: float = 60.0) -> None:
         await asyncio.sleep(0.2)
 
 
+async def _committed_to_the_end(
+    kafka_bootstrap: str, group: str, topics: tuple[str, ...], timeout_s: float = 60.0
+) -> None:
+    """Wait until `group` committed every partition of `topics` up to its end as of the call
+    (what a driver's lag barrier waits for); fails after `timeout_s`."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=kafka_bootstrap)
+    reader = AIOKafkaConsumer(bootstrap_servers=kafka_bootstrap)
+    await admin.start()
+    await reader.start()
+    t0 = time.monotonic()
+    behind: dict[TopicPartition, int] = {}
+    try:
+        # (aiokafka's consumer.topics() does not fill partitions_for_topic: ask the admin client.)
+        described = await admin.describe_topics(list(topics))
+        parts = [TopicPartition(d["topic"], p["partition"]) for d in described for p in d["partitions"]]
+        assert len({tp.topic for tp in parts}) == len(topics), f"partitions missing for {topics}: {parts}"
+        ends = await reader.end_offsets(parts)
+        while time.monotonic() - t0 < timeout_s:
+            committed = await admin.list_consumer_group_offsets(group) or {}
+            behind = {
+                tp: end - max(0, committed[tp].offset if tp in committed else 0)
+                for tp, end in ends.items()
+                if end > (committed[tp].offset if tp in committed else 0)
+            }
+            if not behind:
+                return
+            await asyncio.sleep(0.05)
+    finally:
+        await reader.stop()
+        await admin.close()
+    raise AssertionError(f"{group} did not commit to the end of {topics} in {timeout_s} s: {behind}")
+
+
+Read = list[tuple[Envelope[Any], tuple[tuple[str, bytes], ...]]]  # (envelope, headers), in order
+
+
+async def _ends_now(kafka_bootstrap: str, topic_name: str) -> dict[TopicPartition, int]:
+    admin = AIOKafkaAdminClient(bootstrap_servers=kafka_bootstrap)
+    reader = AIOKafkaConsumer(bootstrap_servers=kafka_bootstrap)
+    await admin.start()
+    await reader.start()
+    try:
+        [described] = await admin.describe_topics([topic_name])
+        parts = [TopicPartition(topic_name, p["partition"]) for p in described["partitions"]]
+        return dict(await reader.end_offsets(parts))
+    finally:
+        await reader.stop()
+        await admin.close()
+
+
+async def _read_after(
+    kafka_bootstrap: str, topic_name: str, offsets: dict[TopicPartition, int], done: Callable[[Read], bool]
+) -> Read:
+    """What `topic_name` got after `offsets` (no consumer group: nothing older is read, nothing
+    is dead-lettered; records that do not decode are skipped) until `done` says enough."""
+    reader = AIOKafkaConsumer(bootstrap_servers=kafka_bootstrap, enable_auto_commit=False)
+    await reader.start()
+    got: Read = []
+    try:
+        reader.assign(list(offsets))
+        for tp, offset in offsets.items():
+            reader.seek(tp, offset)
+        deadline = time.monotonic() + 60.0
+        while not done(got):
+            assert time.monotonic() < deadline, f"{topic_name} never had what the test waits for: {got}"
+            for records in (await reader.getmany(timeout_ms=500)).values():
+                for record in records:
+                    with contextlib.suppress(ValueError):
+                        got.append((decode(topic_name, record.value or b""), tuple(record.headers or ())))
+    finally:
+        await reader.stop()
+    return got
+
+
+async def _caught_up(kafka_bootstrap: str, app_id: str) -> None:
+    """The worker read the task topics up to where they ended now. A new app id reads them from
+    the start (older tests left ~10^5 records): until it caught up, a partition behind the
+    others would deliver this test's events late and out of order."""
+    await _committed_to_the_end(kafka_bootstrap, app_id, SOURCES, timeout_s=300.0)
+
+
 async def test_task_events_become_forecasts_of_observed_demand(
     stream: tuple[str, Path], kafka_bootstrap: str
 ) -> None:
@@ -118,10 +207,13 @@ async def test_task_events_become_forecasts_of_observed_demand(
     t0 = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) - timedelta(hours=3)
     at = lambda minutes: t0 + timedelta(minutes=minutes)  # noqa: E731
     tracer = TracerProvider().get_tracer("it-forecast")
+    forecasts_from = await _ends_now(kafka_bootstrap, "gfs.forecasts")
+    letters_from = await _ends_now(kafka_bootstrap, "gfs.deadletter")
     async with EnvelopeProducer(bootstrap_servers=kafka_bootstrap) as producer:
         # First a malformed record, and wait until the worker dead-letters it: the worker is then
         # consuming (after the rebalance that follows its start), so what comes next is read in order.
         await _consuming(producer, log, run)
+        await _caught_up(kafka_bootstrap, app_id)
         # Hour 0: x holds 8 from minute 10. Hour 1: y adds 4 from minute 70 to 100 (pool 12).
         # Hour 2: x 8 alone. Task c (x, 2 GPUs) accepted at minute 180 closes hours 1 and 2 by
         # event time (the wall-clock tick is off in this test: backdated events and wall-clock
@@ -149,13 +241,25 @@ async def test_task_events_become_forecasts_of_observed_demand(
             isinstance(p, DemandForecast | PoolDemandForecast) and p.pool == pool and p.origin_time == origin
         )
 
-    received, _ = await consume_until(
+    received = await _read_after(
+        kafka_bootstrap,
         "gfs.forecasts",
-        f"it-read-{run}",
-        bootstrap_servers=kafka_bootstrap,
-        done=lambda got: sum(ours(env) for env, _ in got.items) >= 3,  # 2 tenants + the pool
+        forecasts_from,
+        done=lambda got: sum(ours(env) for env, _ in got) >= 3,  # 2 tenants + the pool
     )
-    mine = [(env.payload, ctx) for env, ctx in received.items if ours(env)]
+    mine = [(env.payload, headers) for env, headers in received if ours(env)]
+    # Before any hour completed, the pool's first demand change read sent the empty-history
+    # forecast (zeros, flagged) from its hour: x's at t0, or y's at t0 + 1 h when a's partition
+    # was still catching up behind older tests' records (a late change counts when it is read).
+    # Other streams on the shared topics may forecast this pool too: this one's is among them.
+    assert any(
+        isinstance(p := env.payload, PoolDemandForecast)
+        and p.pool == pool
+        and p.origin_time in (t0, t0 + timedelta(hours=1))
+        and (p.model_name, p.fallback, p.tenants) == ("lstm", True, 1)
+        and [h.quantiles["0.9"] for h in p.horizon] == [0.0] * 4
+        for env, _ in received
+    )
     pool_fc = next(p for p, _ in mine if isinstance(p, PoolDemandForecast))
     tenants = {p.tenant: p for p, _ in mine if isinstance(p, DemandForecast)}
     # Three hours of history: less than the LSTM's lookback, so the model's own documented
@@ -165,8 +269,8 @@ async def test_task_events_become_forecasts_of_observed_demand(
     assert tenants["y"].horizon[0].quantiles["0.5"] == 0.0
     assert pool_fc.horizon[0].quantiles["0.5"] == 8.0
     # The forecast continues the trace of the task event that last changed the pool (c's acceptance).
-    for _, ctx in mine:
-        parent = traceparent_of(ctx.headers)
+    for _, headers in mine:
+        parent = traceparent_of(headers)
         assert parent is not None and parent.split("-")[1] == trace_id
 
     def our_letter(env: Any) -> bool:
@@ -174,13 +278,13 @@ async def test_task_events_become_forecasts_of_observed_demand(
         mine = isinstance(p, DeadLetter) and p.consumer_group == app_id
         return mine and base64.b64decode(p.original) == BAD
 
-    letters, _ = await consume_until(
+    letters = await _read_after(
+        kafka_bootstrap,
         "gfs.deadletter",
-        f"it-dlq-{run}",
-        bootstrap_servers=kafka_bootstrap,
-        done=lambda got: any(our_letter(env) for env, _ in got.items),
+        letters_from,
+        done=lambda got: any(our_letter(env) for env, _ in got),
     )
-    letter = next(env.payload for env, _ in letters.items if our_letter(env))
+    letter = next(env.payload for env, _ in letters if our_letter(env))
     assert letter.source_topic == "gfs.tasks.submit" and "malformed JSON" in letter.error
     # The worker's counters on /metrics (Prometheus format).
     port = (log.parent / "port").read_text()
@@ -203,13 +307,16 @@ async def test_a_restarted_stream_rebuilds_its_tables_from_the_changelogs(
     at = lambda minutes: t0 + timedelta(minutes=minutes)  # noqa: E731
     a, c, d = f"{run}-a", f"{run}-c", f"{run}-d"
     accept = lambda task: TaskAccepted(task_id=task, pool=pool, task_class=TaskClass.HP)  # noqa: E731
+    forecasts_from = await _ends_now(kafka_bootstrap, "gfs.forecasts")
     async with EnvelopeProducer(bootstrap_servers=kafka_bootstrap) as producer:
         with _worker(kafka_bootstrap, app_id, tmp_path / "first.log") as log:
             await _consuming(producer, log, f"{run}-1")
+            await _caught_up(kafka_bootstrap, app_id)
             await _send_in_order(producer, [(_submit(a, "x", pool, 8), at(10)), (accept(a), at(10))])
             await asyncio.sleep(3.0)  # past a commit interval; the stop also flushes and commits
         with _worker(kafka_bootstrap, app_id, tmp_path / "second.log") as log:
             await _consuming(producer, log, f"{run}-2")
+            await _caught_up(kafka_bootstrap, app_id)
             await _send_in_order(
                 producer,
                 [
@@ -225,15 +332,92 @@ async def test_a_restarted_stream_rebuilds_its_tables_from_the_changelogs(
                 p = env.payload
                 return isinstance(p, DemandForecast) and p.pool == pool and p.origin_time >= at(120)
 
-            received, _ = await consume_until(
+            received = await _read_after(
+                kafka_bootstrap,
                 "gfs.forecasts",
-                f"it-read-{run}",
-                bootstrap_servers=kafka_bootstrap,
+                forecasts_from,
                 # x at +2 h (y has no history yet then), x and y at +3 h
-                done=lambda got: sum(ours(env) for env, _ in got.items) >= 3,
+                done=lambda got: sum(ours(env) for env, _ in got) >= 3,
             )
-    payloads = [env.payload for env, _ in received.items]
+    payloads = [env.payload for env, _ in received]
     by = {(p.origin_time, p.tenant): p for p in payloads if isinstance(p, DemandForecast) and p.pool == pool}
     assert by[(at(120), "x")].horizon[0].quantiles["0.5"] == 8.0  # hour 1's peak: x still held 8
     assert by[(at(180), "x")].horizon[0].quantiles["0.5"] == 0.0  # hour 2: a's finish counted
     assert by[(at(180), "y")].horizon[0].quantiles["0.5"] == 4.0
+
+
+async def test_on_the_topic_clock_advance_ticks_close_the_hours(
+    kafka_bootstrap: str, tmp_path: Path, registry_topics: TopicsReport
+) -> None:
+    run = uuid.uuid4().hex[:8]
+    pool, app_id, clock = f"FT-{run}", f"it-forecast-{run}", f"it-clock-{run}"
+    # Times long past, on a clock of our own: other runs' ticks (other clock names, later times)
+    # are ignored by this worker, and ours can never move another topic-clock reader forward.
+    t0 = datetime(2020, 3, 2, 8, tzinfo=UTC)
+    at = lambda minutes: t0 + timedelta(minutes=minutes)  # noqa: E731
+    accept = TaskAccepted(task_id=f"{run}-a", pool=pool, task_class=TaskClass.HP)
+    sequence = iter(range(1, 100))
+
+    def tick(minutes: int, phase: ClockPhase = ClockPhase.ADVANCE, name: str = clock) -> Any:
+        return wrap(ClockTick(clock=name, at=at(minutes), sequence=next(sequence), phase=phase),
+                    producer="it", occurred_at=at(minutes))  # fmt: skip
+
+    # FORECAST_TICK_S short: a wall-clock timer, were one running, would close hours of 2026 at once.
+    # The history starts 5 hours before the pool's first demand (as the simulator's series start at
+    # the trace's t = 0): those hours are zeros, and persistence's residuals see them.
+    env = {"GFS_FORECAST_CLOCK": "topic", "GFS_FORECAST_CLOCK_NAME": clock, "FORECAST_ARTIFACT": "",
+           "FORECAST_TICK_S": "0.2", "FORECAST_HISTORY_ORIGIN": at(-300).isoformat()}  # fmt: skip
+    forecasts_from = await _ends_now(kafka_bootstrap, "gfs.forecasts")
+    async with EnvelopeProducer(bootstrap_servers=kafka_bootstrap) as producer:
+        with _worker(kafka_bootstrap, app_id, tmp_path / "worker.log", **env) as log:
+            await _consuming(producer, log, run)
+            await _caught_up(kafka_bootstrap, app_id)
+            # x's task (8 GPUs) accepted at minute 10 of hour 0: its first demand change, so the
+            # empty-history forecast goes out from hour 0 (zeros).
+            await producer.send("gfs.control.clock", tick(0))
+            await _send_in_order(producer, [(_submit(f"{run}-a", "x", pool, 8), at(10)), (accept, at(10))])
+
+            def ours(env: Any) -> bool:
+                return isinstance(env.payload, PoolDemandForecast) and env.payload.pool == pool
+
+            def origin(minutes: int) -> Callable[[Read], bool]:
+                return lambda got: any(ours(e) and e.payload.origin_time == at(minutes) for e, _ in got)
+
+            # The pool is known to the stream once its first forecast is out (the task topics may
+            # still be catching up behind older tests' records when the first ticks are read).
+            await _read_after(kafka_bootstrap, "gfs.forecasts", forecasts_from, done=origin(0))
+            # Ignored: another clock's ADVANCE and our clock's STATUS, both hours later (either
+            # would close hours 0 to 4 and send a forecast from hour 5 instead of the ones below).
+            await producer.send("gfs.control.clock", tick(300, name=f"other-{run}"))
+            await producer.send("gfs.control.clock", tick(300, phase=ClockPhase.STATUS))
+            for minutes in (30, 60, 120):  # closes hour 0 at 60, hour 1 at 120
+                await producer.send("gfs.control.clock", tick(minutes))
+                await producer.send("gfs.control.clock", tick(minutes))  # a redelivery: a no-op
+            received = await _read_after(kafka_bootstrap, "gfs.forecasts", forecasts_from, done=origin(120))
+            # Every effect is committed promptly (0.1 s commit interval on the topic clock): the
+            # clock topic, the re-keyed topic and the sources all read to their ends.
+            await _committed_to_the_end(
+                kafka_bootstrap, app_id, ("gfs.control.clock", f"{app_id}-demand-by-pool", *SOURCES)
+            )
+    # Other streams reading the shared topics may forecast this pool too (another run's clock
+    # jumps it to that run's time; a wall-clock stream stamps its own forecasts): look at the
+    # hours this test plays, and at this stream's stamps.
+    played = [e for e, _ in received if ours(e) and e.payload.origin_time <= at(360)]
+    assert {e.payload.origin_time for e in played} == {at(0), at(60), at(120)}  # hour 5 never closed
+    # The first forecast: the simulator's persistence from an empty history, stamped at the event.
+    zeros = [0.0] * 4
+    assert any(
+        (e.payload.origin_time, e.occurred_at, e.payload.fallback, e.payload.model_name)
+        == (at(0), at(10), True, "persistence")
+        and [h.quantiles["0.9"] for h in e.payload.horizon] == zeros
+        for e in played
+    )
+    # Hour 0's peak is 8 (x from minute 10), after 5 zero hours: history [0, 0, 0, 0, 0, 8].
+    # Persistence: 8 plus the 0.9-quantile of the h-step changes over the 2 origins every step
+    # 1..4 has: [0, 8] each, 7.2, so 15.2. After hour 1 (8 again): [0, 0, 0, 0, 0, 8, 8], 3
+    # origins: step 1 [0, 8, 0] -> 6.4 (14.4), steps 2..4 [0, 8, 8] -> 8 (16). Each forecast is
+    # stamped with the tick that closed the hour.
+    for minutes, q90 in ((60, [15.2] * 4), (120, [14.4, 16.0, 16.0, 16.0])):
+        [closing] = [e for e in played if e.payload.origin_time == at(minutes)]
+        assert [h.quantiles["0.9"] for h in closing.payload.horizon] == pytest.approx(q90)
+        assert closing.occurred_at == at(minutes)

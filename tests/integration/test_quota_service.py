@@ -1,7 +1,8 @@
 """The quota service on the real broker and Postgres: pool status, a pool forecast and guarantee
 outcomes in; a SpotQuota out equal to the core's quota function on those inputs (worked by hand
 on one pool), persisted with the inputs and forecast behind it; a standby waits while the active
-instance holds the fence and takes over when it stops."""
+instance holds the fence and takes over when it stops. On the topic clock each status is quoted
+at its own time, published before its offset is committed, and only once."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import asyncio
 import random
 import socket
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import urlencode, urlsplit, urlunsplit
@@ -16,17 +18,19 @@ from urllib.parse import urlencode, urlsplit, urlunsplit
 import aiohttp
 import asyncpg
 import pytest
-from kafka_harness import consume_until
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
 
-from schemas.envelope import wrap
+from schemas.envelope import Envelope, wrap
 from schemas.forecast import HourlyDemand, PoolDemandForecast
 from schemas.pool_status import PoolStatus
 from schemas.quota import SpotQuota
 from schemas.tasks import GuaranteeOutcome, GuaranteePeriodClosed
+from schemas.topics import decode
 from services.platform.kafka.producer import EnvelopeProducer
 from services.platform.kafka.topic_admin import TopicsReport
 from services.platform.migrations import discover, migrate
-from services.quota.service import QuotaService, QuotaServiceSettings, run_quota_service
+from services.quota.service import TOPICS, QuotaService, QuotaServiceSettings, run_quota_service
 
 pytestmark = pytest.mark.integration
 
@@ -81,6 +85,10 @@ async def test_inputs_in_quota_out_hand_checked(
     origin = now.replace(minute=0, second=0, microsecond=0)
     stop, ready = asyncio.Event(), asyncio.Event()
     settings = _settings(dsn, kafka_bootstrap, random.getrandbits(48), quota_api_port=_free_port())
+    # Only this test's records: behind the thousands of pools older runs left on the shared
+    # topics, each 0.3-s refresh of every pool's quota kept the consumer from ours for minutes.
+    await _start_at_the_end(kafka_bootstrap, settings.quota_group, TOPICS)
+    quotas_from = await _end_offsets(kafka_bootstrap, "gfs.quotas")
     service_task = asyncio.create_task(run_quota_service(settings, stop, ready=ready))
     try:
         await asyncio.wait_for(ready.wait(), READY_S)
@@ -107,13 +115,14 @@ async def test_inputs_in_quota_out_hand_checked(
             p = env.payload
             return isinstance(p, SpotQuota) and p.pool == pool and f"it-{pool}" in p.forecast_version
 
-        received, _ = await consume_until(
+        received = await _read_from(
+            kafka_bootstrap,
             "gfs.quotas",
-            f"it-read-{uuid.uuid4().hex[:8]}",
-            bootstrap_servers=kafka_bootstrap,
-            done=lambda got: any(with_forecast(env) for env, _ in got.items),
+            quotas_from,
+            pool.encode(),
+            done=lambda got: any(map(with_forecast, got)),
         )
-        quota = next(env.payload for env, _ in received.items if with_forecast(env))
+        quota = next(env.payload for env in received if with_forecast(env))
         # Floor 50 + 5 = 55 over q90 [40.5, 60, 10, 10]: usage [55, 60, 55, 55], spare
         # [45, 40, 45, 45], eta 1: Q(1) = 45, Q(2) = 40, Q(4) = 40.
         assert {q.guarantee_hours: q.quota_gpus for q in quota.quotas} == {1: 45.0, 2: 40.0, 4: 40.0}
@@ -121,8 +130,13 @@ async def test_inputs_in_quota_out_hand_checked(
         # The SRE API says the same, and /metrics exposes it in Prometheus format.
         base = f"http://127.0.0.1:{settings.quota_api_port}"
         async with aiohttp.ClientSession() as http:
-            async with http.get(f"{base}/quotas") as response:
-                shown = (await response.json())[pool]
+            for _ in range(100):  # the relay may publish before the service's own view is updated
+                async with http.get(f"{base}/quotas") as response:
+                    body = await response.json()
+                if pool in body:
+                    break
+                await asyncio.sleep(0.05)
+            shown = body[pool]
             for _ in range(100):  # the lag probe measures once at start, then every 10 s
                 async with http.get(f"{base}/metrics") as response:
                     metrics = await response.text()
@@ -134,12 +148,16 @@ async def test_inputs_in_quota_out_hand_checked(
         assert shown["quota_gpus"] == {"1": 45.0, "2": 40.0, "4": 40.0}
         assert shown["forecast"]["p_quantile"] == [40.5, 60.0, 10.0, 10.0]
         assert 'gfs_quota_gpus{guarantee_hours="1",' in metrics and f'pool="{pool}"' in metrics
-        # The outcomes sit behind everything earlier tests left on gfs.tasks.lifecycle (a new
-        # group reads it from the beginning): wait until both are recorded.
+        # The outcomes may come after the quota (another topic): wait until both are recorded.
         connection = await asyncpg.connect(dsn)
         try:
             for _ in range(1200):
-                if await connection.fetchval("SELECT count(*) FROM guarantee_period_outcome WHERE pool = $1", pool) >= 2:
+                if (
+                    await connection.fetchval(
+                        "SELECT count(*) FROM guarantee_period_outcome WHERE pool = $1", pool
+                    )
+                    >= 2
+                ):
                     break
                 await asyncio.sleep(0.1)
         finally:
@@ -196,3 +214,169 @@ async def test_a_standby_waits_for_the_fence_and_takes_over(
         first_stop.set()
         second_stop.set()
         await asyncio.gather(first, second, return_exceptions=True)
+
+
+async def _start_at_the_end(kafka_bootstrap: str, group: str, topics: tuple[str, ...]) -> None:
+    """Commit `group` at the current end of `topics`: the service then reads only what the test
+    publishes. On the topic clock every status older tests left would otherwise be quoted (and
+    published) first, for pools that are not ours."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=kafka_bootstrap)
+    consumer = AIOKafkaConsumer(bootstrap_servers=kafka_bootstrap, group_id=group, enable_auto_commit=False)
+    await admin.start()
+    await consumer.start()
+    try:
+        described = await admin.describe_topics(list(topics))
+        parts = [TopicPartition(d["topic"], p["partition"]) for d in described for p in d["partitions"]]
+        consumer.assign(parts)
+        await consumer.commit(dict(await consumer.end_offsets(parts)))
+    finally:
+        await consumer.stop()
+        await admin.close()
+
+
+async def _end_offsets(kafka_bootstrap: str, topic_name: str) -> dict[TopicPartition, int]:
+    consumer = AIOKafkaConsumer(bootstrap_servers=kafka_bootstrap)
+    admin = AIOKafkaAdminClient(bootstrap_servers=kafka_bootstrap)
+    await consumer.start()
+    await admin.start()
+    try:
+        [described] = await admin.describe_topics([topic_name])
+        parts = [TopicPartition(topic_name, p["partition"]) for p in described["partitions"]]
+        return dict(await consumer.end_offsets(parts))
+    finally:
+        await consumer.stop()
+        await admin.close()
+
+
+async def _read_from(
+    kafka_bootstrap: str,
+    topic_name: str,
+    offsets: dict[TopicPartition, int],
+    key: bytes,
+    done: Callable[[list[Envelope[Any]]], bool],
+) -> list[Envelope[Any]]:
+    """The envelopes keyed `key` after `offsets` (no group: nothing older is read, so no wait
+    behind the thousands of records older runs left), deduplicated by event id (the outbox
+    publishes at least once), until `done` says enough."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=kafka_bootstrap, enable_auto_commit=False)
+    await consumer.start()
+    found: list[Envelope[Any]] = []
+    try:
+        consumer.assign(list(offsets))
+        for tp, offset in offsets.items():
+            consumer.seek(tp, offset)
+        deadline = asyncio.get_running_loop().time() + READY_S
+        while not done(found) and asyncio.get_running_loop().time() < deadline:
+            for records in (await consumer.getmany(timeout_ms=500)).values():
+                for record in records:
+                    envelope = decode(topic_name, record.value or b"")
+                    if record.key == key and envelope.event_id not in {e.event_id for e in found}:
+                        found.append(envelope)
+    finally:
+        await consumer.stop()
+    assert done(found), f"not enough records keyed {key!r} on {topic_name}: {found}"
+    return found
+
+
+async def test_on_the_topic_clock_a_status_is_quoted_at_its_time_before_it_is_committed(
+    registry_topics: TopicsReport, kafka_bootstrap: str, database_url: str, scratch_schema: str
+) -> None:
+    dsn = await _migrated(database_url, scratch_schema)
+    pool = f"PT-{uuid.uuid4().hex[:8]}"
+    # Times long past: the topic clock is whatever the statuses say, the wall clock plays no part.
+    t = datetime(2020, 3, 2, 10, 15, tzinfo=UTC)
+    settings = _settings(dsn, kafka_bootstrap, random.getrandbits(48), quota_refresh_s=300.0,
+                         quota_clock="topic")  # fmt: skip
+    await _start_at_the_end(kafka_bootstrap, settings.quota_group, TOPICS)
+    stop, ready = asyncio.Event(), asyncio.Event()
+    service_task = asyncio.create_task(run_quota_service(settings, stop, ready=ready))
+    connection = await asyncpg.connect(dsn)
+    try:
+        await asyncio.wait_for(ready.wait(), READY_S)
+        async with EnvelopeProducer(bootstrap_servers=kafka_bootstrap) as producer:
+            forecast = PoolDemandForecast(
+                pool=pool, origin_time=t.replace(minute=0), tenants=2, model_name="persistence",
+                model_version=f"it-{pool}",
+                horizon=tuple(_hour(h, q) for h, q in ((1, 40.5), (2, 60.0), (3, 10.0), (4, 10.0))),
+            )  # fmt: skip
+            await producer.send("gfs.forecasts", wrap(forecast, producer="it"))
+            # 6 of 20 periods failed in the last 4 h: ER 0.3 >= 1.5 x 0.1, so eta's feedback
+            # shrinks it to 1 x 0.1 / 0.3 = 1/3 at the status.
+            for i in range(20):
+                end = t - timedelta(minutes=10 * i + 1)
+                closed = GuaranteePeriodClosed(
+                    task_id=f"{pool}-t{i}", pool=pool, period_start=end - timedelta(hours=1), period_end=end,
+                    outcome=GuaranteeOutcome.FAILED if i < 6 else GuaranteeOutcome.SUCCEEDED,
+                )  # fmt: skip
+                await producer.send("gfs.tasks.lifecycle", wrap(closed, producer="it"))
+            # The inputs are in before the status comes (a driver's barrier orders them so).
+            for _ in range(300):
+                outcomes = await connection.fetchval(
+                    "SELECT count(*) FROM guarantee_period_outcome WHERE pool = $1", pool
+                )
+                forecasts = await connection.fetchval(
+                    "SELECT count(*) FROM quota_input_latest WHERE pool = $1 AND kind = 'forecast'", pool
+                )
+                if (outcomes, forecasts) == (20, 1):
+                    break
+                await asyncio.sleep(0.1)
+            assert (outcomes, forecasts) == (20, 1)
+            # A forecast alone is not a refresh on the topic clock.
+            assert await connection.fetchval("SELECT count(*) FROM quota_version WHERE pool = $1", pool) == 0
+            status = PoolStatus(
+                pool=pool, observed_at=t, capacity_gpus=100, idle_gpus=30, spot_in_use_gpus=10.0,
+                hp_running_gpus=50.0, hp_queued_gpus=5.0,
+            )  # fmt: skip
+            quotas_from = await _end_offsets(kafka_bootstrap, "gfs.quotas")
+            where = await producer.send("gfs.pools.status", wrap(status, producer="it"))
+            # Once the status's offset is committed, its quota is already published.
+            admin = AIOKafkaAdminClient(bootstrap_servers=kafka_bootstrap)
+            await admin.start()
+            try:
+                status_tp = TopicPartition("gfs.pools.status", where.partition)
+                for _ in range(300):
+                    committed = (await admin.list_consumer_group_offsets(settings.quota_group)).get(status_tp)
+                    if committed is not None and committed.offset > where.offset:
+                        break
+                    await asyncio.sleep(0.05)
+                else:
+                    raise AssertionError("the status's offset was never committed")
+            finally:
+                await admin.close()
+            published = await connection.fetch(
+                "SELECT published_at FROM outbox WHERE topic = 'gfs.quotas' AND key = $1", pool.encode()
+            )
+            assert len(published) == 1 and published[0]["published_at"] is not None
+            # The same status again (a redelivery) is not quoted twice; the next instant is.
+            await producer.send("gfs.pools.status", wrap(status, producer="it"))
+            later = status.model_copy(update={"observed_at": t + timedelta(minutes=5)})
+            await producer.send("gfs.pools.status", wrap(later, producer="it"))
+
+        quotas = await _read_from(
+            kafka_bootstrap, "gfs.quotas", quotas_from, pool.encode(), done=lambda got: len(got) >= 2
+        )
+        first, second = (env.payload for env in quotas[:2])
+        # valid from the status's time for two refresh intervals; floor 50 + 5 = 55 over q90
+        # [40.5, 60, 10, 10]: spare [45, 40, 45, 45]; eta 1/3: Q(1) = 15, Q(2) = Q(4) = 40/3.
+        assert (first.valid_from, first.valid_until) == (t, t + timedelta(minutes=10))
+        assert first.eta == pytest.approx(1 / 3) and f"it-{pool}" in first.forecast_version
+        assert {q.guarantee_hours: q.quota_gpus for q in first.quotas} == pytest.approx(
+            {1: 15.0, 2: 40 / 3, 4: 40 / 3}
+        )
+        # Five minutes on: the same forecast hour, the same 20 outcomes, eta 1/3 x 1/3.
+        assert (second.valid_from, second.valid_until) == (
+            t + timedelta(minutes=5),
+            t + timedelta(minutes=15),
+        )
+        assert second.eta == pytest.approx(1 / 9)
+        assert {q.guarantee_hours: q.quota_gpus for q in second.quotas} == pytest.approx(
+            {1: 5.0, 2: 40 / 9, 4: 40 / 9}
+        )
+    finally:
+        stop.set()
+        await asyncio.wait_for(service_task, READY_S)
+        versions = await connection.fetch(
+            "SELECT version, computed_at FROM quota_version WHERE pool = $1 ORDER BY version", pool
+        )
+        await connection.close()
+    assert [(r["version"], r["computed_at"]) for r in versions] == [(1, t), (2, t + timedelta(minutes=5))]

@@ -6,7 +6,14 @@ Columns, exactly as the release documents them:
 * `job_info_df.csv`: job_name, organization, gpu_model, cpu_request, gpu_request, worker_num,
   submit_time, duration, job_type (`HP` or `Spot`)
 
-Extra columns are ignored, so a file written by a newer release still loads. Every row is
+Optional columns of this project (absent, or an empty cell: the default):
+
+* `checkpoint_interval`: seconds between the job's checkpoints, > 0 (default 3600);
+* `guarantee_hours`: the spot guarantee the job asks for, 1, 2 or 4 (default 1);
+* `cancel_time`: when the job is cancelled, seconds since the trace start, >= its submit_time
+  (default: never).
+
+Other extra columns are ignored, so a file written by a newer release still loads. Every row is
 validated at this edge, because a bad value (a negative duration, a job on a GPU model that has no
 nodes) would otherwise surface much later as a silent mis-simulation. The reader uses the stdlib
 `csv` module (pandas is deliberately not a dependency); 470k jobs load in a few seconds.
@@ -15,6 +22,7 @@ nodes) would otherwise surface much later as a silent mis-simulation. The reader
 from __future__ import annotations
 
 import csv
+import dataclasses
 import enum
 import gc
 import math
@@ -41,6 +49,11 @@ JOB_COLUMNS: tuple[str, ...] = (
     "duration",
     "job_type",
 )
+# This project's optional columns, in the order the writer puts them after JOB_COLUMNS.
+OPTIONAL_JOB_COLUMNS: tuple[str, ...] = ("checkpoint_interval", "guarantee_hours", "cancel_time")
+DEFAULT_CHECKPOINT_S = 3600.0
+DEFAULT_GUARANTEE_HOURS = 1
+GUARANTEE_HOURS: tuple[int, ...] = (1, 2, 4)
 # The release spells the classes `HP` and `Spot`; case is normalised so hand-edited files load.
 _JOB_TYPES: dict[str, JobClass] = {"hp": "HP", "spot": "SPOT"}
 _TYPE_NAMES: dict[str, str] = {"HP": "HP", "SPOT": "Spot"}
@@ -151,7 +164,8 @@ def _check(path: Path, name: str, texts: Sequence[str], bad: np.ndarray, rule: s
 def read_jobs(path: Path) -> tuple[TraceJob, ...]:
     """Read `job_info_df.csv`, validated column by column, sorted by (submit_s, name)."""
     index, rows = _read_rows(path, JOB_COLUMNS)
-    width = max(index[c] for c in JOB_COLUMNS) + 1
+    optional = [c for c in OPTIONAL_JOB_COLUMNS if c in index]
+    width = max(index[c] for c in (*JOB_COLUMNS, *optional)) + 1
     short = [i for i, row in enumerate(rows) if len(row) < width]
     if short:
         line = short[0] + 2
@@ -195,8 +209,51 @@ def read_jobs(path: Path) -> tuple[TraceJob, ...]:
             strict=True,
         )
     ]
+    if optional:
+        jobs = _with_optional_columns(path, jobs, {c: [row[index[c]] for row in rows] for c in optional})
     jobs.sort(key=lambda j: (j.submit_s, j.name))
     return tuple(jobs)
+
+
+def _optional_numbers(path: Path, column: str, texts: Sequence[str] | None) -> list[float | None]:
+    """One value per row of an optional column: None where the column is absent or the cell empty."""
+    if texts is None:
+        return []
+    return [None if not t.strip() else _number(path, line, column, t) for line, t in enumerate(texts, 2)]
+
+
+def _with_optional_columns(path: Path, jobs: list[TraceJob], texts: dict[str, list[str]]) -> list[TraceJob]:
+    """`jobs` (in file order) with the optional columns' values, each validated."""
+    ckpt = _optional_numbers(path, "checkpoint_interval", texts.get("checkpoint_interval"))
+    hours = _optional_numbers(path, "guarantee_hours", texts.get("guarantee_hours"))
+    cancel = _optional_numbers(path, "cancel_time", texts.get("cancel_time"))
+    out: list[TraceJob] = []
+    for i, job in enumerate(jobs):
+        where = f"{path}:{i + 2}: column"
+        c = ckpt[i] if ckpt else None
+        if c is not None and c <= 0:
+            got = texts["checkpoint_interval"][i]
+            raise TraceFormatError(f"{where} checkpoint_interval: must be > 0 seconds, got {got!r}")
+        h = hours[i] if hours else None
+        if h is not None and h not in GUARANTEE_HOURS:
+            got = texts["guarantee_hours"][i]
+            raise TraceFormatError(f"{where} guarantee_hours: must be 1, 2 or 4, got {got!r}")
+        x = cancel[i] if cancel else None
+        if x is not None and x < job.submit_s:
+            got = texts["cancel_time"][i]
+            raise TraceFormatError(
+                f"{where} cancel_time: {got!r} is before the job's submit_time "
+                f"{format_number(job.submit_s)} (a job cannot be cancelled before it is submitted)"
+            )
+        out.append(
+            dataclasses.replace(
+                job,
+                guarantee_hours=DEFAULT_GUARANTEE_HOURS if h is None else int(h),
+                checkpoint_interval_s=DEFAULT_CHECKPOINT_S if c is None else c,
+                cancel_s=x,
+            )
+        )
+    return out
 
 
 def horizon_of(jobs: Iterable[TraceJob]) -> float:
@@ -260,16 +317,29 @@ def write_nodes(nodes: Iterable[TraceNode], path: Path) -> None:
 def write_gfs_trace(trace: Trace, out_dir: Path) -> None:
     """Write `trace` as a GFS-format directory that `load_gfs_trace` reads back to an equal Trace.
 
-    guarantee_hours and checkpoint_interval_s have no column in the format, so they are not written
-    (they read back as their defaults).
+    The optional columns (checkpoint_interval, guarantee_hours, cancel_time) are written only when
+    some job differs from their default, and then with an empty cell for each job at the default; a
+    trace without them is written with exactly the release's columns.
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     write_nodes(trace.nodes, out_dir / NODE_FILE)
     f = format_number
+    jobs = trace.jobs
+    cells = {
+        "checkpoint_interval": [
+            "" if j.checkpoint_interval_s == DEFAULT_CHECKPOINT_S else f(j.checkpoint_interval_s)
+            for j in jobs
+        ],
+        "guarantee_hours": [
+            "" if j.guarantee_hours == DEFAULT_GUARANTEE_HOURS else str(j.guarantee_hours) for j in jobs
+        ],
+        "cancel_time": ["" if j.cancel_s is None else f(j.cancel_s) for j in jobs],
+    }
+    extra = [c for c in OPTIONAL_JOB_COLUMNS if any(cells[c])]
     with (out_dir / JOB_FILE).open("w", newline="", encoding="utf-8") as fh:
         out = csv.writer(fh, lineterminator="\n")
-        out.writerow(JOB_COLUMNS)
+        out.writerow((*JOB_COLUMNS, *extra))
         out.writerows(
             (
                 j.name,
@@ -281,6 +351,7 @@ def write_gfs_trace(trace: Trace, out_dir: Path) -> None:
                 f(j.submit_s),
                 f(j.duration_s),
                 _TYPE_NAMES[j.job_class],
+                *(cells[c][i] for c in extra),
             )
-            for j in trace.jobs
+            for i, j in enumerate(jobs)
         )

@@ -30,7 +30,10 @@ class TraceJob:
     `gpus_per_worker` may be fractional (< 1 shares a GPU); the job needs
     `gpus_per_worker * workers` GPUs in total (spec 8 #4). `duration_s` is the run time the job
     needs when it is never evicted. `guarantee_hours` is the spot guarantee the job asks for
-    (1, 2 or 4; the GFS trace has none, so loaders default it to 1).
+    (1, 2 or 4; the GFS trace has none, so loaders default it to 1). `checkpoint_interval_s` is how
+    often the job checkpoints (an eviction loses the work since the last one). `cancel_s`: when the
+    job's owner cancels it (seconds since the trace start, >= `submit_s`; None = never): a queued
+    job is withdrawn, a running one stopped for good, a finished one is not affected.
     """
 
     name: str
@@ -44,6 +47,7 @@ class TraceJob:
     job_class: JobClass
     guarantee_hours: int = 1
     checkpoint_interval_s: float = 3600.0
+    cancel_s: float | None = None
 
     @property
     def total_gpus(self) -> float:

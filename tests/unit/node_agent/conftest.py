@@ -104,7 +104,8 @@ class AgentHarness:
         await asyncio.gather(self.watcher, *self.agent.evictions.values(), return_exceptions=True)
 
 
-def start_agent(state_dir: Path, sink: RecordingSink | None = None) -> AgentHarness:
+def start_agent(state_dir: Path, sink: RecordingSink | None = None, **agent_options: Any) -> AgentHarness:
+    """`agent_options` go to NodeAgent as they are (a sim clock, a checkpoint root...)."""
     sink = sink or RecordingSink()
     journal = Journal.open(state_dir / "journal.json", node=NODE)
     guard = CommandGuard(node=NODE, key=KEY, max_age=timedelta(minutes=5), clock_skew=timedelta(seconds=30))
@@ -120,6 +121,7 @@ def start_agent(state_dir: Path, sink: RecordingSink | None = None) -> AgentHarn
         watch_s=0.02,
         kill_wait_s=5.0,
         worker_env={**os.environ, "PYTHONPATH": str(REPO)},
+        **agent_options,
     )
     stop = asyncio.Event()
     return AgentHarness(state_dir, sink, agent, stop, asyncio.create_task(agent.watch(stop)))

@@ -162,3 +162,23 @@ def test_settings_derive_or_take_the_node_key(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setenv("GFS_COMMAND_SECRET", "short")
     with pytest.raises(MissingKeyError, match="16 bytes"):
         NodeAgentSettings().command_key("node-7")
+
+
+# A bind with the restart overhead set (a field added after v1: left out of the signed bytes only
+# while unset). Digest computed with OpenSSL over BIND_OVERHEAD_JSON (no newline):
+#   openssl dgst -sha256 -mac HMAC -macopt hexkey:<node-7 key> bind2.json
+BIND_OVERHEAD_JSON = (
+    b'{"command_id":"00000000-0000-4000-8000-0000000000b1","node":"node-7","task_id":"job-1",'
+    b'"task_class":"SPOT","placements":[{"worker_index":0,"node":"node-7","gpu_indices":[2,3],'
+    b'"gpu_fraction":1.0}],"command":["python","train.py"],"checkpoint_interval_s":60.0,'
+    b'"restart_overhead_s":40.0,"issued_at":"2026-03-01T12:00:00Z","signature":""}'
+)
+BIND_OVERHEAD_SIGNATURE = "cd4ffda28bf9ef18977254252c669cfbd16b0433c52d1db58309a0ef95cee416"
+
+
+def test_a_bind_with_a_restart_overhead_signs_with_the_field_and_the_openssl_vector() -> None:
+    command = bind_command(BIND_OVERHEAD_SIGNATURE, restart_overhead_s=40.0)
+    assert signing_bytes(command) == BIND_OVERHEAD_JSON
+    assert guard().check(command, NOW) is None
+    # The same command without the overhead no longer matches that signature.
+    assert guard().check(bind_command(BIND_OVERHEAD_SIGNATURE), NOW) is Rejection.SIGNATURE_MISMATCH

@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 import pytest
 
 from schemas.commands import BindCommand, EvictAck, EvictCommand, EvictOutcome
+from schemas.pool_status import PoolStatus
 from schemas.quota import GuaranteeQuota, SpotQuota
 from schemas.tasks import (
     EvictionReason,
@@ -278,3 +279,51 @@ def test_a_gang_gets_one_bind_per_node_with_its_workers_device_indices() -> None
 def test_lease_policies_are_refused_by_name() -> None:
     with pytest.raises(ValueError, match="lease"):
         ControllerSettings(policy="chronus")
+
+
+def test_restart_overhead_goes_to_the_preempting_start_and_to_the_evicted_tasks_restart() -> None:
+    w, bind_a, bind_b = _spot_world()
+    # Neither spot start needed evictions nor resumed an evicted run: no overhead told.
+    assert bind_a.restart_overhead_s is None and bind_b.restart_overhead_s is None
+    out = w.event(_task("H", TaskClass.HP), 2000)
+    evict = _one(out.commands, EvictCommand)
+    assert isinstance(evict, EvictCommand)
+    ack = EvictAck(command_id=evict.command_id, node="n1", task_ids=("B",),
+                   outcome=EvictOutcome.CHECKPOINTED, acked_at=_at(2001))  # fmt: skip
+    bind_h = _one(w.event(ack, 2001).commands, BindCommand)
+    # H (2 GPUs per worker, <= 8) needed an eviction: spec 5.4's 40 s.
+    assert isinstance(bind_h, BindCommand) and bind_h.restart_overhead_s == 40.0
+    # A finishes; B (requeued) restarts on n0 and pays the restart overhead too.
+    for p in bind_a.placements:
+        exited = WorkerExited(command_id=bind_a.command_id, node="n0", task_id="A",
+                              worker_index=p.worker_index, exit_code=0, exited_at=_at(2100))  # fmt: skip
+        out = w.event(exited, 2100)
+    bind_b2 = _one(out.commands, BindCommand)
+    assert isinstance(bind_b2, BindCommand) and bind_b2.task_id == "B" and bind_b2.restart_overhead_s == 40.0
+
+
+def test_clock_ticks_run_timers_status_and_the_pass_only_in_their_phase() -> None:
+    w = World()
+    w.node("n0", 2, 0)
+    w.node("n1", 2, 0)
+    w.feed(entry_for(_quota(4.0), T0))  # type: ignore[arg-type]
+    # Submitted without a pass (on the clock, passes run on PASS ticks only).
+    accepted = w.feed(entry_for(_task("A", TaskClass.SPOT), T0 + 20))  # type: ignore[arg-type]
+    assert isinstance(accepted.events[0], TaskAccepted) and not accepted.commands
+
+    def tick(phase: str, seq: int, t: float) -> Effects:
+        return w.feed(("clock", {"phase": phase, "sequence": seq}, T0 + t))
+
+    assert not tick("ADVANCE", 1, 20).commands
+    status = tick("STATUS", 2, 20).events
+    assert len(status) == 1 and isinstance(status[0], PoolStatus)
+    # Nothing runs yet: 4 GPUs idle, no spot in use, A (2 GPUs) waited 0 s at the head.
+    assert (status[0].capacity_gpus, status[0].idle_gpus, status[0].spot_in_use_gpus) == (4, 4, 0.0)
+    assert status[0].observed_at == _at(20)
+    bind = _one(tick("PASS", 3, 20).commands, BindCommand)
+    assert isinstance(bind, BindCommand) and bind.issued_at == _at(20)
+    # A tick already seen (a redelivery, or the same tick routed again) does nothing.
+    assert not tick("PASS", 3, 20)
+    assert not tick("STATUS", 2, 20)
+    with pytest.raises(ValueError, match="unknown clock phase"):
+        tick("LATER", 4, 20)

@@ -162,3 +162,117 @@ def test_write_then_load_is_identity(jobs: list[TraceJob]) -> None:
         again = load_gfs_trace(Path(tmp))
     assert again.jobs == ordered
     assert again.nodes == nodes
+
+
+# ----- the optional columns: checkpoint_interval, guarantee_hours, cancel_time ----------------------
+OPTIONAL_HEADER = ",".join((*JOB_COLUMNS, "checkpoint_interval", "guarantee_hours", "cancel_time"))
+
+
+def test_optional_columns_are_read_and_empty_cells_take_the_defaults(tmp_path: Path) -> None:
+    write_dir(
+        tmp_path,
+        "a,13,A10,8,1,1,0,60,Spot,600,4,40\nb,13,A10,8,1,1,20,60,HP,,,\nc,13,A10,8,0.5,1,20,60,Spot,1200.5,2,20",
+        header=OPTIONAL_HEADER,
+    )
+    got = {
+        j.name: (j.checkpoint_interval_s, j.guarantee_hours, j.cancel_s)
+        for j in load_gfs_trace(tmp_path).jobs
+    }
+    # c: a cancel at the submit instant is allowed
+    assert got == {"a": (600.0, 4, 40.0), "b": (3600.0, 1, None), "c": (1200.5, 2, 20.0)}
+
+
+def test_any_subset_of_the_optional_columns_in_any_position(tmp_path: Path) -> None:
+    header = ",".join(("cancel_time", *JOB_COLUMNS))
+    write_dir(tmp_path, "100,a,13,A10,8,1,1,0,60,HP", header=header)
+    (job,) = load_gfs_trace(tmp_path).jobs
+    assert (job.cancel_s, job.checkpoint_interval_s, job.guarantee_hours) == (100.0, 3600.0, 1)
+
+
+def test_traces_without_the_optional_columns_read_the_defaults() -> None:
+    for job in load_gfs_trace(FIXTURE).jobs:
+        assert (job.checkpoint_interval_s, job.guarantee_hours, job.cancel_s) == (3600.0, 1, None)
+
+
+BAD_OPTIONAL = "j1,13,A10,8,1,1,{submit},60,Spot,{ckpt},{hours},{cancel}"
+
+
+@pytest.mark.parametrize(
+    ("cells", "message"),
+    [
+        pytest.param({"ckpt": "0"}, "column checkpoint_interval: must be > 0 seconds, got '0'", id="zero"),
+        pytest.param({"ckpt": "-60"}, "column checkpoint_interval: must be > 0", id="negative-ckpt"),
+        pytest.param({"ckpt": "often"}, "column checkpoint_interval: not a number: 'often'", id="text-ckpt"),
+        pytest.param({"hours": "3"}, "column guarantee_hours: must be 1, 2 or 4, got '3'", id="three-hours"),
+        pytest.param({"hours": "1.5"}, "column guarantee_hours: must be 1, 2 or 4, got '1.5'", id="fraction"),
+        pytest.param({"submit": "100", "cancel": "99"},
+                     "column cancel_time: '99' is before the job's submit_time 100 (a job cannot be "
+                     "cancelled before it is submitted)", id="cancel-before-submit"),
+        pytest.param({"cancel": "inf"}, "column cancel_time: not finite", id="inf-cancel"),
+    ],
+)  # fmt: skip
+def test_bad_optional_values_are_rejected_with_a_clear_message(
+    tmp_path: Path, cells: dict[str, str], message: str
+) -> None:
+    row = BAD_OPTIONAL.format(**{"submit": "0", "ckpt": "", "hours": "", "cancel": "", **cells})
+    write_dir(tmp_path, f"j0,13,A10,8,1,1,0,60,HP,,,\n{row}", header=OPTIONAL_HEADER)
+    with pytest.raises(TraceFormatError) as err:
+        load_gfs_trace(tmp_path)
+    assert "job_info_df.csv:3: " + message in str(err.value)  # the bad row is the file's third line
+
+
+def test_a_row_short_of_an_optional_column_is_rejected(tmp_path: Path) -> None:
+    write_dir(tmp_path, "j1,13,A10,8,1,1,0,60,Spot,,1", header=OPTIONAL_HEADER)
+    with pytest.raises(TraceFormatError, match="row has 11 fields, expected 12"):
+        load_gfs_trace(tmp_path)
+
+
+def test_writer_adds_only_the_optional_columns_that_differ_from_the_defaults(tmp_path: Path) -> None:
+    nodes = (TraceNode("n0", "A10", 1, 128),)
+    plain = TraceJob("a", "13", "A10", 8.0, 1.0, 1, 0.0, 60.0, "SPOT")
+    options = TraceJob("a", "13", "A10", 8.0, 1.0, 1, 0.0, 60.0, "SPOT", 2, 600.0)
+    cancelled = TraceJob("b", "13", "A10", 8.0, 1.0, 1, 20.0, 60.0, "HP", cancel_s=40.0)
+    write_gfs_trace(Trace(nodes=nodes, jobs=(plain,), horizon_s=60.0), tmp_path / "plain")
+    assert (tmp_path / "plain" / "job_info_df.csv").read_text().splitlines()[0] == ",".join(JOB_COLUMNS)
+    write_gfs_trace(Trace(nodes=nodes, jobs=(plain, cancelled), horizon_s=80.0), tmp_path / "cancel")
+    lines = (tmp_path / "cancel" / "job_info_df.csv").read_text().splitlines()
+    assert lines == [
+        ",".join((*JOB_COLUMNS, "cancel_time")),
+        "a,13,A10,8,1,1,0,60,Spot,",
+        "b,13,A10,8,1,1,20,60,HP,40",
+    ]
+    both = (options, cancelled)
+    write_gfs_trace(Trace(nodes=nodes, jobs=both, horizon_s=80.0), tmp_path / "all")
+    lines = (tmp_path / "all" / "job_info_df.csv").read_text().splitlines()
+    assert lines == [
+        ",".join((*JOB_COLUMNS, "checkpoint_interval", "guarantee_hours", "cancel_time")),
+        "a,13,A10,8,1,1,0,60,Spot,600,2,",
+        "b,13,A10,8,1,1,20,60,HP,,,40",
+    ]
+    assert load_gfs_trace(tmp_path / "all").jobs == both
+
+
+@st.composite
+def job_with_options(draw: st.DrawFn) -> TraceJob:
+    job = draw(job_strategy)
+    cancel = draw(st.none() | st.floats(0, 1e6, allow_nan=False).map(lambda d: job.submit_s + d))
+    return TraceJob(
+        *(job.name, job.organization, job.gpu_model, job.cpu_request, job.gpus_per_worker, job.workers),
+        *(job.submit_s, job.duration_s, job.job_class),
+        guarantee_hours=draw(st.sampled_from([1, 2, 4])),
+        checkpoint_interval_s=draw(st.sampled_from([3600.0, 20.0, 0.5]) | st.floats(1e-3, 1e5)),
+        cancel_s=cancel,
+    )
+
+
+@given(st.lists(job_with_options(), max_size=15, unique_by=lambda j: j.name))
+def test_write_then_load_is_identity_with_the_optional_columns(jobs: list[TraceJob]) -> None:
+    import tempfile
+
+    nodes = (TraceNode("n0", "A10", 1, 128), TraceNode("n1", "H800", 8, 192))
+    ordered = tuple(sorted(jobs, key=lambda j: (j.submit_s, j.name)))
+    trace = Trace(nodes=nodes, jobs=ordered, horizon_s=0.0)
+    with tempfile.TemporaryDirectory() as tmp:
+        write_gfs_trace(trace, Path(tmp))
+        again = load_gfs_trace(Path(tmp))
+    assert again.jobs == ordered

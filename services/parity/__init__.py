@@ -1,0 +1,1 @@
+"""Sim/live parity: a trace through the live pipeline on the controllable clock, against `gfs simulate`."""
