@@ -39,7 +39,6 @@ from functools import partial
 from pathlib import Path
 from typing import Any, cast
 
-import aiohttp
 import asyncpg
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
@@ -48,7 +47,7 @@ from schemas.envelope import wrap
 from schemas.fields import GuaranteeHours
 from schemas.tasks import TaskClass, TaskSubmitted
 from schemas.topics import topic as registry_topic
-from services.faults.harness import Supervised
+from services.faults.harness import Supervised, _free_port, _get
 from services.parity.barrier import Barrier
 from services.parity.compare import Diff, compare, live_lines, sim_lines
 from services.parity.observer import Observer
@@ -385,26 +384,6 @@ async def _start_groups_at_end(bootstrap: list[str], groups: Mapping[str, Sequen
             await consumer.commit({tp: end for tp, end in ends.items()})
         finally:
             await consumer.stop()
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-async def _get(url: str) -> tuple[int, Any]:
-    try:
-        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=3)) as http, http.get(url) as r:
-            text = await r.text()
-    except (aiohttp.ClientError, OSError, TimeoutError):
-        return 0, None
-    try:
-        return r.status, json.loads(text)
-    except ValueError:  # /metrics is text
-        return r.status, None
 
 
 async def _ready(api: str, ports: dict[str, int]) -> bool:
