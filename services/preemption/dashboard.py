@@ -39,6 +39,7 @@ from opentelemetry import trace
 
 from services.preemption import store
 from services.preemption.controller import Decision
+from services.preemption.trace_view import register_trace_view
 
 if TYPE_CHECKING:
     from services.preemption.service import Decider
@@ -353,6 +354,8 @@ def render_page(data: dict[str, Any], query: str = "") -> str:
     for i, d in enumerate(data["decisions"]):
         k = f"decision:{i}"
         link = f'<a data-k="{k}:trace" href="{_e(d["trace_url"])}">trace</a>' if d["trace_url"] else "-"
+        if d["trace_id"]:  # Jaeger's own UI may be absent (infra/jaeger): the spans drawn here too
+            link += f' <a href="/dashboard/trace/{_e(d["trace_id"])}">spans</a>'
         decisions.append(
             f'<tr class="kind-{_e(d["kind"])}">' + _cell(f"{k}:at", d["at"][11:23]) + _cell(f"{k}:pool", d["pool"])
             + _cell(f"{k}:task_id", d["task_id"]) + _cell(f"{k}:kind", d["kind"])
@@ -425,6 +428,7 @@ def register_dashboard(app: web.Application, decider: Decider, *, jaeger_ui_url:
 
         return handle
 
+    register_trace_view(app)
     app.router.add_get("/dashboard", page)
     app.router.add_get("/dashboard/data", data)
     app.router.add_get("/dashboard/quota.svg", plot(quota_svg))
