@@ -12,8 +12,8 @@ from uuid import UUID
 
 from pydantic import BaseModel
 
+from schemas.clock import ClockAck, ClockPhase, ClockTick
 from schemas.commands import BindCommand, EvictAck, EvictCommand, EvictOutcome
-from schemas.workers import WorkerExited, WorkerStarted
 from schemas.dead_letter import DeadLetter
 from schemas.forecast import DemandForecast, HourlyDemand, PoolDemandForecast
 from schemas.pool_status import PoolStatus
@@ -31,10 +31,11 @@ from schemas.tasks import (
     TaskFinished,
     TaskRejected,
     TaskStarted,
-    TaskWithdrawn,
     TaskSubmitted,
+    TaskWithdrawn,
 )
 from schemas.telemetry import GpuAllocation, GpuSample, NodeTelemetry
+from schemas.workers import WorkerExited, WorkerStarted
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 COMMAND_ID = UUID("00000000-0000-4000-8000-000000000001")
@@ -174,6 +175,9 @@ def all_examples() -> dict[str, BaseModel]:
             command_id=COMMAND_ID, node="node-1", task_id="job-1", worker_index=0, exit_code=0,
             exited_at=T0 + timedelta(seconds=60),
         ),
+        ClockTick(clock="replay-1", at=T0, sequence=7, phase=ClockPhase.PASS),
+        ClockAck(clock="replay-1", component="node-agent/node-1", sequence=6, at=T0, exited=("job-1/0",),
+                 next_exit_at=T0 + timedelta(seconds=600)),  # fmt: skip
         DeadLetter(
             original="e30=",  # base64 of "{}"
             error="validation failed: event_type: Field required",

@@ -523,8 +523,13 @@ async def _run(w: World, tap: Tap, kafka: str) -> None:
         finished_s = time.monotonic() - began
         assert task_events(TaskAccepted) == task_events(TaskStarted) == set(good)
         assert {p.exit_code for p in tap.payloads(TaskFinished, lambda p: p.task_id in good)} == {0}
-        # The forecast stream forecasts pool FC (persistence: x held 8 in the last hour) ...
-        (forecast, *_) = await tap.wait(PoolDemandForecast, lambda f: f.pool == fc_pool, timeout=WAIT_S)
+        # The forecast stream forecasts pool FC (persistence: x held 8 in the last hour) once hours
+        # 0-2 closed (its first forecast, at the first demand, is the empty history's zeros) ...
+        (forecast, *_) = await tap.wait(
+            PoolDemandForecast,
+            lambda f: f.pool == fc_pool and f.origin_time == t0 + timedelta(hours=3),
+            timeout=WAIT_S,
+        )
         assert forecast.horizon[0].quantiles["0.5"] == 8.0
 
         # ... and the quota service computes the good pool's quota from the preemption service's status.
