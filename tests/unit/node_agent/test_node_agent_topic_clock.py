@@ -18,7 +18,7 @@ import pytest_asyncio
 from schemas.clock import CLOCK_KEY, ClockAck, ClockPhase, ClockTick
 from schemas.commands import EvictAck, EvictOutcome
 from schemas.workers import WorkerExited, WorkerStarted
-from services.node_agent.agent import CLOCK_ACK_TOPIC
+from services.node_agent.clock_ticks import CLOCK_ACK_TOPIC
 from services.node_agent.journal import Journal
 from services.node_agent.settings import NodeAgentSettings
 from services.node_agent.sim_clock import SimClock
@@ -99,7 +99,8 @@ async def test_advance_moves_the_workers_and_reports_their_exit_before_the_ack(
     sent = len(sim.sink.sent)
     assert await sim.agent.on_tick(tick(at(600), ClockPhase.STATUS)) is None
     assert await sim.agent.on_tick(tick(at(600), ClockPhase.PASS)) is None
-    assert await sim.agent.on_tick(ClockTick(clock=CLOCK_KEY, at=at(900), sequence=2, phase=ClockPhase.ADVANCE)) is None
+    repeat = ClockTick(clock=CLOCK_KEY, at=at(900), sequence=2, phase=ClockPhase.ADVANCE)
+    assert await sim.agent.on_tick(repeat) is None
     # Another driver's clock on the same topic is not ours.
     other = ClockTick(clock="other", at=at(900), sequence=99, phase=ClockPhase.ADVANCE)
     assert await sim.agent.on_tick(other) is None
@@ -162,7 +163,8 @@ async def test_a_worker_that_ignores_the_clock_is_waited_for_then_answered_anywa
         await h.agent.on_tick(Ticks()(at(0)))
         await h.send(bind("deaf", issued_at=at(0), command=("sleep", "30")))
         with caplog.at_level(logging.ERROR):
-            ack = await h.agent.on_tick(ClockTick(clock=CLOCK_KEY, at=at(60), sequence=2, phase=ClockPhase.ADVANCE))
+            tick = ClockTick(clock=CLOCK_KEY, at=at(60), sequence=2, phase=ClockPhase.ADVANCE)
+            ack = await h.agent.on_tick(tick)
         assert ack is not None and (ack.exited, ack.next_exit_at) == ((), None)
         assert "neither exited nor saw it" in caplog.text
     finally:
