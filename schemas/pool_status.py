@@ -44,6 +44,28 @@ class PoolStatus(BaseModel):
         "(None: the quota held nobody back). The eta feedback grows only on this.",
     )
 
+    hp_placeable_gpus: float | None = Field(
+        default=None,
+        ge=0,
+        allow_inf_nan=False,
+        description="HP running plus the queued HP the pool could place now (on GPUs HP does not "
+        "hold, outside a reservation's nodes) plus the growth a reservation brings when its task "
+        "starts: the HP usage the spot quota protects at least (issue 21). None: not computed; "
+        "the quota then floors at hp_running + hp_queued.",
+    )
+    reserved_task_id: str | None = Field(
+        default=None,
+        max_length=256,
+        description="The HP task holding the pool's head-of-queue reservation, if any.",
+    )
+    reserved_nodes: int = Field(default=0, ge=0, description="Nodes held by that reservation.")
+    spot_head_held_by: str | None = Field(
+        default=None,
+        max_length=64,
+        description="Why the spot queue's head did not start in the last pass (an Unschedulable "
+        "value such as OVER_QUOTA or NO_FIT); None: no spot task waits.",
+    )
+
     @model_validator(mode="after")
     def _fits(self) -> PoolStatus:
         if self.idle_gpus > self.capacity_gpus:

@@ -9,6 +9,9 @@ Steps (spec 5.3, 5.2):
 3. Eviction budget (`CycleContext.eviction_budget`, the pool's eviction cap): the pass counts the
    victims it commits to; a preemption whose plans would exceed what is left is not made (the HP
    task waits as EVICTION_BUDGET, raising the threshold like NO_PREEMPTION_PLAN). None = no cap.
+4. Reservation (`CycleContext.reservation`, core/reservation.py): its holder is tried before
+   anything else; if it cannot start, the reserved nodes' idle GPUs are held and preemption skips
+   those nodes for the rest of the pass, so backfill (HP and spot) goes on elsewhere only.
 
 The pass works on the pool under a journal and rolls it back, so the caller's state is unchanged;
 the caller applies the returned decisions (decide/do split).
@@ -20,14 +23,18 @@ import enum
 from collections.abc import Callable, Mapping
 from typing import NamedTuple
 
+import numpy as np
+
 from services.core.decisions import Decision, EvictTask, StartTask, WorkerPlacement
+from services.core.placeable import fit_workers
 from services.core.placement import place_task, place_worker, release, reserve
 from services.core.policies.protocols import SchedulingPolicy
 from services.core.pool import PoolState, RunningTask
 from services.core.queues import Blocked, BucketQueue, SortKey
 from services.core.reasons import Unschedulable
+from services.core.reservation import Reservation, hold_reserved
 from services.core.task import TaskClass, TaskSpec
-from services.core.victims import PreemptionContext, PreemptionPlan
+from services.core.victims import PreemptionContext, PreemptionPlan, preemptible
 
 _EPS = 1e-9
 
@@ -40,6 +47,7 @@ class CycleContext(NamedTuple):
     preemption: PreemptionContext
     version: int  # the pool's capacity version (bumped whenever GPUs are freed or quota changes)
     eviction_budget: int | None = None  # evictions this pass may commit to (None: no cap)
+    reservation: Reservation | None = None  # the pool's head-of-queue reservation, if any
 
 
 class CycleOutcome(NamedTuple):
@@ -60,10 +68,24 @@ def schedule_pool(
     decisions: list[Decision] = []
     blocked: list[tuple[TaskClass, SortKey, Blocked]] = []
     skipped: list[tuple[TaskClass, SortKey]] = []
+    budget = _Budget(ctx.eviction_budget)
     pool.begin()
     try:
-        _hp_pass(pool, hp_queue, policy, ctx, decisions, blocked, skipped)
-        _spot_pass(pool, spot_queue, policy, ctx, decisions, blocked, skipped)
+        first: tuple[TaskSpec, _Attempt] | None = None
+        held: np.ndarray | None = None  # idle GPUs held for the reservation, per node
+        res = ctx.reservation
+        if res is not None and res.task_id in hp_queue:
+            holder = hp_queue.specs[res.task_id]
+            if _still_blocked(hp_queue, hp_queue.bucket_of(holder.task_id), holder.task_id, ctx.version):
+                attempt = _Attempt.NO_PREEMPTION_PLAN  # nothing changed since it last failed
+            else:
+                attempt = _start_hp(pool, holder, policy, ctx, decisions, budget)
+            first = (holder, attempt)
+            if attempt is not _Attempt.STARTED:
+                held = hold_reserved(pool, res, ctx.now)
+                ctx = ctx._replace(preemption=ctx.preemption._replace(excluded=frozenset(res.nodes)))
+        _hp_pass(pool, hp_queue, policy, ctx, decisions, blocked, skipped, budget, first)
+        _spot_pass(pool, spot_queue, policy, ctx, decisions, blocked, skipped, held)
     finally:
         pool.rollback()
     return CycleOutcome(tuple(decisions), tuple(blocked), tuple(skipped))
@@ -80,6 +102,7 @@ class _Attempt(enum.Enum):
     NO_PREEMPTION_PLAN = "no-preemption-plan"  # an HP miss with preemption on: as NO_FIT
     EVICTION_BUDGET = "eviction-budget"  # a plan exists but exceeds the eviction cap: as NO_FIT
     OVER_QUOTA = "over-quota"  # stops the bucket but leaves the threshold alone
+    RESERVED = "reserved"  # as NO_FIT, but it would have fit on the GPUs a reservation holds
 
 
 _REASON = {
@@ -87,6 +110,7 @@ _REASON = {
     _Attempt.NO_PREEMPTION_PLAN: Unschedulable.NO_PREEMPTION_PLAN,
     _Attempt.EVICTION_BUDGET: Unschedulable.EVICTION_BUDGET,
     _Attempt.OVER_QUOTA: Unschedulable.OVER_QUOTA,
+    _Attempt.RESERVED: Unschedulable.RESERVED,
 }
 
 
@@ -141,10 +165,12 @@ def _hp_pass(
     decisions: list[Decision],
     blocked: list[tuple[TaskClass, SortKey, Blocked]],
     skipped: list[tuple[TaskClass, SortKey]],
+    budget: _Budget,
+    first: tuple[TaskSpec, _Attempt] | None = None,
 ) -> None:
-    budget = _Budget(ctx.eviction_budget)
-
     def try_start(spec: TaskSpec) -> _Attempt:
+        if first is not None and spec.task_id == first[0].task_id:
+            return first[1]  # the reservation's holder was tried before the pass
         return _start_hp(pool, spec, policy, ctx, decisions, budget)
 
     _queue_pass(queue, TaskClass.HP, ctx, try_start, blocked, skipped)
@@ -188,7 +214,7 @@ def _start_hp_preemptive(
     if not spec.is_fractional:
         # Quick refusal: even evicting every spot task leaves too few GPUs for the gang.
         k = spec.whole_gpus_per_worker
-        if int((pool.non_hp // k).sum()) < spec.workers:
+        if int((preemptible(pool, ctx.preemption) // k).sum()) < spec.workers:
             return _Attempt.NO_PREEMPTION_PLAN
     if budget.left is not None and budget.left <= 0:
         return _Attempt.EVICTION_BUDGET
@@ -270,6 +296,7 @@ def _spot_pass(
     decisions: list[Decision],
     blocked: list[tuple[TaskClass, SortKey, Blocked]],
     skipped: list[tuple[TaskClass, SortKey]],
+    held: np.ndarray | None = None,
 ) -> None:
     def try_start(spec: TaskSpec) -> _Attempt:
         if ctx.quota_enabled:
@@ -280,6 +307,9 @@ def _spot_pass(
                 return _Attempt.OVER_QUOTA
         placements = place_task(pool, spec, policy.placement)
         if placements is None:
+            fits_unheld = held is not None and fit_workers((pool.free + held).astype(float), spec)
+            if fits_unheld and not spec.is_fractional:
+                return _Attempt.RESERVED
             return _Attempt.NO_FIT
         pool.add_task(RunningTask(spec, ctx.now, placements))
         decisions.append(StartTask(spec.task_id, placements))

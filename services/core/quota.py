@@ -9,7 +9,8 @@ Issue 10 (docs/decisions.md, "Observed demand and a bounded feedback") changed t
 each kept as a setting so its ablation can switch it back alone:
 - the forecast is of *observed* HP demand (running plus queued HP GPUs), and the HP usage the
   quota assumes for every hour ahead is never below what is running plus queued right now
-  (`observed_floor`): HP work the scheduler can already see will claim its GPUs first;
+  (`observed_floor`): HP work the scheduler can already see will claim its GPUs first; issue 21
+  narrowed "queued" to the queued HP the pool could place now (`placeable_floor`, placeable.py);
 - eta never lifts the quota above the p-quantile spare (`eta_max` = 1): a larger eta promises
   spot GPUs the forecast itself expects HP to take back;
 - eta grows only when spot work was held back by the quota (`grow_only_when_quota_binds`): when
@@ -24,7 +25,7 @@ from typing import Protocol
 
 import numpy as np
 
-DEMAND_SOURCES = ("observed", "trace")
+DEMAND_SOURCES = ("observed", "running", "trace")
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,9 +42,14 @@ class QuotaSettings:
     feedback_window_s: float = 4 * 3600.0
     max_guarantee_hours: int = 4
     # Which HP-demand series the forecast is of: "observed" (running + queued HP, what a live
-    # forecaster sees) or "trace" (every HP job as if started on submission, the paper's setting).
+    # forecaster sees), "running" (HP holding GPUs only: the released simulator's series, spec 3.2;
+    # the servable queue enters through the floor) or "trace" (every HP job as if started on
+    # submission, the paper's setting).
     demand_source: str = "observed"
     observed_floor: bool = True  # HP usage per hour ahead >= running + queued HP now
+    # Issue 21: the floor counts only the queued HP the pool could place now (core/placeable.py)
+    # plus a reservation's growth; False: every queued HP GPU, as issue 10 had it.
+    placeable_floor: bool = True
     grow_only_when_quota_binds: bool = True  # False: grow whenever the queue head waited long
 
     def __post_init__(self) -> None:
@@ -78,6 +84,10 @@ class QuotaInputs:
     # The longest wait of a spot task that the last pass held back because of the quota (the
     # head of a bucket whose attempt was over quota); None if the quota held nobody back.
     quota_held_wait_s: float | None = None
+    # HP running plus the queued HP the pool could place now plus a reservation's growth
+    # (core/placeable.py); None: not known (a status from before issue 21), the floor uses
+    # `hp_observed`.
+    hp_placeable: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,11 +142,22 @@ def next_eta(eta: float, inputs: QuotaInputs, s: QuotaSettings) -> float:
     return min(s.eta_max, max(s.eta_min, eta))
 
 
-def hp_usage_ahead(hp_quantile: np.ndarray, inputs: QuotaInputs, s: QuotaSettings) -> np.ndarray:
-    """U_v(h): the forecast p-quantile, floored (by default) at the HP running plus queued now."""
+def hp_floor(inputs: QuotaInputs, s: QuotaSettings) -> float | None:
+    """The HP usage the quota assumes at least, for every hour ahead: HP running plus the queued HP
+    the pool can serve (issue 21), or plus every queued HP GPU (issue 10); None without a floor."""
     if not s.observed_floor:
+        return None
+    if s.placeable_floor and inputs.hp_placeable is not None:
+        return inputs.hp_placeable
+    return inputs.hp_observed
+
+
+def hp_usage_ahead(hp_quantile: np.ndarray, inputs: QuotaInputs, s: QuotaSettings) -> np.ndarray:
+    """U_v(h): the forecast p-quantile, floored (by default) at `hp_floor`."""
+    floor = hp_floor(inputs, s)
+    if floor is None:
         return hp_quantile
-    return np.asarray(np.maximum(hp_quantile, inputs.hp_observed), dtype=np.float64)
+    return np.asarray(np.maximum(hp_quantile, floor), dtype=np.float64)
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,6 +23,7 @@ class Unschedulable(enum.Enum):
     NO_PREEMPTION_PLAN = "no node can free enough GPUs by evicting spot tasks"
     EVICTION_BUDGET = "preempting would exceed the pool's eviction cap for this interval"
     OVER_QUOTA = "admitting the spot task would exceed the pool's spot quota"
+    RESERVED = "it would fit only on GPUs held for a waiting HP task's reservation"
     THRESHOLD = "a task of this size already failed in this pass (spec 5.3 `failed` threshold)"
     HEAD_OF_LINE = "a task ahead in the queue is blocked"
     NOT_YET_CONSIDERED = "queued after the pool's last scheduling pass"

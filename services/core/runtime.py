@@ -31,6 +31,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Mapping
+from dataclasses import replace
 
 import numpy as np
 
@@ -50,17 +51,20 @@ from services.core.guarantee import GUARANTEE_PERIOD_S, successes_before_evictio
 from services.core.guarantee_ledger import GuaranteeLedger
 from services.core.ids import TaskId
 from services.core.outcomes import Finished, Outcome, PassResult, RuntimeSettings, Started, Stopped
+from services.core.placeable import placeable_gpus, preemptible_capacity, reservation_growth
 from services.core.policies.protocols import SchedulingPolicy
 from services.core.pool import PoolState, RunningTask
-from services.core.queues import BucketQueue
+from services.core.queues import BucketQueue, LargestFirst
 from services.core.quota import QuotaInputs
 from services.core.reasons import EvictionReason, Rejection, Unschedulable
+from services.core.reservation import Reservation, choose_nodes, nodes_online, pick_holder
 from services.core.task import TaskClass, TaskSpec
 from services.core.victims import PreemptionContext, PreemptionPlan
 
 __all__ = ["Finished", "Outcome", "PassResult", "PoolRuntime", "RuntimeSettings", "Started", "Stopped"]
 
 _EPS = 1e-9
+HOLDER_SCAN_S = 60.0  # after a scan found no reservation holder, the next scan waits this long
 
 
 class PoolRuntime:
@@ -86,6 +90,9 @@ class PoolRuntime:
         self.evictions = EvictionLog()
         # Preemption evictions' times (the eviction cap's window; the last day at most).
         self._evicted_times: deque[float] = deque()
+        self.reservation: Reservation | None = None  # the head-of-queue reservation (reservation.py)
+        self._next_holder_scan = -math.inf
+        self.last_quota_inputs: QuotaInputs | None = None  # what the last `refresh_quota` saw
         self.eviction_cap: tuple[int, float] | None = None  # (max evictions, interval seconds)
         self._budget: int | None = None  # the budget of the last pass
         self.devices = DeviceAllocator(tuple(int(g) for g in state.node_cap))
@@ -219,6 +226,7 @@ class PoolRuntime:
             return PassResult(self.passes, now, tuple(self._stop_unrenewed(now)) if self._released else ())
         self.passes += 1
         ledger = self.ledger
+        self._update_reservation(now)
         budget = self.eviction_budget(now)
         if budget != self._budget:  # the cap's window slid or changed: retry the memos
             self._budget = budget
@@ -237,6 +245,7 @@ class PoolRuntime:
             ),
             version=self.version,
             eviction_budget=budget,
+            reservation=self.reservation,
         )
         outcome = schedule_pool(self.state, self.hp, self.spot, self.policy, ctx)
         outcomes: list[Outcome] = []
@@ -266,6 +275,9 @@ class PoolRuntime:
                 return Started(tid, d.placements, devices, False, renewed=True)
         spec = (self.hp if self.tasks[tid].task_class is TaskClass.HP else self.spot).remove(tid)
         self.state.add_task(RunningTask(spec, now, d.placements))
+        if self.reservation is not None and self.reservation.task_id == tid:
+            self.reservation = None  # its nodes are open to everyone again
+            self.version += 1
         if d.plans:
             self._preemptions[tid] = (now, d.plans)
             for plan in d.plans:  # each victim remembers the plan that chose it (explanations)
@@ -285,6 +297,56 @@ class PoolRuntime:
             times.popleft()
         self.version += 1
         return stop
+
+    # ----- reservation ----------------------------------------------------------------------------
+    def _update_reservation(self, now: float) -> None:
+        """Before a pass: drop a reservation whose holder left the queue, choose its nodes again if
+        one went down, make one for the longest-waiting HP task past the policy's threshold.
+        Every change is a new capacity version (what other tasks may use changed)."""
+        after = self.policy.reserve_after_s
+        if after is None:
+            return
+        res = self.reservation
+        if res is not None:
+            if res.task_id not in self.hp:
+                self.reservation = None
+                self.version += 1
+            elif not nodes_online(self.state, res.nodes):
+                nodes = choose_nodes(self.state, self.hp.specs[res.task_id])
+                self.reservation = None if nodes is None else replace(res, nodes=nodes)
+                self.version += 1
+            return
+        if now < self._next_holder_scan:
+            return
+        holder = pick_holder(self.hp, now, after)
+        if holder is None:
+            # Passes come with every event; a minute's delay in reserving costs nothing next to
+            # the hour waited, and an overloaded queue's old single-worker tasks are not rescanned.
+            self._next_holder_scan = now + HOLDER_SCAN_S
+            return
+        nodes = choose_nodes(self.state, holder)
+        if nodes is None:
+            return
+        self.reservation = Reservation(holder.task_id, nodes, now, holder.total_gpus)
+        self.version += 1
+
+    def hp_placeable(self) -> float:
+        """HP running, plus the queued HP that fits now on the GPUs HP does not hold outside the
+        reservation's nodes, plus the reservation's growth (placeable.py): the HP usage the quota
+        protects at least (issue 21)."""
+        res = self.reservation
+        excluded = () if res is None else res.nodes
+        cap = preemptible_capacity(self.state, excluded)
+        holder = None if res is None else res.task_id
+        specs = self.hp.specs
+        groups = (
+            (specs[tid] for _, tid in entries if tid != holder) for _, entries in self.hp.buckets()
+        )
+        uniform = isinstance(self.hp.order, LargestFirst)  # buckets share g per worker
+        total = self.state.hp_in_use + placeable_gpus(cap, groups, uniform=uniform)
+        if res is not None and res.task_id in self.hp:
+            total += reservation_growth(self.state, self.hp.specs[res.task_id], res.nodes)
+        return float(total)
 
     # ----- eviction cap ---------------------------------------------------------------------------
     def set_eviction_cap(self, max_evictions: int | None, interval_s: float = 3600.0) -> None:
@@ -449,6 +511,7 @@ class PoolRuntime:
             succeeded_recent=succeeded,
             head_wait_s=None if head is None else now - self.spot.entered_s[head],
             hp_observed=self.hp_observed,
+            hp_placeable=self.hp_placeable() if self.policy.quota.settings.placeable_floor else None,
             # Eta grows only on this: the longest wait of a spot task the quota held back.
             quota_held_wait_s=self.spot.longest_blocked_wait(now, Unschedulable.OVER_QUOTA),
         )
@@ -470,7 +533,9 @@ class PoolRuntime:
     def refresh_quota(self, now: float, hp_quantile: np.ndarray | None) -> bool:
         """The policy's quota from `quota_inputs`, put in force; then the eviction scores. True if
         the quota changed."""
-        out = self.policy.quota.refresh(self.quota_inputs(now, hp_quantile))
+        inputs = self.quota_inputs(now, hp_quantile)
+        self.last_quota_inputs = inputs
+        out = self.policy.quota.refresh(inputs)
         changed = self.update_quota(out.quota, out.eta)
         if self.policy.use_eviction_scores:
             self.refresh_eviction_scores(now)
@@ -528,6 +593,11 @@ class PoolRuntime:
         return QueueStatus(Unschedulable.NOT_YET_CONSIDERED, None, self._skipped_pass)
 
     # ----- views ------------------------------------------------------------------------------------
+    def spot_head_reason(self) -> Unschedulable | None:
+        """Why the spot queue's head did not start in the last pass (None: no spot task waits)."""
+        head = self.spot.head()
+        return None if head is None else self._queue_status(head).reason
+
     def run_start(self, task_id: TaskId) -> float | None:
         """When the task's current run started (a lease renewal keeps it), None if not running."""
         running = self.state.running.get(task_id) or self._released.get(task_id)

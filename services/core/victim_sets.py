@@ -15,7 +15,7 @@ import numpy as np
 
 from services.core.ids import TaskId
 from services.core.pool import PoolState
-from services.core.victims import PreemptionContext, PreemptionPlan, lost_gpu_seconds, node_cost
+from services.core.victims import PreemptionContext, PreemptionPlan, lost_gpu_seconds, node_cost, preemptible
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +70,7 @@ def best_node_plan(
     `choose` the victims (None: the node cannot serve); keep the node with the smallest `rank`
     (whose last tier is the node index). The plan's cost is GFS's node cost, for comparison only."""
     best: tuple[tuple[float, ...], NodeHoldings, list[TaskId]] | None = None
-    for node in np.flatnonzero(pool.non_hp >= need).tolist():
+    for node in np.flatnonzero(preemptible(pool, ctx) >= need).tolist():
         holdings = node_holdings(pool, node)
         victims = choose(holdings)
         if victims is None or holdings.freed(victims) < need:

@@ -58,6 +58,18 @@ class PreemptionContext(NamedTuple):
     # Evictions this pass may still commit to (the pool's eviction cap), None = no cap. Selectors
     # should prefer a plan within it when one exists; the cycle refuses any plan above it.
     eviction_budget: int | None = None
+    # Nodes no preemption may use in this pass: a head-of-queue reservation's (core/reservation.py).
+    excluded: frozenset[int] = frozenset()
+
+
+def preemptible(pool: PoolState, ctx: PreemptionContext) -> np.ndarray:
+    """GPUs per node that preemption may free for this pass: non-HP GPUs, none on excluded nodes."""
+    non_hp = pool.non_hp
+    if not ctx.excluded:
+        return non_hp
+    out = non_hp.copy()
+    out[list(ctx.excluded)] = 0
+    return out
 
 
 class VictimSelector(Protocol):
@@ -158,7 +170,7 @@ class GfsVictims:
         """Best fit on preemptible GPUs: the nodes with the fewest; the cheapest of them. Under an
         eviction budget, the first best-fit tier with a plan within it (else the unconstrained
         best, which the cycle refuses)."""
-        non_hp = pool.non_hp
+        non_hp = preemptible(pool, ctx)
         feasible = non_hp >= k
         if not feasible.any():
             return None
@@ -214,6 +226,8 @@ class GfsVictims:
         best fit on the HP fraction (the fullest wins), then two-pointer on fractions."""
         hp = pool.gpu_hp
         ok = pool.gpu_shared & (hp > _EPS) & (hp <= 1.0 - g + _EPS) & (pool.gpu_spot > _EPS)
+        if ctx.excluded:
+            ok &= ~np.isin(pool.gpu_node, list(ctx.excluded))
         if not ok.any():
             return None
         fullest = float(hp[ok].max())
@@ -267,7 +281,7 @@ class FirstNodeVictims:
 
     def plan(self, pool: PoolState, spec: TaskSpec, ctx: PreemptionContext) -> PreemptionPlan | None:
         k = spec.whole_gpus_per_worker
-        feasible = pool.non_hp >= k
+        feasible = preemptible(pool, ctx) >= k
         node = int(feasible.argmax())
         if not feasible[node]:
             return None

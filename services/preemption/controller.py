@@ -565,6 +565,10 @@ class PoolController:
             hp_queued_gpus=max(0.0, float(rt.hp.gpus)),
             spot_head_wait_s=None if inputs.head_wait_s is None else max(0.0, inputs.head_wait_s),
             quota_held_wait_s=None if (held := inputs.quota_held_wait_s) is None else max(0.0, held),
+            hp_placeable_gpus=None if inputs.hp_placeable is None else max(0.0, inputs.hp_placeable),
+            reserved_task_id=None if (res := rt.reservation) is None else str(res.task_id),
+            reserved_nodes=0 if res is None else len(res.nodes),
+            spot_head_held_by=None if (why := rt.spot_head_reason()) is None else why.name,
         )
 
     # ----- SRE controls -----------------------------------------------------------------------------

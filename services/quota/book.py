@@ -21,7 +21,14 @@ from statistics import NormalDist
 import numpy as np
 
 from services.core.guarantee import OFFERED_GUARANTEE_HOURS
-from services.core.quota import ForecastQuota, QuotaInputs, QuotaSettings, hp_usage_ahead, spare_from_quantile
+from services.core.quota import (
+    ForecastQuota,
+    QuotaInputs,
+    QuotaSettings,
+    hp_floor,
+    hp_usage_ahead,
+    spare_from_quantile,
+)
 
 HOUR_S = 3600.0
 
@@ -38,6 +45,11 @@ class StatusView:
     hp_queued: float
     head_wait_s: float | None
     quota_held_wait_s: float | None
+    # Issue 21: HP the pool can serve (running + placeable queued + a reservation's growth), the
+    # reservation's task, and what held the spot head; None from a status without them.
+    hp_placeable: float | None = None
+    reserved_task_id: str | None = None
+    spot_head_held_by: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +91,11 @@ class QuotaComputation:
     min_free: Mapping[int, float]  # min over h <= H of the predicted spare GPUs, before eta
     failed_recent: int
     succeeded_recent: int
+    # Why spot waits (issue 21): the HP usage floor the quota used (None: no floor), the
+    # reservation's task and what held the spot head, as the pool's status said.
+    hp_floor: float | None = None
+    reserved_task_id: str | None = None
+    spot_head_held_by: str | None = None
 
     @property
     def eviction_rate(self) -> float | None:
@@ -186,6 +203,7 @@ class PoolBook:
             head_wait_s=status.head_wait_s,
             hp_observed=status.hp_running + status.hp_queued,
             quota_held_wait_s=status.quota_held_wait_s,
+            hp_placeable=status.hp_placeable,
         )
         out = ForecastQuota(settings=self.settings, feedback=feedback).refresh(inputs)
         offered = {h: float(out.quota[h]) for h in OFFERED_GUARANTEE_HOURS if h in out.quota}
@@ -207,6 +225,9 @@ class PoolBook:
             min_free=min_free,
             failed_recent=failed,
             succeeded_recent=succeeded,
+            hp_floor=hp_floor(inputs, self.settings),
+            reserved_task_id=status.reserved_task_id,
+            spot_head_held_by=status.spot_head_held_by,
         )
 
     def commit(self, computed: QuotaComputation) -> None:

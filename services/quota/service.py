@@ -336,6 +336,14 @@ def build_api(service: QuotaService, metrics: Metrics, ready: asyncio.Event) -> 
                 "eviction_rate_recent": c.eviction_rate,
                 "periods_recent": {"failed": c.failed_recent, "succeeded": c.succeeded_recent},
                 "hp_running_plus_queued": c.inputs.hp_observed,
+                # Why spot waits (issue 21): every input of the quota, and what held the spot head.
+                "hp_placeable": c.inputs.hp_placeable,
+                "hp_floor": c.hp_floor,
+                "spare_gpus": {str(h): f for h, f in sorted(c.min_free.items())},
+                "idle_gpus": c.inputs.idle_gpus,
+                "spot_in_use_gpus": c.inputs.spot_in_use,
+                "reserved_task_id": c.reserved_task_id,
+                "spot_head_held_by": c.spot_head_held_by,
                 "forecast": None
                 if c.forecast is None
                 else {

@@ -52,6 +52,14 @@ def simulate(
             "(train the forecaster on it: gfs forecast train --series DIR/gfs.csv)",
         ),
     ] = None,
+    quota_log: Annotated[
+        Path | None,
+        typer.Option(
+            "--quota-log",
+            help="write each policy's hourly quota inputs per pool (forecast quantile, HP floor, "
+            "eta, spare, quota, what held the spot head, the reservation) to DIR/<policy>.csv",
+        ),
+    ] = None,
 ) -> None:
     """Simulate policies on a trace (HP warm-up, evaluation window, drain) and compare them."""
     from rich.console import Console
@@ -94,7 +102,7 @@ def simulate(
         def progress(name: str, t: float) -> None:
             bar.update(tasks[name], completed=t / 86400.0)
 
-        result = run_policies(loaded, policy, settings, progress, decisions, observed_demand)
+        result = run_policies(loaded, policy, settings, progress, decisions, observed_demand, quota_log)
         for name in policy:
             bar.update(tasks[name], completed=horizon / 86400.0)
     payload = result.to_json()

@@ -45,6 +45,7 @@ from services.core.runtime import PassResult, PoolRuntime, RuntimeSettings, Star
 from services.core.task import TaskClass, TaskSpec
 from services.core.victims_lease import RELEASE_OVERHEAD_S
 from services.simulator.lifecycle import Life, overlap
+from services.simulator.quota_log import QuotaLog
 from services.simulator.recording import Recorder
 from services.simulator.workload import Workload
 
@@ -104,6 +105,10 @@ class Simulation:
         self.forecaster = forecaster
         self.demand = demand
         self.observed = demand.observed
+        # Which HP the observed series counts: running + queued ("observed", issue 10), or only
+        # running ("running", issue 21: the queue's servable part enters through the quota's floor).
+        self.count_queued = policy.quota.settings.demand_source != "running"
+        self.quota_log: QuotaLog | None = None  # set by a driver that wants the hourly quota log
         self.settings = settings
         self.decision_sink = decision_sink
         self.cancel_sink = cancel_sink
@@ -238,7 +243,7 @@ class Simulation:
         if rejection is not None:  # the workload already dropped infeasible jobs
             detail = rejection_message(rejection, spec.gpus_per_worker, spec.workers, spec.pool)
             raise ValueError(f"task {spec.task_id}: {detail}")
-        if self.observed is not None and spec.task_class is TaskClass.HP:
+        if self.observed is not None and spec.task_class is TaskClass.HP and self.count_queued:
             self.observed.add(self.now, (spec.pool, spec.tenant), spec.total_gpus)
         self.dirty.add(spec.pool)
 
@@ -290,7 +295,7 @@ class Simulation:
             )
             self.useful_gpu_s[spec.pool] += spec.total_gpus * overlap(life.start, end, *self._window())
             self.cancelled_running += 1
-        if self.observed is not None and spec.task_class is TaskClass.HP:
+        if self.observed is not None and spec.task_class is TaskClass.HP and (self.count_queued or stop):
             self.observed.remove(self.now, (spec.pool, spec.tenant), spec.total_gpus)
         life.cancelled = self.now
         self.cancelled.append(tid)
@@ -341,6 +346,8 @@ class Simulation:
             return  # the lease was renewed: same run, same events
         life = self.lives[o.task_id]
         spec = life.spec
+        if self.observed is not None and spec.task_class is TaskClass.HP and not self.count_queued:
+            self.observed.add(self.now, (spec.pool, spec.tenant), spec.total_gpus)
         life.wait += self.now - life.entered
         if math.isnan(life.first_start):
             life.first_start = self.now
@@ -352,9 +359,15 @@ class Simulation:
         if spec.task_class is TaskClass.SPOT and life.remaining > GUARANTEE_PERIOD_S:
             self.push(self.now + GUARANTEE_PERIOD_S, PERIOD, (o.task_id, life.epoch))
 
+    def _stop_running_hp(self, spec: TaskSpec) -> None:
+        """An HP run ended without finishing: it stops counting where only running HP counts."""
+        if self.observed is not None and spec.task_class is TaskClass.HP and not self.count_queued:
+            self.observed.remove(self.now, (spec.pool, spec.tenant), spec.total_gpus)
+
     def _evict(self, o: Stopped) -> None:
         life = self.lives[o.task_id]
         spec = life.spec
+        self._stop_running_hp(spec)
         self._log_stop(life, o)
         self.useful_gpu_s[spec.pool] += spec.total_gpus * overlap(
             life.start, life.start + useful_seconds_before_eviction(o.run_s), *self._window()
@@ -400,6 +413,7 @@ class Simulation:
         spot task stopped inside a guarantee period failed it (the runtime logged it)."""
         life = self.lives[o.task_id]
         spec = life.spec
+        self._stop_running_hp(spec)
         self.lease_stops += 1
         self._log_stop(life, o)
         # HP work counts up to now; spot work only for its completed guarantee periods.
@@ -454,6 +468,8 @@ class Simulation:
                     quantile = np.zeros(HORIZON_H)
             if rt.refresh_quota(self.now, quantile):
                 self.dirty.add(pool_id)
+            if self.quota_log is not None and rt.last_quota_inputs is not None:
+                self.quota_log.record(self.now, pool_id, rt, rt.last_quota_inputs, self.policy.quota.settings)
 
     # ----- stop ---------------------------------------------------------------------------------
     def _close(self) -> None:

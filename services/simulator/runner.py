@@ -24,6 +24,7 @@ from services.core.policies.registry import build_policy
 from services.simulator.decision_log import DecisionLog
 from services.simulator.demand import DemandSeries, hp_demand_series, pool_totals, write_canonical_csv
 from services.simulator.engine import CancelSink, DecisionSink, DemandInput, SimSettings, Simulation
+from services.simulator.quota_log import QuotaLog
 from services.simulator.result import PolicyResult, SimulationResult, build_policy_result
 from services.simulator.traces.records import Trace
 from services.simulator.workload import Workload, build_workload
@@ -146,6 +147,7 @@ def run_policies(
     progress: Callable[[str, float], None] | None = None,
     decisions: Path | None = None,
     observed_out: Path | None = None,
+    quota_log: Path | None = None,
 ) -> SimulationResult:
     """`observed_out`: a folder for each policy's observed HP-demand series (`<policy>.csv`, the
     canonical demand CSV that `gfs forecast train --series` reads), for policies that track it."""
@@ -173,7 +175,9 @@ def run_policies(
         decisions.parent.mkdir(parents=True, exist_ok=True)
         decisions.write_text("")
     for name in policies:
-        result.policies[name] = run_one(workload, demand, name, settings, progress, decisions, observed_out)
+        result.policies[name] = run_one(
+            workload, demand, name, settings, progress, decisions, observed_out, quota_log
+        )
     return result
 
 
@@ -185,21 +189,28 @@ def run_one(
     progress: Callable[[str, float], None] | None = None,
     decisions: Path | None = None,
     observed_out: Path | None = None,
+    quota_log: Path | None = None,
 ) -> PolicyResult:
     """One policy on the workload; `decisions`: append its decision log (JSON lines) to this file;
-    `observed_out`: write its observed HP-demand series there (if it tracks one)."""
+    `observed_out`: write its observed HP-demand series there (if it tracks one); `quota_log`: write
+    its hourly quota inputs to DIR/<policy>.csv (quota_log.py)."""
     policy = build_policy(name)
     on_progress = None if progress is None else (lambda t: progress(name, t))
+    qlog = QuotaLog() if quota_log is not None else None
     if decisions is None:
         sim = build_simulation(workload, demand, policy, settings)
+        sim.quota_log = qlog
         sim.run(on_progress)
     else:
         with decisions.open("a", encoding="utf-8") as out:
             log = DecisionLog(out, name)
             sim = build_simulation(workload, demand, policy, settings, log, log.cancelled)
+            sim.quota_log = qlog
             sim.run(on_progress)
     if observed_out is not None and sim.observed is not None:
         write_observed_csv(sim.observed, observed_out / f"{name}.csv")
+    if quota_log is not None and qlog is not None:
+        qlog.write(quota_log / f"{name}.csv")
     return build_policy_result(sim)
 
 

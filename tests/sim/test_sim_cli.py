@@ -116,3 +116,31 @@ def test_simulate_decision_log_is_ordered_complete_and_deterministic(tmp_path: P
                 assert r["reason"] == "PREEMPTED_BY_HP" and r["node"] in gpus
     assert any(r["action"] == "evict" for r in by_policy["gfs"])
     assert any(r["action"] == "renew" for r in by_policy["chronus"])
+
+
+def test_simulate_quota_log_has_one_row_per_pool_and_hour_with_consistent_inputs(tmp_path: Path) -> None:
+    """`--quota-log DIR`: DIR/<policy>.csv. Every row's 1-hour quota is eta x the spare it logs
+    (the quota in force after that refresh), the spare is capacity minus floor(max(quantile,
+    floor)) clipped at 0, and no pool is logged twice in one hour."""
+    import csv
+    import math
+
+    result = CliRunner().invoke(
+        build_app(),
+        ["simulate", "--trace", str(FIXTURE), "--policy", "gfs", "--quota-log", str(tmp_path / "q")],
+    )
+    assert result.exit_code == 0, result.output
+    rows = list(csv.DictReader((tmp_path / "q" / "gfs.csv").open()))
+    assert rows
+    seen = set()
+    for r in rows:
+        key = (r["pool"], int(float(r["time_s"]) // 3600))
+        assert key not in seen
+        seen.add(key)
+        cap = float(r["capacity"])
+        if r["forecast_quantile_h1"]:
+            used = max(float(r["forecast_quantile_h1"]), float(r["hp_floor"] or 0.0))
+            assert float(r["spare_h1"]) == cap - min(max(math.floor(used + 1e-9), 0), cap)
+            quota = float(r["eta"]) * float(r["spare_h1"])
+            assert math.isclose(float(r["quota_h1"]), quota, abs_tol=1e-6)
+        assert float(r["hp_placeable"]) <= float(r["hp_running"]) + float(r["hp_queued"]) + 1e-9

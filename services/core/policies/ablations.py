@@ -10,6 +10,10 @@ paper's setting as this project ran it before issue 10):
 - gfs-no-demand-floor: HP usage ahead is the forecast quantile alone (no running + queued floor);
 - gfs-eta-unbounded: eta may lift the quota to 1.5 x the p-quantile spare;
 - gfs-grow-on-wait: eta grows whenever the spot queue's head waited, held back by the quota or not.
+
+Issue 21's changes, each switched back alone:
+- gfs-queued-floor: the floor counts every queued HP GPU, placeable or not (issue 10's floor);
+- gfs-no-reservation: no head-of-queue reservation for long-waiting HP tasks.
 """
 
 from __future__ import annotations
@@ -44,6 +48,9 @@ def _quota_variant(name: str, **changes: object) -> Callable[[QuotaSettings | No
 
 
 QUOTA_ABLATIONS: dict[str, dict[str, object]] = {
+    # Issue 21: the floor counts every queued HP GPU again (issue 10's rule), not only the placeable.
+    "gfs-queued-floor": {"placeable_floor": False},
+    "gfs-running-demand": {"demand_source": "running"},
     "gfs-trace-demand": {"demand_source": "trace"},
     "gfs-no-demand-floor": {"observed_floor": False},
     "gfs-eta-unbounded": {"eta_max": 1.5},
@@ -59,6 +66,11 @@ QUOTA_ABLATIONS: dict[str, dict[str, object]] = {
 
 def build_quota_ablations() -> dict[str, Callable[[QuotaSettings | None], SchedulingPolicy]]:
     return {name: _quota_variant(name, **changes) for name, changes in QUOTA_ABLATIONS.items()}
+
+
+def build_gfs_no_reservation(settings: QuotaSettings | None = None) -> SchedulingPolicy:
+    """Issue 21's head-of-queue reservation switched off: unbounded backfill past wide HP gangs."""
+    return dataclasses.replace(build_gfs(settings), name="gfs-no-reservation", reserve_after_s=None)
 
 
 def build_gfs_fifo_victims(settings: QuotaSettings | None = None) -> SchedulingPolicy:

@@ -1,5 +1,6 @@
 """GFS (spec 4-5): forecast quota with eta feedback, best fit with class affinity and eviction
-score, largest-first queues with the `failed` threshold, two-pointer victims with node cost."""
+score, largest-first queues with the `failed` threshold, two-pointer victims with node cost, and
+(issue 21) a head-of-queue reservation for an HP task that has waited `RESERVE_AFTER_S`."""
 
 from __future__ import annotations
 
@@ -8,6 +9,10 @@ from services.core.policies.protocols import SchedulingPolicy
 from services.core.queues import LargestFirst, LargestFirstFewWorkers
 from services.core.quota import ForecastQuota, QuotaSettings
 from services.core.victims import GfsVictims
+
+# An hour: longer than a normal backfill gap (a finishing HP task frees its GPUs within minutes of
+# a pass), short next to the days a starved wide gang waited (docs/quality-findings.md).
+RESERVE_AFTER_S = 3600.0
 
 
 def build_gfs(settings: QuotaSettings | None = None) -> SchedulingPolicy:
@@ -18,4 +23,5 @@ def build_gfs(settings: QuotaSettings | None = None) -> SchedulingPolicy:
         placement=BestFit(),
         victims=GfsVictims(),
         quota=ForecastQuota(settings=settings or QuotaSettings()),
+        reserve_after_s=RESERVE_AFTER_S,
     )

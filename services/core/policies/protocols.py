@@ -31,6 +31,9 @@ class SchedulingPolicy:
     # Lease-based policies (Chronus): every `lease_s` all running tasks give their GPUs back and are
     # scheduled again (services/simulator/lease.py). None: no leases.
     lease_s: float | None = None
+    # Head-of-queue reservations (services/core/reservation.py): an HP task that has waited this
+    # long gets nodes reserved for it. None: no reservations (head-of-line blocking queues need none).
+    reserve_after_s: float | None = None
 
 
 def with_gfs_quota(policy: SchedulingPolicy, settings: QuotaSettings | None = None) -> SchedulingPolicy:

@@ -9,6 +9,7 @@ from services.core.policies.ablations import (
     build_gfs_fifo_victims,
     build_gfs_no_feedback,
     build_gfs_no_forecast,
+    build_gfs_no_reservation,
     build_quota_ablations,
 )
 from services.core.policies.chronus import build_chronus
@@ -49,6 +50,7 @@ def build_registry() -> Mapping[str, PolicyFactory]:
         "gfs-no-forecast": build_gfs_no_forecast,
         "gfs-no-feedback": build_gfs_no_feedback,
         "gfs-fifo-victims": build_gfs_fifo_victims,
+        "gfs-no-reservation": build_gfs_no_reservation,
         # Issue 10's quota changes, each reverted alone, and all of them (gfs-paper).
         **build_quota_ablations(),
     }
