@@ -112,6 +112,24 @@ def _with_cancellations(block: dict[str, float], sim: Simulation, pool: str | No
     return block
 
 
+# Gang widths (workers) whose longest HP wait is reported: starvation shows at the wide end.
+WIDTH_BANDS = ((1, 1, "1"), (2, 4, "2-4"), (5, 8, "5-8"), (9, 10**9, "9+"))
+
+
+def hp_wait_max_by_width(sim: Simulation) -> dict[str, float | None]:
+    """The longest queueing time (initial wait + waits after a requeue; censored at the stop) of an
+    HP task submitted in the window, per band of worker counts (None: no such task)."""
+    out: dict[str, float | None] = {}
+    for lo, hi, name in WIDTH_BANDS:
+        waits = [
+            life.wait
+            for life in sim.lives.values()
+            if life.in_window and life.spec.task_class is TaskClass.HP and lo <= life.spec.workers <= hi
+        ]
+        out[name] = max(waits) if waits else None
+    return out
+
+
 def build_policy_result(sim: Simulation) -> PolicyResult:
     rec = sim.recorder
     pools = tuple(str(p) for p in rec.pools)
@@ -153,6 +171,7 @@ def build_policy_result(sim: Simulation) -> PolicyResult:
             "fallback_count": sim.recorder.forecast_fallbacks + getattr(fc, "fallback_count", 0),
             "predictions": sim.recorder.forecasts,
         },
+        hp_wait_max_s_by_width=hp_wait_max_by_width(sim),
         sim_wall_s=rec.wall_s,
         events=rec.events,
         stop_s=sim.stop_s,
