@@ -57,7 +57,7 @@ from services.core.pool import PoolState, RunningTask
 from services.core.queues import BucketQueue, LargestFirst
 from services.core.quota import QuotaInputs
 from services.core.reasons import EvictionReason, Rejection, Unschedulable
-from services.core.reservation import Reservation, choose_nodes, nodes_online, pick_holder
+from services.core.reservation import RecentWaits, Reservation, choose_nodes, nodes_online, pick_holder
 from services.core.task import TaskClass, TaskSpec
 from services.core.victims import PreemptionContext, PreemptionPlan
 
@@ -65,6 +65,7 @@ __all__ = ["Finished", "Outcome", "PassResult", "PoolRuntime", "RuntimeSettings"
 
 _EPS = 1e-9
 HOLDER_SCAN_S = 60.0  # after a scan found no reservation holder, the next scan waits this long
+RESERVE_RELATIVE_WAIT = 2.0  # a reservation needs a wait of this many times the recent HP mean
 
 
 class PoolRuntime:
@@ -92,6 +93,7 @@ class PoolRuntime:
         self._evicted_times: deque[float] = deque()
         self.reservation: Reservation | None = None  # the head-of-queue reservation (reservation.py)
         self._next_holder_scan = -math.inf
+        self._hp_waits = RecentWaits(DAY_S)  # waits of the HP tasks that started in the last day
         self.last_quota_inputs: QuotaInputs | None = None  # what the last `refresh_quota` saw
         self.eviction_cap: tuple[int, float] | None = None  # (max evictions, interval seconds)
         self._budget: int | None = None  # the budget of the last pass
@@ -273,7 +275,10 @@ class PoolRuntime:
                 self.state.add_task(RunningTask(before.spec, before.start_s, d.placements))
                 devices = self.devices.assign(tid, d.placements) if self._track_devices else ()
                 return Started(tid, d.placements, devices, False, renewed=True)
-        spec = (self.hp if self.tasks[tid].task_class is TaskClass.HP else self.spot).remove(tid)
+        queue = self.hp if self.tasks[tid].task_class is TaskClass.HP else self.spot
+        if queue is self.hp:
+            self._hp_waits.note(now, now - queue.entered_s[tid])
+        spec = queue.remove(tid)
         self.state.add_task(RunningTask(spec, now, d.placements))
         if self.reservation is not None and self.reservation.task_id == tid:
             self.reservation = None  # its nodes are open to everyone again
@@ -318,6 +323,9 @@ class PoolRuntime:
             return
         if now < self._next_holder_scan:
             return
+        # Starvation is relative: a gang is starved when it waited well past what HP tasks that
+        # started lately waited, not when the whole pool is overloaded (reservation.py).
+        after = max(after, RESERVE_RELATIVE_WAIT * self._hp_waits.mean(now))
         holder = pick_holder(self.hp, now, after)
         if holder is None:
             # Passes come with every event; a minute's delay in reserving costs nothing next to
