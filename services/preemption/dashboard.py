@@ -42,6 +42,7 @@ from services.preemption.controller import Decision
 from services.preemption.trace_view import register_trace_view
 
 if TYPE_CHECKING:
+    from services.core.runtime import PoolRuntime
     from services.preemption.service import Decider
 
 JAEGER_UI_URL = "http://127.0.0.1:16686"  # the stack's Jaeger (infra/jaeger); JAEGER_UI_URL overrides
@@ -165,6 +166,7 @@ async def dashboard_data(
             "quota_gpus": {str(h): q for h, q in sorted(c.runtime.quota.items())},
             "quota_version": c.quota_version, "quota_frozen": c.quota_frozen, "pending_binds": len(c.pending),
             **c.running_and_queued(),
+            "why_spot_waits": why_spot_waits(c.runtime),
         }  # fmt: skip
     async with decider.pool.acquire() as connection:
         forecasts = await _forecasts(connection, list(owned))
@@ -185,6 +187,25 @@ async def dashboard_data(
         "instance": decider.instance, "generated_at": datetime.now(UTC).isoformat(), "jaeger_ui_url": jaeger_ui_url,
         "pools": pools, "evictions": evictions, "decisions": decisions,
     }  # fmt: skip
+
+
+def why_spot_waits(rt: PoolRuntime) -> dict[str, Any]:
+    """The quota's inputs the runtime knows and what held the spot head (issue 21): HP running,
+    queued and servable (running + the queued HP that fits now + a reservation's growth: the
+    quota's floor), idle GPUs, spot in use, eta, the reservation and the spot head's reason."""
+    why = rt.spot_head_reason()
+    res = rt.reservation
+    return {
+        "hp_running_gpus": float(rt.state.hp_in_use),
+        "hp_queued_gpus": float(rt.hp.gpus),
+        "hp_placeable_gpus": rt.hp_placeable(),
+        "idle_gpus": int(rt.state.free.sum()),
+        "spot_in_use_gpus": float(rt.state.spot_in_use),
+        "eta": rt.eta,
+        "spot_head_held_by": None if why is None else why.name,
+        "reserved_task_id": None if res is None else str(res.task_id),
+        "reserved_nodes": 0 if res is None else len(res.nodes),
+    }
 
 
 # ----- plots (matplotlib, SVG) --------------------------------------------------------------------
@@ -248,6 +269,14 @@ def quota_svg(data: dict[str, Any]) -> bytes:
             )
             hours = sorted(set(hours) | set(ahead))
         ax.axhline(capacity, color="#333", linestyle="--", linewidth=1, label=f"capacity {capacity}")
+        why = p.get("why_spot_waits") or {}
+        if why:  # the HP usage the quota protects at least, and the HP that waits beyond it
+            ax.axhline(why["hp_placeable_gpus"], color="#8e44ad", linewidth=1.5,
+                       label="HP floor (running + servable queued)")  # fmt: skip
+            queued_all = why["hp_running_gpus"] + why["hp_queued_gpus"]
+            if queued_all > why["hp_placeable_gpus"]:
+                ax.axhline(queued_all, color="#8e44ad", linestyle=":", linewidth=1,
+                           label="HP running + all queued")  # fmt: skip
         if quota:
             ax.step([h for h, _ in quota], [v for _, v in quota], where="post", color="#2471a3", linewidth=2,
                     label="spot quota in force")  # fmt: skip
@@ -341,6 +370,9 @@ def render_page(data: dict[str, Any], query: str = "") -> str:
             else f"p{f.get('quantile', '')} peak {peak:g} GPUs over {len(f['hours_ahead'])} h"
         )
         quota = ", ".join(f"{h} h: {q:g}" for h, q in p["quota_gpus"].items()) or "none"
+        why = p["why_spot_waits"]
+        held = why["reserved_task_id"]
+        reservation = f"{held} on {why['reserved_nodes']} nodes" if held else "-"
         k = f"pool:{name}"
         rows.append(
             "<tr>" + _cell(f"{k}:name", name) + _cell(f"{k}:nodes", p["nodes"]) + _cell(f"{k}:capacity_gpus", p["capacity_gpus"])
@@ -348,6 +380,9 @@ def render_page(data: dict[str, Any], query: str = "") -> str:
             + _cell(f"{k}:forecast", forecast) + _cell(f"{k}:hp_running", p["hp_running"])
             + _cell(f"{k}:hp_queued", p["hp_queued"]) + _cell(f"{k}:spot_running", p["spot_running"])
             + _cell(f"{k}:spot_queued", p["spot_queued"]) + _cell(f"{k}:down", len(p["down"]))
+            + _cell(f"{k}:hp_floor", f"{why['hp_placeable_gpus']:g}")
+            + _cell(f"{k}:spot_head_held_by", why["spot_head_held_by"] or "-")
+            + _cell(f"{k}:reservation", reservation)
             + "</tr>"
         )  # fmt: skip
     decisions = []
@@ -382,8 +417,8 @@ JSON: <a href="/dashboard/data{suffix}">/dashboard/data</a>; traces: <a href="{_
 <h2>Pools: quota against forecast, queues</h2>
 <table id="pools"><tr><th>pool</th><th>nodes</th><th>capacity</th><th>spot quota (guarantee h: GPUs)</th>
 <th>quota version</th><th>HP forecast</th><th>HP running</th><th>HP queued</th><th>spot running</th><th>spot queued</th>
-<th>nodes down</th></tr>
-{"".join(rows) or '<tr><td colspan="11">no pool owned by this instance</td></tr>'}
+<th>nodes down</th><th>HP floor (GPUs)</th><th>spot head held by</th><th>reservation</th></tr>
+{"".join(rows) or '<tr><td colspan="14">no pool owned by this instance</td></tr>'}
 </table>
 <div class="plots">
 <img id="quota-plot" alt="quota against forecast per pool" src="/dashboard/quota.svg">
