@@ -1,5 +1,6 @@
 """`gfs evaluate`: run a grid of policies x generator seeds x HP load levels (plus GFS's
-sensitivity to p and the guarantee hours) in worker processes and aggregate the metrics.
+sensitivity to p and the guarantee hours), or a robustness suite (policies x regimes x the seeds
+of one split), in worker processes and aggregate the metrics.
 
 Each cell regenerates its trace from the frozen generator config (cheap next to the simulation),
 so a worker needs nothing but the cell and the config, and any cell can be rerun alone.
@@ -21,7 +22,13 @@ import numpy as np
 from services.core.policies.registry import build_policy
 from services.core.quota import QuotaSettings
 from services.simulator.evaluate_config import EvaluateConfig, resolve_nodes
-from services.simulator.evaluate_trace import cell_trace, scaled_nodes, with_guarantee_hours
+from services.simulator.evaluate_trace import (
+    cell_trace,
+    regime_trace,
+    scaled_nodes,
+    window_load,
+    with_guarantee_hours,
+)
 from services.simulator.result import build_policy_result
 from services.simulator.runner import ForecastSource, RunSettings, build_simulation, prepare
 from services.simulator.traces.gfs_format import read_nodes
@@ -57,8 +64,9 @@ MAX_JOB_SHARE = 0.5  # evaluate_trace.narrow_gangs
 
 @dataclass(frozen=True, slots=True)
 class Cell:
-    """One simulation: `study` is "grid", "p" (guarantee rate), "hours" (guarantee hours) or
-    "target" (the feedback's target eviction rate; 0 = the default, 1 - p)."""
+    """One simulation: `study` is "grid", "p" (guarantee rate), "hours" (guarantee hours),
+    "target" (the feedback's target eviction rate; 0 = the default, 1 - p) or "regime" (a
+    robustness-suite regime, named by `regime`)."""
 
     study: str
     policy: str
@@ -67,15 +75,33 @@ class Cell:
     guarantee_rate: float = 0.9
     guarantee_hours: int = 1
     target_rate: float = 0.0
+    regime: str = ""
 
     @property
     def key(self) -> str:
         rate, hours = f"{self.guarantee_rate:g}", self.guarantee_hours
         target = f"|e{self.target_rate:g}" if self.target_rate else ""  # keeps older keys unchanged
-        return f"{self.study}|{self.policy}|s{self.seed}|L{self.load:g}|p{rate}|H{hours}{target}"
+        regime = f"|R{self.regime}" if self.regime else ""
+        return f"{self.study}|{self.policy}|s{self.seed}|L{self.load:g}|p{rate}|H{hours}{target}{regime}"
+
+    def as_dict(self) -> dict[str, Any]:
+        """The cell's fields; `regime` only for suite cells, so grid cells read as they always did."""
+        data = dataclasses.asdict(self)
+        if not self.regime:
+            data.pop("regime")
+        return data
 
 
-def grid_cells(cfg: EvaluateConfig) -> list[Cell]:
+def grid_cells(cfg: EvaluateConfig, split: str = "test") -> list[Cell]:
+    """The config's cells; for a suite, every regime x policy at the seeds of `split`."""
+    if cfg.is_suite:
+        # Seed-major: every finished seed gives a complete regime x policy block to compare.
+        return [
+            Cell("regime", p, s, r.load, regime=r.name)
+            for s in cfg.split_seeds(split)
+            for r in cfg.regimes
+            for p in cfg.policies
+        ]
     # Seed-major: every finished seed gives a complete policy x load block to compare.
     cells = [Cell("grid", p, s, load) for s in cfg.seeds for load in cfg.loads for p in cfg.policies]
     sens = cfg.sensitivity
@@ -102,8 +128,18 @@ def grid_cells(cfg: EvaluateConfig) -> list[Cell]:
 def run_cell(cfg: EvaluateConfig, cell: Cell) -> dict[str, Any]:
     """Generate the cell's trace, simulate its policy, return its metrics (JSON-ready)."""
     started = time.perf_counter()
-    nodes = scaled_nodes(read_nodes(resolve_nodes(cfg.nodes)), cfg.node_fraction)
-    ct = cell_trace(cfg.base_generator(), nodes, seed=cell.seed, load=cell.load, max_job_share=MAX_JOB_SHARE)
+    if cell.regime:
+        ct = regime_trace(
+            cfg.regime(cell.regime),
+            read_nodes(resolve_nodes(cfg.nodes)),
+            seed=cell.seed,
+            max_job_share=MAX_JOB_SHARE,
+        )
+    else:
+        nodes = scaled_nodes(read_nodes(resolve_nodes(cfg.nodes)), cfg.node_fraction)
+        ct = cell_trace(
+            cfg.base_generator(), nodes, seed=cell.seed, load=cell.load, max_job_share=MAX_JOB_SHARE
+        )
     trace = ct.trace if cell.guarantee_hours == 1 else with_guarantee_hours(ct.trace, cell.guarantee_hours)
     settings = RunSettings(
         forecast=ForecastSource(cfg.forecast),
@@ -124,9 +160,9 @@ def run_cell(cfg: EvaluateConfig, cell: Cell) -> dict[str, Any]:
     sim.run()
     result = build_policy_result(sim)
     m = result.metrics
-    return {
+    out = {
         "key": cell.key,
-        "cell": dataclasses.asdict(cell),
+        "cell": cell.as_dict(),
         "trace_sha256": ct.generator.digest(),
         "jobs": len(trace.jobs),
         "narrowed_jobs": ct.narrowed_jobs,
@@ -135,6 +171,17 @@ def run_cell(cfg: EvaluateConfig, cell: Cell) -> dict[str, Any]:
         "pools": {p: {k: float(v[k]) for k in POOL_METRICS} for p, v in sorted(m["pools"].items())},
         "wall_s": time.perf_counter() - started,
     }
+    if cell.regime:
+        # What the regime's workload offers in the scored window, so regimes of either generator
+        # can be compared on the same footing (a synth "load" is a share of its calibrated load).
+        offered = window_load(trace, workload.window_start_s, workload.window_end_s)
+        out["workload"] = {
+            "hp_load_window": offered["HP"],
+            "spot_load_window": offered["SPOT"],
+            "gpus": float(sum(n.gpus for n in trace.nodes)),
+            "pools": len({n.gpu_model for n in trace.nodes}),
+        }
+    return out
 
 
 def run_grid(
@@ -207,7 +254,7 @@ def with_derived(result: dict[str, Any]) -> dict[str, Any]:
     return {**result, "metrics": {**m, **{k: f(m) for k, f in DERIVED.items()}}, "pools": pools}
 
 
-def aggregate(cfg: EvaluateConfig, results: Sequence[dict[str, Any]]) -> dict[str, Any]:
+def aggregate(cfg: EvaluateConfig, results: Sequence[dict[str, Any]], split: str = "test") -> dict[str, Any]:
     results = [with_derived(r) for r in results]
     grid = [r for r in results if r["cell"]["study"] == "grid"]
     by: dict[tuple[str, float], list[dict[str, Any]]] = {}
@@ -265,13 +312,18 @@ def aggregate(cfg: EvaluateConfig, results: Sequence[dict[str, Any]]) -> dict[st
                     for v, rs in sorted(groups.items())
                 }
         sens[study] = per_load
-    return {
+    out = {
         "table": table,
         "pools": pools,
         "change_vs_reference": changes,
         "sensitivity": sens,
         "tradeoff": tradeoff(cfg, table, sens),
     }
+    if cfg.is_suite:
+        from services.simulator.evaluate_suite import suite_aggregate  # it imports this module
+
+        out["suite"] = suite_aggregate(cfg, results, split)
+    return out
 
 
 TRADEOFF_AXES = ("lp_eviction_rate_in_window", "lp_queue_delay_mean_s")

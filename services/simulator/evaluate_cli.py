@@ -2,7 +2,9 @@
 
 Each finished cell is appended to DIR/cells.jsonl at once, so an interrupted grid keeps its work:
 `--resume` reruns only the missing cells (refused if the config hash differs), and
-`--report-only` writes the report from the cells finished so far.
+`--report-only` writes the report from the cells finished so far. A robustness suite (a config
+with regimes) runs and reports the seeds of one split: `--split test` (default) or `--split dev`;
+both splits' cells may share one cells file (their seeds differ).
 """
 
 from __future__ import annotations
@@ -33,8 +35,19 @@ def evaluate(
             "e.g. the baselines while the reference is still being developed",
         ),
     ] = None,
+    split: Annotated[
+        str, typer.Option(help="suite configs: the seeds to run and report, test (default) or dev")
+    ] = "test",
+    regime: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--regime",
+            help="suite configs: run only this regime's cells now (repeatable; implies --resume), "
+            "e.g. a suite run in parts",
+        ),
+    ] = None,
 ) -> None:
-    """Run policies x seeds x HP load levels (+ GFS sensitivity) and write the report."""
+    """Run policies x seeds x HP load levels (+ GFS sensitivity), or a suite's regimes; write the report."""
     import dataclasses
 
     from services.simulator.evaluate import aggregate, grid_cells, run_grid
@@ -42,12 +55,21 @@ def evaluate(
     from services.simulator.evaluate_report import build_report, write_report
 
     cfg = load_config(config).frozen()
+    if split not in ("dev", "test"):
+        raise typer.BadParameter(f"--split {split}: dev or test")
     if only:
         unknown = sorted(
             set(only) - set(cfg.policies) - ({cfg.sensitivity.policy} if cfg.sensitivity else set())
         )
         if unknown:
             raise typer.BadParameter(f"--only {', '.join(unknown)}: not a policy of this grid")
+        resume = True
+    if regime:
+        known = {r.name for r in cfg.regimes}
+        if not known:
+            raise typer.BadParameter("--regime: this config has no regimes")
+        if set(regime) - known:
+            raise typer.BadParameter(f"--regime {', '.join(sorted(set(regime) - known))}: not a regime here")
         resume = True
     if workers is not None:
         cfg = dataclasses.replace(cfg, workers=workers)
@@ -56,8 +78,8 @@ def evaluate(
     done = _read_cells(cells_file, cfg.digest()) if (resume or report_only) else []
     if not (resume or report_only):
         cells_file.write_text("")
-    cells = grid_cells(cfg)
-    runnable = [c for c in cells if not only or c.policy in only]
+    cells = grid_cells(cfg, split)
+    runnable = [c for c in cells if (not only or c.policy in only) and (not regime or c.regime in regime)]
     started = time.perf_counter()
 
     def record(result: dict[str, Any]) -> None:
@@ -72,14 +94,16 @@ def evaluate(
         typer.echo(f"report from {len(results)} of {len(cells)} cells")
     else:
         results = run_grid(cfg, runnable, progress=record, done=done)
-        results += [r for r in done if r["key"] not in {c.key for c in runnable}]
+        # The file may also hold the other split's cells of a suite (same config): not this report's.
+        keys = {c.key for c in cells}
+        results += [r for r in done if r["key"] not in {c.key for c in runnable} and r["key"] in keys]
         results.sort(key=lambda r: r["key"])
         wall = time.perf_counter() - started
     # Cells from several runs (--resume, --only): the grid's wall time is estimated from theirs.
     estimate = report_only or bool(done)
     if estimate:
         wall = sum(r["wall_s"] for r in results) / max(1, cfg.workers)
-    report = build_report(cfg, results, aggregate(cfg, results), wall)
+    report = build_report(cfg, results, aggregate(cfg, results, split), wall)
     report["header"]["cells_finished"] = f"{len(results)} of {len(cells)}"
     report["timing"]["wall_is_estimate"] = estimate
     write_report(out, report, cfg)

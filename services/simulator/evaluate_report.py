@@ -13,6 +13,7 @@ from typing import Any
 
 from services.simulator.evaluate import REPORT_METRICS
 from services.simulator.evaluate_config import EvaluateConfig
+from services.simulator.evaluate_suite import plot_suite, suite_markdown
 
 # The in-window measure leads (docs/decisions.md, "In-window measure"); the drain-inclusive
 # figures stay as the last two columns so reports written before it remain comparable.
@@ -31,8 +32,11 @@ SWEEP_LABELS = (("p", "guarantee rate p"), ("hours", "guarantee hours H"), ("tar
 def build_report(
     cfg: EvaluateConfig, results: list[dict[str, Any]], agg: dict[str, Any], wall_s: float
 ) -> dict[str, Any]:
+    header: dict[str, Any] = {"config": cfg.to_dict(), "config_sha256": cfg.digest()}
+    if cfg.is_suite:
+        header["split"] = agg["suite"]["split"]
     return {
-        "header": {"config": cfg.to_dict(), "config_sha256": cfg.digest()},
+        "header": header,
         "results": [{k: v for k, v in r.items() if k != "wall_s"} for r in results],
         "aggregate": agg,
         "timing": {"grid_wall_s": wall_s, "cells": {r["key"]: r["wall_s"] for r in results}},
@@ -70,6 +74,8 @@ def _headline_header(first: str) -> list[str]:
 
 
 def markdown(cfg: EvaluateConfig, report: dict[str, Any]) -> str:
+    if cfg.is_suite:  # a suite has no grid: its own report, every regime separately
+        return suite_markdown(cfg, report)
     agg = report["aggregate"]
     lines = [
         f"# Evaluation report: {cfg.name}",
@@ -173,6 +179,9 @@ def plot_all(out: Path, cfg: EvaluateConfig, report: dict[str, Any]) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    if cfg.is_suite:
+        plot_suite(out, cfg, report)
+        return
     agg = report["aggregate"]
     # 1. Trade-off per HP load: the swept policy's settings as a curve, every policy as a point.
     loads = list(cfg.loads)

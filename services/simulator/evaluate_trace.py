@@ -14,6 +14,9 @@ scaled down with the arrivals so that the calibrated load is kept.
   the generator's gang sizes are calibrated to the full pools, and on a pool scaled to 1/10 a gang
   asking for most of it would never start and, under head-of-line blocking, would stall the pool
   for the whole run. The number of narrowed jobs is reported with the results.
+- A robustness-suite regime (`regime_trace`) names its generator: "synth" goes through the same
+  thinning and narrowing; "mmpp" sets its HP load itself and caps its gangs at the same share of
+  the pool, so narrowing finds nothing to do there. `pools` keeps only those GPU models' nodes.
 """
 
 from __future__ import annotations
@@ -25,6 +28,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from services.simulator.evaluate_config import Regime, regime_generator
+from services.simulator.traces.columns import JobColumns
+from services.simulator.traces.mmpp import generate_mmpp, offered_load
+from services.simulator.traces.mmpp_config import MmppConfig
 from services.simulator.traces.records import Trace, TraceJob, TraceNode
 from services.simulator.traces.synth_config import GeneratorConfig
 from services.simulator.traces.synthetic import generate
@@ -33,7 +40,7 @@ from services.simulator.traces.synthetic import generate
 @dataclass(frozen=True, slots=True)
 class CellTrace:
     trace: Trace
-    generator: GeneratorConfig
+    generator: GeneratorConfig | MmppConfig
     narrowed_jobs: int
     hp_jobs_thinned: int
 
@@ -50,6 +57,16 @@ def scaled_nodes(nodes: tuple[TraceNode, ...], fraction: float) -> tuple[TraceNo
         ordered = sorted(by_pool[pool], key=lambda n: (n.gpus, n.name))
         keep.extend(n for i, n in enumerate(ordered) if i % step == 0)
     return tuple(keep)
+
+
+def select_pools(nodes: tuple[TraceNode, ...], pools: tuple[str, ...]) -> tuple[TraceNode, ...]:
+    """Only the nodes of `pools` (all nodes when empty); a pool with no node is an error."""
+    if not pools:
+        return nodes
+    missing = sorted(set(pools) - {n.gpu_model for n in nodes})
+    if missing:
+        raise ValueError(f"no node of pool(s) {', '.join(missing)} in the inventory")
+    return tuple(n for n in nodes if n.gpu_model in pools)
 
 
 def thin_hp(trace: Trace, *, seed: int, load: float) -> tuple[Trace, int]:
@@ -94,3 +111,23 @@ def cell_trace(
     trace, thinned = thin_hp(generate(config, nodes).to_trace(), seed=seed, load=load)
     trace, narrowed = narrow_gangs(trace, max_job_share)
     return CellTrace(trace, config, narrowed, thinned)
+
+
+def regime_trace(
+    regime: Regime, nodes: tuple[TraceNode, ...], *, seed: int, max_job_share: float
+) -> CellTrace:
+    """The trace of a suite regime (frozen: every generator parameter explicit) at `seed`, over
+    the full inventory `nodes` (the regime's node fraction and pools are applied here)."""
+    fraction = 1.0 if regime.node_fraction is None else regime.node_fraction
+    cluster = select_pools(scaled_nodes(nodes, fraction), regime.pools)
+    config = regime_generator(regime, seed)
+    if isinstance(config, GeneratorConfig):
+        return cell_trace(config, cluster, seed=seed, load=regime.load, max_job_share=max_job_share)
+    trace, narrowed = narrow_gangs(generate_mmpp(config, cluster).to_trace(), max_job_share)
+    return CellTrace(trace, config, narrowed, 0)
+
+
+def window_load(trace: Trace, start_s: float, end_s: float) -> dict[str, float]:
+    """HP and spot load the trace offers over [start_s, end_s): requested GPU-time as if every job
+    started on submission / (cluster GPUs x the span). The same for every policy of a cell."""
+    return offered_load(JobColumns.from_trace(trace), trace.nodes, start_s, end_s)

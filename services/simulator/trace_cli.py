@@ -1,4 +1,5 @@
-"""`gfs trace`: generate a synthetic GFS-format trace, extract its HP demand series, print statistics."""
+"""`gfs trace`: generate a GFS-format trace (the calibrated generator, or the MMPP one), extract its
+HP demand series, print statistics."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ from typing import Annotated
 
 import typer
 
-app = typer.Typer(no_args_is_help=True, help="GFS-format traces: synthesise, HP demand series, statistics.")
+app = typer.Typer(
+    no_args_is_help=True, help="GFS-format traces: synthesise (synth, mmpp), HP demand series, statistics."
+)
 
 
 @app.command()
@@ -48,6 +51,57 @@ def synth(
         f"in {meta['generate_wall_s']:.1f} s; A10 cap {meta['a10_cap']} "
         f"({meta['a10_hp_jobs_dropped_by_cap']:,} A10 HP jobs dropped); config sha256 "
         f"{meta['config_sha256'][:12]}"
+    )
+
+
+@app.command()
+def mmpp(
+    nodes: Annotated[Path, typer.Option(help="node_info_df.csv (the real inventory, or any in its format)")],
+    out: Annotated[Path, typer.Option(help="output directory (GFS format + generator.json)")],
+    days: Annotated[float, typer.Option(help="trace length in days")] = 62.0,
+    hp_load: Annotated[
+        float, typer.Option(help="time-averaged requested HP GPUs / capacity, in every pool")
+    ] = 0.8,
+    spot_load: Annotated[float, typer.Option(help="the same for spot, from --spot-start-day on")] = 0.03,
+    spot_start_day: Annotated[float, typer.Option(help="spot arrives from this day on")] = 31.0,
+    load_start_day: Annotated[
+        float, typer.Option(help="the HP load is met over [this day, --days): e.g. the evaluation window")
+    ] = 0.0,
+    wide_gang_share: Annotated[
+        float, typer.Option(help="extra share of HP jobs drawn as wide whole-node gangs (0-1)")
+    ] = 0.0,
+    burstiness: Annotated[
+        float, typer.Option(help="0 = Poisson with daily/weekly profile, 1 = calibrated, 2 = burstier")
+    ] = 1.0,
+    node_fraction: Annotated[
+        float, typer.Option(help="keep every round(1/f)-th node of each pool (a smaller cluster, same shape)")
+    ] = 1.0,
+    pools: Annotated[
+        list[str] | None, typer.Option("--pool", help="keep only this GPU model's nodes (repeatable)")
+    ] = None,
+    seed: Annotated[int, typer.Option(help="seed of every random stream")] = 0,
+) -> None:
+    """Generate a trace from the second generator (Markov-modulated Poisson arrivals, load per pool)."""
+    from services.simulator.evaluate_trace import scaled_nodes, select_pools
+    from services.simulator.traces.gfs_format import read_nodes
+    from services.simulator.traces.mmpp import synthesize_mmpp
+    from services.simulator.traces.mmpp_config import MmppConfig
+
+    if not 0 < node_fraction <= 1:
+        raise typer.BadParameter("--node-fraction must be in (0, 1]")
+    try:
+        config = MmppConfig(
+            days=days, seed=seed, hp_load=hp_load, load_start_day=load_start_day, spot_load=spot_load,
+            spot_start_day=spot_start_day, wide_gang_share=wide_gang_share, burstiness=burstiness,
+        )  # fmt: skip
+        inventory = select_pools(scaled_nodes(read_nodes(nodes), node_fraction), tuple(pools or ()))
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    meta = synthesize_mmpp(config, inventory, out)
+    typer.echo(
+        f"wrote {meta['jobs']:,} jobs ({meta['hp_jobs']:,} HP, {meta['spot_jobs']:,} Spot, "
+        f"{meta['jobs_at_t0']:,} running at t = 0) on {len(inventory):,} nodes to {out} in "
+        f"{meta['generate_wall_s']:.1f} s; config sha256 {meta['config_sha256'][:12]}"
     )
 
 
