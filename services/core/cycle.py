@@ -11,7 +11,9 @@ Steps (spec 5.3, 5.2):
    task waits as EVICTION_BUDGET, raising the threshold like NO_PREEMPTION_PLAN). None = no cap.
 4. Reservation (`CycleContext.reservation`, core/reservation.py): its holder is tried before
    anything else; if it cannot start, the reserved nodes' idle GPUs are held and preemption skips
-   those nodes for the rest of the pass, so backfill (HP and spot) goes on elsewhere only.
+   those nodes for the rest of the pass, so backfill (HP and spot) goes on elsewhere only. The
+   waiting holder neither blocks its bucket nor lowers the threshold (EASY: the head has its
+   reservation, so every task behind it may start on what is left).
 
 The pass works on the pool under a journal and rolls it back, so the caller's state is unchanged;
 the caller applies the returned decisions (decide/do split).
@@ -80,6 +82,8 @@ def schedule_pool(
                 attempt = _Attempt.NO_PREEMPTION_PLAN  # nothing changed since it last failed
             else:
                 attempt = _start_hp(pool, holder, policy, ctx, decisions, budget)
+            if attempt is not _Attempt.STARTED:
+                attempt = _Attempt.HOLDS_RESERVATION
             first = (holder, attempt)
             if attempt is not _Attempt.STARTED:
                 held = hold_reserved(pool, res, ctx.now)
@@ -103,6 +107,9 @@ class _Attempt(enum.Enum):
     EVICTION_BUDGET = "eviction-budget"  # a plan exists but exceeds the eviction cap: as NO_FIT
     OVER_QUOTA = "over-quota"  # stops the bucket but leaves the threshold alone
     RESERVED = "reserved"  # as NO_FIT, but it would have fit on the GPUs a reservation holds
+    # The reservation's holder did not start: its nodes are held for it, so (EASY backfill) it
+    # neither blocks its bucket nor lowers the threshold; the tasks behind it may start elsewhere.
+    HOLDS_RESERVATION = "holds-reservation"
 
 
 _REASON = {
@@ -111,6 +118,7 @@ _REASON = {
     _Attempt.EVICTION_BUDGET: Unschedulable.EVICTION_BUDGET,
     _Attempt.OVER_QUOTA: Unschedulable.OVER_QUOTA,
     _Attempt.RESERVED: Unschedulable.RESERVED,
+    _Attempt.HOLDS_RESERVATION: Unschedulable.NO_PREEMPTION_PLAN,
 }
 
 
@@ -147,8 +155,8 @@ def _queue_pass(
             if order.size(spec) >= threshold:
                 break
             attempt = try_start(spec)
-            if attempt is _Attempt.STARTED:
-                continue
+            if attempt is _Attempt.STARTED or attempt is _Attempt.HOLDS_RESERVATION:
+                continue  # a reservation's holder waits on its own nodes: backfill goes past it
             raises = attempt is not _Attempt.OVER_QUOTA
             if raises:
                 threshold = order.size(spec)

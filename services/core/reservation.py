@@ -23,7 +23,9 @@ Rule (one reservation per pool at a time, like EASY's single shadow reservation)
 - Each pass tries the holder first (normal placement, else preemption, anywhere in the pool).
   If it does not start, the rest of the pass sees the reserved nodes as taken: their idle GPUs are
   held and neither placement nor preemption uses them, so no other HP task and no spot task
-  starts there. Backfill goes on everywhere else.
+  starts there. Backfill goes on everywhere else, including the tasks of the holder's own bucket
+  behind it: a waiting holder neither blocks its bucket nor lowers the `failed` threshold, since
+  its nodes are already held for it (without a reservation, spec 5.3's bucket rule stands).
 - Spot does not borrow reserved GPUs. EASY lets a job borrow a reservation's nodes if it ends
   before the reservation starts; here no task declares how long it runs (the scheduler never reads
   durations), so the start of a reservation is unknown and no guarantee could be shown to end

@@ -19,7 +19,7 @@ At 5000 S1 finishes: n0 and n2 are empty and G starts on them.
 
 from __future__ import annotations
 
-from builders import a_pool, a_spot, a_task
+from builders import a_pool, a_spot, a_task, run_on
 
 from services.core.ids import TaskId
 from services.core.policies.registry import build_policy
@@ -84,3 +84,26 @@ def test_no_reservation_before_the_threshold() -> None:
     assert rt.submit(a_task("S2", gpus=4, submit=3000.0), 3000.0) is None
     rt.schedule(3000.0)
     assert rt.reservation is None and TaskId("S2") in rt.state.running
+
+
+def test_backfill_goes_past_the_holder_in_its_own_bucket() -> None:
+    """EASY backfill inside the holder's bucket. Four 8-GPU nodes: HP X (4 GPUs) on n0, Y (4) on
+    n1, Z (8) on n2, n3 idle. Gang G = 3 x 8 GPUs queued at 0; T = 1 x 8 GPUs at 100, in G's
+    bucket (same GPUs per worker) behind it. Without a reservation the bucket's failing head G
+    blocks T (spec 5.3), though T fits on n3. At 4000 G holds a reservation on the three nodes
+    with the most non-HP GPUs: n3 (8), n0 (4), n1 (4). At 5000 Z ends: n2 is free, G still needs
+    three free nodes (n2, n3; n0 and n1 have 4 each) and does not start; T starts on n2, outside
+    the reservation, instead of waiting behind G."""
+    rt = PoolRuntime(a_pool(8, 8, 8, 8), build_policy("gfs"), RuntimeSettings(device_indices=False))
+    for name, gpus, node in (("X", 4, 0), ("Y", 4, 1), ("Z", 8, 2)):
+        spec = a_task(name, gpus=gpus)
+        rt.tasks[spec.task_id] = spec
+        run_on(rt.state, spec, (node, gpus))
+    assert rt.submit(a_task("G", gpus=8, workers=3), 0.0) is None
+    assert rt.submit(a_task("T", gpus=8, submit=100.0), 100.0) is None
+    assert rt.schedule(100.0).outcomes == ()  # T is blocked behind G in their bucket
+    assert rt.schedule(4000.0).outcomes == ()
+    assert rt.reservation is not None and set(rt.reservation.nodes) == {0, 1, 3}
+    rt.finish(TaskId("Z"), 5000.0)
+    (t,) = rt.schedule(5000.0).outcomes
+    assert isinstance(t, Started) and t.task_id == "T" and [p.node for p in t.placements] == [2]
