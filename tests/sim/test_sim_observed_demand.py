@@ -52,3 +52,11 @@ def test_oracle_refuses_observed_demand() -> None:
     workload, trace_demand = prepare(TRACE, settings)
     with pytest.raises(ValueError, match="oracle"):
         build_simulation(workload, trace_demand, build_policy("gfs"), settings)
+
+
+def test_running_demand_counts_hp_from_its_start_only() -> None:
+    """gfs-running-demand (issue 21): h2 counts from its start at 7200, not from its submission.
+    hour 0: h1's 8; hour 1: 8; hour 2: h1 ends at 7200 = minute 120 and h2 starts then, sampled
+    after both: 4; hour 3: 0 (h2 ended at 10800, sampled after)."""
+    running, _ = _run("gfs-running-demand")
+    assert running == [8.0, 8.0, 4.0, 0.0]
