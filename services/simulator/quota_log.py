@@ -89,6 +89,20 @@ class QuotaLog:
             }
         )
 
+    def idle_waits(self, idle_share: float = 0.2, wait_s: float = 3600.0) -> dict[str, dict[str, int]]:
+        """Per pool and reason: the logged hours in which spot waited longer than `wait_s` while at
+        least `idle_share` of the pool's GPUs were idle (issue 21's target: none, unless this log
+        says why)."""
+        out: dict[str, dict[str, int]] = {}
+        for r in self.rows:
+            cap = float(r["capacity"])
+            waited = r["spot_head_wait_s"] != "" and float(r["spot_head_wait_s"]) > wait_s
+            if waited and cap > 0 and float(r["idle_gpus"]) >= idle_share * cap:
+                by_reason = out.setdefault(r["pool"], {})
+                reason = r["spot_head_held_by"] or "UNKNOWN"
+                by_reason[reason] = by_reason.get(reason, 0) + 1
+        return out
+
     def write(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("w", newline="", encoding="utf-8") as out:

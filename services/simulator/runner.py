@@ -8,6 +8,7 @@ predict is replaced by persistence for that call and the fallback is counted.
 from __future__ import annotations
 
 import enum
+import json
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -211,6 +212,9 @@ def run_one(
         write_observed_csv(sim.observed, observed_out / f"{name}.csv")
     if quota_log is not None and qlog is not None:
         qlog.write(quota_log / f"{name}.csv")
+        summary = {"idle_share": 0.2, "wait_s": 3600.0, "pool_hours_by_reason": qlog.idle_waits()}
+        text = json.dumps(summary, indent=2, sort_keys=True) + "\n"
+        (quota_log / f"{name}.idle-waits.json").write_text(text)
     return build_policy_result(sim)
 
 

@@ -144,3 +144,12 @@ def test_simulate_quota_log_has_one_row_per_pool_and_hour_with_consistent_inputs
             quota = float(r["eta"]) * float(r["spare_h1"])
             assert math.isclose(float(r["quota_h1"]), quota, abs_tol=1e-6)
         assert float(r["hp_placeable"]) <= float(r["hp_running"]) + float(r["hp_queued"]) + 1e-9
+    # The idle-wait summary counts exactly the rows where spot waited > 1 h with >= 20% idle.
+    summary = json.loads((tmp_path / "q" / "gfs.idle-waits.json").read_text())
+    expected: dict[str, dict[str, int]] = {}
+    for r in rows:
+        wait = r["spot_head_wait_s"]
+        if wait and float(wait) > 3600 and float(r["idle_gpus"]) >= 0.2 * float(r["capacity"]):
+            pool = expected.setdefault(r["pool"], {})
+            pool[r["spot_head_held_by"]] = pool.get(r["spot_head_held_by"], 0) + 1
+    assert summary["pool_hours_by_reason"] == expected
