@@ -45,7 +45,7 @@ class QuotaSettings:
     # forecaster sees), "running" (HP holding GPUs only: the released simulator's series, spec 3.2;
     # the servable queue enters through the floor) or "trace" (every HP job as if started on
     # submission, the paper's setting).
-    demand_source: str = "running"  # "observed" before issue 21 (ablation gfs-observed-demand)
+    demand_source: str = "observed"
     observed_floor: bool = True  # HP usage per hour ahead >= running + queued HP now
     # Issue 21: the floor counts only the queued HP the pool could place now (core/placeable.py)
     # plus a reservation's growth; False: every queued HP GPU, as issue 10 had it.

@@ -102,10 +102,10 @@ class ForecastServiceSettings(PlatformSettings):
     # A new pool's history starts at this hour (zeros before its first completed hour), as the
     # simulator's series start at the trace's first hour; None: at its first completed hour.
     forecast_history_origin: datetime | None = None
-    # Which HP demand the series count (services/forecast/pipeline.py): "running" (from each
-    # start to its stop; the simulator's default since issue 21) or "observed" (running + queued,
-    # from acceptance; pair it with the simulator's policy gfs-observed-demand).
-    forecast_demand: Literal["observed", "running"] = "running"
+    # Which HP demand the series count (services/forecast/pipeline.py): "observed" (running +
+    # queued, from acceptance; the simulator's default) or "running" (from each start to its
+    # stop; pair it with the simulator's demand_source = "running", policy gfs-running-demand).
+    forecast_demand: Literal["observed", "running"] = "observed"
 
     @field_validator("forecast_artifact", mode="before")
     @classmethod

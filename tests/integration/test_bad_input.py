@@ -223,8 +223,6 @@ class World:
                 "FORECAST_DATADIR": str(self.tmp / "faust"),
                 "FORECAST_TICK_S": "3600",
                 "FORECAST_WEB_PORT": str(self.ports["forecast"]),
-                # The good forecast input below is backdated acceptances (observed demand).
-                "FORECAST_DEMAND": "observed",
             },
             self.tmp / "forecast.log",
         ).start()

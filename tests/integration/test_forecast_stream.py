@@ -56,10 +56,6 @@ def _worker(
         "FORECAST_STORE": "memory://",  # tables live in their changelogs only: a restart rebuilds them
         "FORECAST_TICK_S": "3600",
         "FORECAST_WEB_PORT": str(web_port),
-        # These tests publish acceptances and finishes, the events of the observed-demand series
-        # (running + queued HP); the running series (the default, issue 21) is checked end to end
-        # by the sim/live parity test and its rules by tests/unit/services/test_forecast_pipeline.py.
-        "FORECAST_DEMAND": "observed",
         **extra_env,
     }
     log = log_path.open("w")

@@ -85,7 +85,7 @@ def test_model_path_reads_the_observed_series(tmp_path: Path) -> None:
     )
     run = RunSettings(window_days=5 / 24, drain_days=0.0)
     workload, trace_demand = prepare(trace, run)
-    policy = build_policy("gfs-observed-demand")  # running + queued HP (gfs forecasts running HP)
+    policy = build_policy("gfs")
     demand = demand_for(policy, workload, trace_demand)
     assert demand.observed is not None
     model = RecordingModel(Persistence(demand.pools, demand.pool_hourly))

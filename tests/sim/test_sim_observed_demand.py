@@ -37,7 +37,7 @@ def _run(policy_name: str) -> tuple[list[float], list[float]]:
 
 
 def test_observed_counts_queued_hp_and_not_rejected_tasks() -> None:
-    observed, trace_defined = _run("gfs-observed-demand")
+    observed, trace_defined = _run("gfs")
     assert observed == [12.0, 12.0, 4.0, 0.0]
     assert trace_defined == [28.0, 12.0, 0.0, 0.0]
 
@@ -55,8 +55,8 @@ def test_oracle_refuses_observed_demand() -> None:
 
 
 def test_running_demand_counts_hp_from_its_start_only() -> None:
-    """gfs (running demand since issue 21): h2 counts from its start at 7200, not its submission.
+    """gfs-running-demand (issue 21): h2 counts from its start at 7200, not from its submission.
     hour 0: h1's 8; hour 1: 8; hour 2: h1 ends at 7200 = minute 120 and h2 starts then, sampled
     after both: 4; hour 3: 0 (h2 ended at 10800, sampled after)."""
-    running, _ = _run("gfs")
+    running, _ = _run("gfs-running-demand")
     assert running == [8.0, 8.0, 4.0, 0.0]

@@ -6,15 +6,14 @@
 
 Issue 10's quota changes, each switched back alone (and all at once: gfs-paper, the GFS of the
 paper's setting as this project ran it before issue 10):
-- gfs-trace-demand: the forecast is of the trace-defined HP demand, not the running one;
+- gfs-trace-demand: the forecast is of the trace-defined HP demand, not the observed one;
 - gfs-no-demand-floor: HP usage ahead is the forecast quantile alone (no running + queued floor);
 - gfs-eta-unbounded: eta may lift the quota to 1.5 x the p-quantile spare;
 - gfs-grow-on-wait: eta grows whenever the spot queue's head waited, held back by the quota or not.
 
 Issue 21's changes, each switched back alone:
 - gfs-queued-floor: the floor counts every queued HP GPU, placeable or not (issue 10's floor);
-- gfs-no-reservation: no head-of-queue reservation for long-waiting HP tasks;
-- gfs-observed-demand: the forecast is of running + queued HP again (issue 10), not running HP.
+- gfs-no-reservation: no head-of-queue reservation for long-waiting HP tasks.
 """
 
 from __future__ import annotations
@@ -51,8 +50,7 @@ def _quota_variant(name: str, **changes: object) -> Callable[[QuotaSettings | No
 QUOTA_ABLATIONS: dict[str, dict[str, object]] = {
     # Issue 21: the floor counts every queued HP GPU again (issue 10's rule), not only the placeable.
     "gfs-queued-floor": {"placeable_floor": False},
-    # Issue 21's default switched back: the forecast of running + queued HP (issue 10's series).
-    "gfs-observed-demand": {"demand_source": "observed"},
+    "gfs-running-demand": {"demand_source": "running"},
     "gfs-trace-demand": {"demand_source": "trace"},
     "gfs-no-demand-floor": {"observed_floor": False},
     "gfs-eta-unbounded": {"eta_max": 1.5},
