@@ -102,10 +102,6 @@ class ForecastServiceSettings(PlatformSettings):
     # A new pool's history starts at this hour (zeros before its first completed hour), as the
     # simulator's series start at the trace's first hour; None: at its first completed hour.
     forecast_history_origin: datetime | None = None
-    # Which HP demand the series count (services/forecast/pipeline.py): "observed" (running +
-    # queued, from acceptance; the simulator's default) or "running" (from each start to its
-    # stop; pair it with the simulator's demand_source = "running", policy gfs-running-demand).
-    forecast_demand: Literal["observed", "running"] = "observed"
 
     @field_validator("forecast_artifact", mode="before")
     @classmethod
@@ -244,9 +240,7 @@ def make_app(settings: ForecastServiceSettings, forecaster: StreamForecaster | N
                 try:
                     stored = tasks.get(task_id)
                     record = None if stored is None else TaskRecord.from_json(stored)
-                    updated, delta = apply_task_event(
-                        record, payload, envelope.occurred_at.timestamp(), settings.forecast_demand
-                    )
+                    updated, delta = apply_task_event(record, payload, envelope.occurred_at.timestamp())
                 except Exception as exc:  # decodable but meaningless: log and skip, never crash
                     log.warning("skipped %s event of task %s: %r", envelope.event_type, task_id, exc)
                     counters["skipped"] += 1

@@ -25,7 +25,6 @@ from schemas.tasks import (
     TaskEvicted,
     TaskFinished,
     TaskRejected,
-    TaskStarted,
     TaskSubmitted,
 )
 
@@ -50,15 +49,10 @@ class TaskRecord:
     accepted_s: float | None = None
     counted: bool = False  # its GPUs are in the demand now
     ended: bool = False
-    # "running" demand (DEMAND_RUNNING): the attempt now holding GPUs (0: none) and the last attempt
-    # seen to start, so a redelivered TaskStarted changes nothing and a restart counts again.
-    running_since_s: float | None = None
-    attempt: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {"tenant": self.tenant, "gpus": self.gpus, "hp": self.hp, "pool": self.pool,
-                "accepted_s": self.accepted_s, "counted": self.counted, "ended": self.ended,
-                "running_since_s": self.running_since_s, "attempt": self.attempt}  # fmt: skip
+                "accepted_s": self.accepted_s, "counted": self.counted, "ended": self.ended}  # fmt: skip
 
     @staticmethod
     def from_json(data: dict[str, Any]) -> TaskRecord:
@@ -75,25 +69,15 @@ class Delta:
     at_s: float
 
 
-DEMAND_OBSERVED = "observed"  # running + queued HP, from acceptance (issue 10; the default)
-DEMAND_RUNNING = "running"  # HP holding GPUs only, from each start to its stop (issue 21)
-DEMAND_KINDS = (DEMAND_OBSERVED, DEMAND_RUNNING)
-
-
 def apply_task_event(
-    record: TaskRecord | None, payload: object, at_s: float, demand: str = DEMAND_OBSERVED
+    record: TaskRecord | None, payload: object, at_s: float
 ) -> tuple[TaskRecord | None, Delta | None]:
     """The task's new record and the demand change the event implies (None: no change).
 
-    Observed demand: counted from acceptance (or from the submission, when that is seen after the
-    acceptance) until it finishes, is rejected or cancelled, or is evicted without requeue.
-    Running demand (the simulator's `demand_source = "running"`): counted from each TaskStarted
-    until that run stops (finish, eviction of any kind, cancel). Redelivered events change nothing.
+    Counted from acceptance (or from the submission, when that is seen after the acceptance) until
+    it finishes, is rejected or cancelled, or is evicted without requeue. Redelivered events change
+    nothing.
     """
-    if demand == DEMAND_RUNNING:
-        return _apply_running(record or TaskRecord(), record, payload, at_s)
-    if demand != DEMAND_OBSERVED:
-        raise ValueError(f"unknown demand kind {demand!r} (known: {', '.join(DEMAND_KINDS)})")
     current = record or TaskRecord()
     if isinstance(payload, TaskSubmitted):
         if current.gpus is not None:
@@ -126,58 +110,12 @@ def apply_task_event(
     return ended, None
 
 
-def _apply_running(
-    current: TaskRecord, record: TaskRecord | None, payload: object, at_s: float
-) -> tuple[TaskRecord | None, Delta | None]:
-    """Running demand: a run counts from its TaskStarted (once its size is known) until it stops."""
-    if isinstance(payload, TaskSubmitted):
-        if current.gpus is not None:
-            return record, None
-        sized = replace(
-            current,
-            tenant=payload.tenant,
-            gpus=payload.gpus_per_worker * payload.workers,
-            hp=payload.task_class is TaskClass.HP,
-        )
-        return _count_if_ready(sized)
-    if isinstance(payload, TaskAccepted):
-        if current.pool is not None:
-            return record, None
-        return replace(current, pool=payload.pool, hp=payload.task_class is TaskClass.HP), None
-    if isinstance(payload, TaskStarted):
-        if current.ended or payload.attempt <= current.attempt:
-            return record, None  # redelivered, or an older attempt than one already seen
-        started = replace(
-            current,
-            pool=payload.pool,
-            hp=payload.task_class is TaskClass.HP,
-            attempt=payload.attempt,
-            running_since_s=at_s,
-            accepted_s=current.accepted_s if current.accepted_s is not None else at_s,
-        )
-        return _count_if_ready(started)
-    stops = isinstance(payload, TaskFinished | TaskRejected | TaskCancelled | TaskEvicted)
-    if not stops or current.ended:
-        return record, None
-    requeued = isinstance(payload, TaskEvicted) and payload.requeued
-    stopped = replace(current, counted=False, running_since_s=None, ended=not requeued)
-    pool, tenant, gpus = current.pool, current.tenant, current.gpus
-    if current.counted and pool is not None and tenant is not None and gpus is not None:
-        return stopped, Delta(pool, tenant, -gpus, at_s)
-    return stopped, None
-
-
 def _count_if_ready(record: TaskRecord) -> tuple[TaskRecord, Delta | None]:
     """Start counting an HP task once its size, tenant and acceptance are all known."""
     if record.counted or record.ended or not record.hp:
         return record, None
     if record.gpus is None or record.tenant is None or record.pool is None or record.accepted_s is None:
         return record, None
-    if record.attempt > 0:  # running demand: counts while a run holds GPUs, from its start
-        if record.running_since_s is None:
-            return record, None
-        since = record.running_since_s
-        return replace(record, counted=True), Delta(record.pool, record.tenant, record.gpus, since)
     return replace(record, counted=True), Delta(record.pool, record.tenant, record.gpus, record.accepted_s)
 
 

@@ -21,7 +21,7 @@ from schemas.tasks import (
     TaskSubmitted,
 )
 from services.core.observed_demand import ObservedDemand
-from services.forecast.pipeline import DEMAND_RUNNING, Delta, PoolDemand, TaskRecord, apply_task_event
+from services.forecast.pipeline import Delta, PoolDemand, TaskRecord, apply_task_event
 
 T = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -60,15 +60,7 @@ def _evicted(reason: EvictionReason) -> TaskEvicted:
         ([_submit(), ACCEPT, TaskCancelled(task_id="t", tenant="org")], [6.0, -6.0]),
         ([_submit(), ACCEPT, _evicted(EvictionReason.CANCELLED)], [6.0, -6.0]),
         ([_submit(), ACCEPT, _evicted(EvictionReason.NODE_DRAIN)], [6.0]),  # requeued: still counted
-        (
-            [
-                _submit(TaskClass.SPOT),
-                TaskAccepted(task_id="t", pool="A100", task_class=TaskClass.SPOT),
-                TaskStarted.model_construct(task_id="t", pool="A100", task_class=TaskClass.SPOT, attempt=1),
-                FINISH,
-            ],
-            [],
-        ),
+        ([_submit(TaskClass.SPOT), TaskAccepted(task_id="t", pool="A100", task_class=TaskClass.SPOT)], []),
         ([ACCEPT], []),  # no submission seen: no size to count
         ([ACCEPT, _submit()], [6.0]),  # the lifecycle topic read first: counted when the size arrives
         ([ACCEPT, FINISH, _submit()], []),  # ended before its size was known: never counted
@@ -140,59 +132,3 @@ def test_state_round_trips_through_json() -> None:
     assert again.to_json() == demand.to_json()
     record = TaskRecord("org", 6.0, True, "A100", 12.0, True, False)
     assert TaskRecord.from_json(record.to_json()) == record
-
-
-# ----- running demand (issue 21: DEMAND_RUNNING, the simulator's demand_source = "running") -------
-def _started(attempt: int = 1) -> TaskStarted:
-    return TaskStarted.model_construct(task_id="t", pool="A100", task_class=TaskClass.HP, attempt=attempt)
-
-
-def _run_running(events: list[object]) -> list[tuple[float, float]]:
-    record: TaskRecord | None = None
-    deltas = []
-    for i, event in enumerate(events):
-        record, delta = apply_task_event(record, event, float(i), DEMAND_RUNNING)
-        if delta is not None:
-            deltas.append((delta.gpus, delta.at_s))
-    return deltas
-
-
-@pytest.mark.parametrize(
-    ("events", "expected"),
-    [
-        # Accepted and queued: nothing runs, nothing counts (observed demand would count 6 at 1).
-        ([_submit(), ACCEPT], []),
-        # Counted from its start (event 2) to its finish (event 3).
-        ([_submit(), ACCEPT, _started(), FINISH], [(6.0, 2.0), (-6.0, 3.0)]),
-        # A redelivered TaskStarted changes nothing.
-        ([_submit(), ACCEPT, _started(), _started(), FINISH], [(6.0, 2.0), (-6.0, 4.0)]),
-        # Evicted and requeued (a lost node): uncounted at 3, counted again when attempt 2 starts at 4.
-        (
-            [_submit(), ACCEPT, _started(), _evicted(EvictionReason.NODE_LOST), _started(2), FINISH],
-            [(6.0, 2.0), (-6.0, 3.0), (6.0, 4.0), (-6.0, 5.0)],
-        ),
-        # The size arrives after the start (two topics): counted from the start, when it is known.
-        ([ACCEPT, _started(), _submit(), FINISH], [(6.0, 1.0), (-6.0, 3.0)]),
-        # Cancelled while queued: never counted.
-        ([_submit(), ACCEPT, TaskCancelled(task_id="t", tenant="org")], []),
-        # Spot never counts.
-        (
-            [
-                _submit(TaskClass.SPOT),
-                TaskAccepted(task_id="t", pool="A100", task_class=TaskClass.SPOT),
-                TaskStarted.model_construct(task_id="t", pool="A100", task_class=TaskClass.SPOT, attempt=1),
-                FINISH,
-            ],
-            [],
-        ),
-    ],
-)
-def test_running_demand_counts_from_each_start_to_its_stop(
-    events: list[object], expected: list[tuple[float, float]]
-) -> None:
-    assert _run_running(events) == expected
-
-
-def test_an_unknown_demand_kind_is_refused() -> None:
-    with pytest.raises(ValueError, match="unknown demand kind"):
-        apply_task_event(None, _submit(), 0.0, "queued")
