@@ -77,7 +77,10 @@ def save_artifact(model: LstmModel | OrgLinearModel, out: Path) -> Path:
         "shrink": [float(x) for x in getattr(model, "shrink", [])],
         "gap_scale": [float(x) for x in getattr(model, "gap_scale", [])],
         "calibration": {
-            "lstm": f"q90 = raw q90 + Q0.9(residuals over the {CALIBRATION_HOURS} h before the origin)",
+            "lstm": (
+                f"q90 = raw q90 + Q_(1-alpha)(residuals over the {CALIBRATION_HOURS} h before the origin); "
+                "alpha per series and horizon from recent misses (ml/online.py), 0.1 when off"
+            ),
             "orglinear": "Gaussian mu + 1.2816 sigma (paper)",
         }[model.name],
         "training": {

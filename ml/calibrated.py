@@ -9,6 +9,12 @@ Cache: raw forecasts are kept per origin, so steady-state serving costs one forw
 hour. The cache assumes the history is append-only (hours before an origin never change); it is
 cleared by fit() and whenever the keys or horizon change. Call `clear_cache()` after rewriting
 past data.
+
+Online recalibration (ml/online.py, on by default): every conformal quantile it publishes, per
+tenant and per pool, is scored once its target hour is known, and the level of the next conformal
+quantile moves by the adaptive-conformal step. The state survives fit() and cache clears (it is
+about the series, not the weights); `online_state` / `restore_online` let the live stream keep it
+across restarts. Pass `online=None` for the plain 7-day conformal quantile.
 """
 
 from __future__ import annotations
@@ -16,12 +22,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from enum import Enum
 from statistics import NormalDist
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
 from ml.calibration import CALIBRATION_HOURS, MIN_CALIBRATION, calibration_cells, residual_quantile
 from ml.forecast import Z90, Forecast
+from ml.online import DEFAULT_ONLINE, OnlineCalibration, OnlineSettings, quantile_at_levels
 from ml.series import SeriesError, SeriesKey, fill_gaps
 
 
@@ -59,11 +66,14 @@ class CalibratedForecaster:
         uncertainty: Uncertainty = Uncertainty.CONFORMAL,
         p: float = 0.9,
         window: int = CALIBRATION_HOURS,
+        online: OnlineSettings | None = DEFAULT_ONLINE,
     ) -> None:
         self.model = model
         self.uncertainty = uncertainty
         self.p = p
         self.window = window
+        self.online = online
+        self._online: OnlineCalibration | None = None  # built at the first predict (needs horizon)
         self.fallback_count = 0
         # plain attributes (the core's Forecaster protocol declares them settable); fit() refreshes
         self.name: str = model.name
@@ -95,6 +105,7 @@ class CalibratedForecaster:
             self._cache_id = (keys, horizon)
         if self._last is not None and self._last[0] == end_hour:
             return self._last[1]  # the simulator asks every 300 s; the hour's answer is fixed
+        online = self._observe(keys, values, end_hour, horizon)
         short = end_hour < self.model.min_history
         if short:
             # Documented fallback: too little history for the model -> persistence, flagged.
@@ -107,35 +118,88 @@ class CalibratedForecaster:
             return self._gaussian(keys, point, q90_raw)
         past_point = [self._point[c, h] for h, c in enumerate(cells)]  # each [n_cells, n_series]
         truth = [values[c + h] for h, c in enumerate(cells)]
+        # Online: each series and horizon takes its residual quantile at its own level 1 - alpha.
+        levels = online.series.levels(keys) if online is not None else None
         offsets = np.zeros_like(point)
         for h, c in enumerate(cells):
-            if len(c):
+            if len(c) >= MIN_CALIBRATION and levels is not None:
+                offsets[h] = quantile_at_levels(truth[h] - self._q90[c, h], levels[h])
+            elif len(c):
                 offsets[h] = residual_quantile(truth[h] - self._q90[c, h], self.p)
         q50 = np.maximum(point, 0.0)
         q90 = np.maximum(q90_raw + offsets, q50)
         calibrated = all(len(c) >= MIN_CALIBRATION for c in cells)
         if not calibrated:
             self.fallback_count += 1
+        if online is not None and calibrated:
+            online.series.publish(end_hour, keys, q90)  # scored when its target hours complete
 
         def pool_fn(pool: str, p: float) -> np.ndarray:
             # Raw pool quantile: summed points plus the tenants' raw spreads (q90 - q50) added in
             # quadrature, rescaled from 0.9 to p; then shifted by the p-quantile of the pool's own
             # residuals over the window, which absorbs whatever dependence the tenants showed.
             # For the baselines the raw spread is 0, i.e. point + Q_p(pool residuals).
+            # Online: the pool's own alpha for this p (the quota asks its guarantee rate, the
+            # stream 0.5 and 0.9), scored against the pool total, and only while this forecast is
+            # the newest (an old forecast asked late is answered but not recorded).
             cols = [j for j, k in enumerate(keys) if k[0] == pool]
             z = NormalDist().inv_cdf(p) / Z90
+            current = online is not None and online.through == end_hour and calibrated
+            tracker = online.pool_tracker(p) if online is not None and current else None
+            plevels = tracker.levels([(pool,)])[:, 0] if tracker is not None else None
             out = point[:, cols].sum(axis=1) + z * _spread(q90_raw[:, cols] - point[:, cols])
             for h, c in enumerate(cells):
                 if len(c):
                     past = past_point[h][:, cols]
                     raw = past.sum(axis=1) + z * _spread(self._q90[c, h][:, cols] - past)
                     resid = truth[h][:, cols].sum(axis=1) - raw
-                    out[h] += residual_quantile(resid[:, None], p)[0]
-            return np.asarray(np.maximum(out, 0.0), dtype=np.float64)
+                    if plevels is not None:
+                        out[h] += quantile_at_levels(resid[:, None], plevels[h : h + 1])[0]
+                    else:
+                        out[h] += residual_quantile(resid[:, None], p)[0]
+            out = np.asarray(np.maximum(out, 0.0), dtype=np.float64)
+            if tracker is not None:
+                tracker.publish(end_hour, [(pool,)], out[:, None])
+            return out
 
         forecast = Forecast(keys, q50, (q90 - q50) / Z90, q50, q90, not calibrated, pool_fn)
         self._last = (end_hour, forecast)
         return forecast
+
+    def _observe(
+        self, keys: tuple[SeriesKey, ...], values: np.ndarray, end_hour: int, horizon: int
+    ) -> OnlineCalibration | None:
+        """Score the published quantiles whose targets completed before `end_hour` (hours the
+        caller has not asked about are still scored, from the history)."""
+        if self.online is None or self.uncertainty is not Uncertainty.CONFORMAL:
+            return None
+        if self._online is None or self._online.horizon != horizon:
+            self._online = OnlineCalibration(self.online, self.p, horizon)
+        col = {k: j for j, k in enumerate(keys)}
+        pool_cols: dict[str, list[int]] = {}
+        for j, k in enumerate(keys):
+            pool_cols.setdefault(k[0], []).append(j)
+
+        def series_actual(key: tuple[str, ...], hour: int) -> float | None:
+            j = col.get((key[0], key[1])) if len(key) == 2 else None
+            return None if j is None or hour >= end_hour else float(values[hour, j])
+
+        def pool_actual(key: tuple[str, ...], hour: int) -> float | None:
+            cols = pool_cols.get(key[0])
+            return None if cols is None or hour >= end_hour else float(values[hour, cols].sum())
+
+        self._online.observe(end_hour, series_actual, pool_actual)
+        return self._online
+
+    def online_state(self, hour_offset: int = 0) -> dict[str, Any] | None:
+        """The online calibration state as JSON (hours shifted by `hour_offset`), None if off."""
+        return None if self._online is None else self._online.to_json(hour_offset)
+
+    def restore_online(self, data: dict[str, Any] | None, hour_offset: int = 0) -> None:
+        """Adopt a state from `online_state` (None: start afresh)."""
+        if self.online is None:
+            return
+        self._online = None if data is None else OnlineCalibration.from_json(data, self.online, hour_offset)
 
     def _fill_cache(
         self, keys: tuple[SeriesKey, ...], values: np.ndarray, origins: np.ndarray, horizon: int

@@ -87,6 +87,77 @@ def backtest(
 
 
 @app.command()
+def coverage(
+    series: SeriesOpt,
+    artifact: Annotated[
+        Path | None, typer.Option(help="LSTM artifact; its tenants are 'seen' (none: last-value only)")
+    ] = None,
+    baseline: Annotated[bool, typer.Option(help="also report last-value")] = True,
+    online: Annotated[
+        str, typer.Option(help="both | on | off: online recalibration (ml/online.py)")
+    ] = "both",
+    start_hour: Annotated[
+        int | None, typer.Option(help="first target hour; default lookback + the 168 h calibration window")
+    ] = None,
+    json_out: Annotated[Path | None, typer.Option("--json", help="write the reports here")] = None,
+    markdown_out: Annotated[Path | None, typer.Option("--markdown", help="write the tables here")] = None,
+    threads: ThreadsOpt = 1,
+) -> None:
+    """P90 coverage per pool and per tenant, seen vs unseen by the artifact, before/after online
+    recalibration. The models stay frozen; every hour from START_HOUR on is forecast at 1-4 h."""
+    from ml.baselines import LastValue
+    from ml.calibrated import CalibratedForecaster
+    from ml.calibration import CALIBRATION_HOURS
+    from ml.coverage import coverage_report, markdown
+    from ml.datasets import load_series
+    from ml.inference import load_forecaster
+    from ml.online import DEFAULT_ONLINE
+
+    modes = {"both": (False, True), "on": (True,), "off": (False,)}.get(online)
+    if modes is None:
+        raise typer.BadParameter("--online must be both, on or off")
+    if artifact is None and not baseline:
+        raise typer.BadParameter("nothing to report: give --artifact or keep --baseline")
+    _threads(threads)
+    data = load_series(series)
+    models: list[tuple[str, CalibratedForecaster, set[str]]] = []
+    if artifact is not None:
+        lstm = load_forecaster(artifact, start=data.start)  # calendar of the series served
+        ids = getattr(lstm.model, "tenants", None)  # LstmModel / OrgLinearModel: the trained id map
+        seen = set(ids.ids) if ids is not None else set()
+        models.append(("lstm", lstm, seen))
+    if baseline:
+        models.append(("last-value", CalibratedForecaster(LastValue()), set()))
+    start = start_hour if start_hour is not None else max(m.model.min_history for _, m, _ in models)
+    start += CALIBRATION_HOURS if start_hour is None else 0
+    if not 0 < start < data.hours:
+        raise typer.BadParameter(f"start hour {start} outside the series' {data.hours} h")
+    reports = {}
+    for name, f, seen_names in models:
+        for on in modes:
+            g = CalibratedForecaster(
+                f.model, uncertainty=f.uncertainty, online=DEFAULT_ONLINE if on else None
+            )
+            label = f"{name} + online" if on else name
+            reports[label] = coverage_report(g, data, start, lambda t, s=seen_names: t in s)  # type: ignore[misc]
+            typer.echo(f"{label}: done")
+    text = markdown(reports)
+    typer.echo(text)
+    if json_out:
+        payload = {
+            "series": str(series),
+            "artifact": str(artifact),
+            "online": str(DEFAULT_ONLINE),
+            "reports": reports,
+        }
+        json_out.parent.mkdir(parents=True, exist_ok=True)
+        json_out.write_text(json.dumps(payload, indent=2, sort_keys=True))
+    if markdown_out:
+        markdown_out.parent.mkdir(parents=True, exist_ok=True)
+        markdown_out.write_text(text + "\n")
+
+
+@app.command()
 def bench(
     series: SeriesOpt,
     tenants: Annotated[int, typer.Option(help="series in the latency test")] = 100,

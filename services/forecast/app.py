@@ -284,6 +284,9 @@ def make_app(settings: ForecastServiceSettings, forecaster: StreamForecaster | N
                     loop = asyncio.get_running_loop()
                     await loop.run_in_executor(None, forecaster.refit, pool, hist)
                 out = forecaster.forecast(pool, hist)
+                # The forecast stepped the model's online recalibration state, kept in the
+                # history so a restarted worker resumes it (services/forecast/forecasting.py).
+                history[pool] = hist.to_json()
                 if out is None:
                     continue
                 await publish(out, at_s)

@@ -6,6 +6,12 @@ with the calibrated model from an artifact (`ml.inference.load_forecaster`, the 
 passed in so calendar features are right) or, when there is no artifact or the model fails, the
 simulator's persistence forecast (`services.core.naive_forecasts`), flagged as a fallback.
 
+The model's online recalibration state (ml/online.py: per tenant and pool, the level of the next
+conformal quantile, stepped by every published quantile's hit or miss) lives in the pool's
+history, so it is changelogged with it: before each forecast the model adopts the stored state,
+after it the state goes back (hours stored absolute, as the series' first hour moves). A restarted
+worker therefore resumes the same levels, and scores the forecasts it published before the crash.
+
 Before a pool's first hour completes, `first_hour_forecast` answers what the simulator's
 persistence answers from an empty history: zeros (flagged as persistence is). The quota then
 floors HP demand at what runs and queues now, as the simulator's does, instead of falling back to
@@ -57,6 +63,8 @@ class PoolHistory:
     pool: list[float] = field(default_factory=list)
     # The empty-history forecast went out (before the first completed hour): not sent again.
     empty_forecast_sent: bool = False
+    # The model's online recalibration state (ml/online.py), absolute hours; None: none yet.
+    online: dict[str, Any] | None = None
 
     @property
     def end_hour(self) -> int | None:
@@ -106,6 +114,7 @@ class PoolHistory:
             "tenants": self.tenants,
             "pool": self.pool,
             "empty_forecast_sent": self.empty_forecast_sent,
+            "online": self.online,
         }
 
     @staticmethod
@@ -118,6 +127,7 @@ class PoolHistory:
             tenants,
             list(data["pool"]),
             bool(data.get("empty_forecast_sent", False)),  # absent in tables written before it
+            data.get("online"),  # ditto
         )
 
 
@@ -187,10 +197,12 @@ class StreamForecaster:
         end = hourly.shape[0]
         origin = hour_start(history.first_hour + end)
         fallback = False
+        model: _Model | None = None
         try:
             model = self._model(pool_name, hour_start(history.first_hour))
             if model is None:
                 raise LookupError("no model artifact configured")
+            _restore_online(model, history)
             fc = model.predict(keys, hourly, end, self.horizon)
             fallback = bool(getattr(fc, "fallback", False))
         except Exception as exc:
@@ -207,7 +219,10 @@ class StreamForecaster:
                 log.info("forecast: the model works again")
             self._in_fallback = False
         name = "persistence" if fallback and self.artifact is None else self.model_name
-        return self._payloads(pool_name, keys, fc, origin, name, fallback)
+        out = self._payloads(pool_name, keys, fc, origin, name, fallback)
+        if model is not None:
+            _save_online(model, history)  # after _payloads: it asks for the published pool quantiles
+        return out
 
     def first_hour_forecast(
         self, pool_name: str, tenants: Sequence[str], origin_hour: int
@@ -276,6 +291,19 @@ def _hours(mean: np.ndarray, std: np.ndarray, q50: np.ndarray, q90: np.ndarray) 
             )
         )
     return tuple(out)
+
+
+def _restore_online(model: _Model, history: PoolHistory) -> None:
+    """Hand the model the stored online state (models without one, e.g. test stubs, skip)."""
+    restore = getattr(model, "restore_online", None)
+    if restore is not None and history.first_hour is not None:
+        restore(history.online, history.first_hour)
+
+
+def _save_online(model: _Model, history: PoolHistory) -> None:
+    state = getattr(model, "online_state", None)
+    if state is not None and history.first_hour is not None:
+        history.online = state(history.first_hour)
 
 
 def _load_artifact(path: Path, start: datetime) -> _Model:
