@@ -31,6 +31,7 @@ records, ticks, forecasts) is on the broker before the event counts as consumed.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -361,6 +362,26 @@ def _counter_callback(counters: dict[str, int], key: str) -> Callable[[CallbackO
     return observe
 
 
+async def _declare_internal_topic(settings: ForecastServiceSettings) -> None:
+    """Create the internal demand-by-pool topic before the worker's consumer subscribes. Faust
+    declares it while its consumer starts; on a fresh broker the consumer may subscribe first, see
+    "not found in cluster metadata", and not be assigned the topic until its next metadata refresh
+    (minutes), so the demand agent sits idle (seen in CI as forecasts that never come)."""
+    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+    from aiokafka.errors import TopicAlreadyExistsError
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=list(settings.bootstrap_servers))
+    await admin.start()
+    try:
+        name = f"{settings.forecast_app_id}-demand-by-pool"
+        if name not in set(await admin.list_topics()):
+            topic = NewTopic(name, num_partitions=settings.forecast_partitions, replication_factor=1)
+            with contextlib.suppress(TopicAlreadyExistsError):  # another worker made it first
+                await admin.create_topics([topic])
+    finally:
+        await admin.close()
+
+
 def run_forecast_worker(settings: ForecastServiceSettings) -> None:
     """Run the app in a Faust worker until SIGINT/SIGTERM."""
     if settings.forecast_artifact is not None:
@@ -368,6 +389,7 @@ def run_forecast_worker(settings: ForecastServiceSettings) -> None:
 
         torch.set_num_threads(settings.forecast_torch_threads)
     settings.forecast_datadir.mkdir(parents=True, exist_ok=True)
+    asyncio.run(_declare_internal_topic(settings))
     app = make_app(settings)
     worker = faust.Worker(app, loglevel="INFO")
     worker.execute_from_commandline()
