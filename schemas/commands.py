@@ -2,7 +2,9 @@
 
 Commands are idempotent: the agent remembers `command_id`s it has executed and answers a repeat
 with the same ack instead of acting twice. `signature` authenticates the sender: the HMAC-SHA256
-(hex) of the command's compact JSON encoding with `signature` set to "" (empty = unsigned).
+(hex), under the node's key, of the command's compact JSON with `signature` set to "" and the
+fields added after version 1 left out while they are null (empty signature = unsigned). The exact
+bytes, the node-key formula and test vectors: docs/protocol.md, section 5.
 """
 
 from __future__ import annotations

@@ -105,3 +105,30 @@ def topics_yaml(
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(expected)
     typer.echo(f"wrote {output}")
+
+
+DEFAULT_PROTOCOL_DOC = _REPO_ROOT / "docs" / "protocol.md"
+
+
+@app.command("protocol")
+def protocol(
+    doc: Annotated[Path, typer.Option(help="The protocol document to refresh.")] = DEFAULT_PROTOCOL_DOC,
+    check: Annotated[bool, typer.Option("--check", help="Only compare; exit 1 if a table is stale.")] = False,
+) -> None:
+    """Refresh (or --check) the generated tables of docs/protocol.md from the registry."""
+    from services.platform.protocol_doc import regenerate
+
+    text = doc.read_text()
+    try:
+        expected = regenerate(text)
+    except ValueError as exc:
+        typer.echo(str(exc), err=True)
+        raise typer.Exit(code=1) from None
+    if check:
+        if expected != text:
+            typer.echo(f"{doc} is out of date; run `gfs schemas protocol`", err=True)
+            raise typer.Exit(code=1)
+        typer.echo(f"{doc} matches the registry")
+        return
+    doc.write_text(expected)
+    typer.echo(f"wrote {doc}")

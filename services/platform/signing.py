@@ -1,7 +1,8 @@
 """HMAC-SHA256 signatures on node commands (BindCommand, EvictCommand).
 
-The wire contract (schemas/commands.py): `signature` is the lowercase hex HMAC-SHA256 of the
-command's compact JSON encoding with `signature` set to "" (an empty signature means unsigned).
+The wire contract (schemas/commands.py, docs/protocol.md section 5): `signature` is the lowercase
+hex HMAC-SHA256 of the command's compact JSON encoding with `signature` set to "" and the
+`ADDED_AFTER_V1` fields left out while null (an empty signature means unsigned).
 "Compact JSON encoding" is pydantic's `model_dump_json()`: fields in declaration order, no
 whitespace, datetimes as ISO 8601 in UTC ("...Z"). Signer and verifier must both use it; a
 verifier in another language must reproduce that exact byte string.
@@ -86,11 +87,12 @@ def signing_bytes(command: BindCommand | EvictCommand) -> bytes:
     unsigned = command.model_copy(update={"signature": ""})
     # Fields added to the contract after v1 are left out while unset, so a command without them
     # signs to the same bytes as before they existed (agents and schedulers upgrade one by one).
-    later = {name for name in _ADDED_AFTER_V1 if getattr(command, name, None) is None}
+    later = {name for name in ADDED_AFTER_V1 if getattr(command, name, None) is None}
     return unsigned.model_dump_json(exclude=later).encode("utf-8")
 
 
-_ADDED_AFTER_V1 = ("restart_overhead_s",)
+# Public: docs/protocol.md lists them (services/platform/protocol_doc.py renders the list).
+ADDED_AFTER_V1 = ("restart_overhead_s",)
 
 
 def signature_of(command: BindCommand | EvictCommand, *, key: bytes) -> str:
