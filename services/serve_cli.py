@@ -7,12 +7,21 @@ dependencies load only when it runs.
 from __future__ import annotations
 
 import asyncio
-import logging
 import signal
+from typing import TYPE_CHECKING
 
 import typer
 
+if TYPE_CHECKING:
+    from services.platform.settings import PlatformSettings
+
 app = typer.Typer(help="Run a live GFS service (Kafka, Postgres).", no_args_is_help=True)
+
+
+def _logging(settings: PlatformSettings, service: str) -> None:
+    from services.platform.logs import configure_logging
+
+    configure_logging(service=service, log_format=settings.gfs_log_format, level=settings.gfs_log_level)
 
 
 def _run_until_signalled(main: object) -> None:
@@ -36,18 +45,24 @@ def quota(
     """The quota service: forecasts, pool status and guarantee outcomes in, SpotQuota out."""
     from services.quota.service import QuotaServiceSettings, run_quota_service
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     overrides: dict[str, object] = {}
     if refresh_s is not None:
         overrides["quota_refresh_s"] = refresh_s
     if port is not None:
         overrides["quota_api_port"] = port
     settings = QuotaServiceSettings(**overrides)  # type: ignore[arg-type]
+    _logging(settings, "quota")
 
     async def main(stop: asyncio.Event) -> None:
-        # A lost fence ends one active period; wait for it again until asked to stop.
-        while not stop.is_set():
-            await run_quota_service(settings, stop)
+        from services.platform.tracing import configure_tracing
+
+        provider = configure_tracing(settings)
+        try:
+            # A lost fence ends one active period; wait for it again until asked to stop.
+            while not stop.is_set():
+                await run_quota_service(settings, stop)
+        finally:
+            await asyncio.to_thread(provider.shutdown)  # flush the batched spans
 
     _run_until_signalled(main)
 
@@ -56,8 +71,11 @@ def quota(
 def forecast() -> None:
     """The forecast stream (Faust): task events in, per-tenant and per-pool forecasts out."""
     from services.forecast.app import ForecastServiceSettings, run_forecast_worker
+    from services.platform.tracing import configure_tracing
 
-    run_forecast_worker(ForecastServiceSettings())
+    settings = ForecastServiceSettings()
+    configure_tracing(settings)  # the Faust worker's exit flushes nothing: the last batch may be lost
+    run_forecast_worker(settings)
 
 
 @app.command("preemption")
@@ -70,7 +88,6 @@ def preemption(
     """The preemption service: submissions, quotas, telemetry and acks in; bind/evict commands out."""
     from services.preemption.service import PreemptionSettings, run_preemption_service
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     overrides: dict[str, object] = {}
     if policy is not None:
         overrides["preemption_policy"] = policy
@@ -81,6 +98,7 @@ def preemption(
     if instance is not None:
         overrides["preemption_instance"] = instance
     settings = PreemptionSettings(**overrides)  # type: ignore[arg-type]
+    _logging(settings, "preemption")
     try:
         settings.controller_settings()
         settings.master_secret()
@@ -118,7 +136,6 @@ def node_agent(
     from services.node_agent.service import AgentOptions, default_node_name, run_node_agent
     from services.node_agent.settings import MissingKeyError, NodeAgentSettings
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     options = AgentOptions(
         node=node or default_node_name(),
         gpu_model=gpu_model,
@@ -129,6 +146,7 @@ def node_agent(
         metrics_port=metrics_port,
     )
     settings = NodeAgentSettings()
+    _logging(settings, "node-agent")
     try:
         settings.command_key(options.node)
     except MissingKeyError as exc:
@@ -160,10 +178,10 @@ def virtual_nodes(
     from services.platform.settings import PlatformSettings
     from services.preemption.service import PreemptionSettings
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     with open(nodes_csv, newline="") as handle:
         nodes = {f"{prefix}{r['node_name']}": (r["gpu_model"], int(r["gpu_capacity_num"])) for r in csv.DictReader(handle)}
     settings = PlatformSettings()
+    _logging(settings, "virtual-nodes")
     secret = PreemptionSettings().master_secret()
 
     async def main(stop: asyncio.Event) -> None:

@@ -391,5 +391,12 @@ def run_forecast_worker(settings: ForecastServiceSettings) -> None:
     settings.forecast_datadir.mkdir(parents=True, exist_ok=True)
     asyncio.run(_declare_internal_topic(settings))
     app = make_app(settings)
-    worker = faust.Worker(app, loglevel="INFO")
+    if settings.gfs_log_format == "json":
+        # Our handler (JSON lines with trace ids) only: Faust's worker must not reconfigure logging.
+        from services.platform.logs import configure_logging
+
+        configure_logging(service="forecast", log_format="json", level=settings.gfs_log_level)
+        worker = faust.Worker(app, loglevel=settings.gfs_log_level, override_logging=False)
+    else:
+        worker = faust.Worker(app, loglevel=settings.gfs_log_level)
     worker.execute_from_commandline()

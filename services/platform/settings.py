@@ -8,6 +8,7 @@ environment. Constructing the object is the only moment env is read (no module-l
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -38,6 +39,15 @@ class PlatformSettings(BaseSettings):
     # Read-only reference data (spec, traces). Relative values resolve against the repo root,
     # not the cwd, so `../shared` means the sibling of the checkout wherever a command runs.
     gfs_shared_dir: Path = Field(default=Path("../shared"))
+    # Service logs: "text" (one readable line per event) or "json" (one JSON object per line with
+    # trace_id/span_id, service and pool; services/platform/logs.py). Env GFS_LOG_FORMAT, GFS_LOG_LEVEL.
+    gfs_log_format: Literal["text", "json"] = "text"
+    gfs_log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+
+    @field_validator("gfs_log_level", mode="before")
+    @classmethod
+    def _level_any_case(cls, value: object) -> object:
+        return value.upper() if isinstance(value, str) else value
 
     @field_validator("otel_exporter_otlp_endpoint", mode="before")
     @classmethod
