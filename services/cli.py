@@ -45,6 +45,17 @@ def build_app() -> typer.Typer:
         no_args_is_help=True,
         add_completion=False,
     )
+
+    @app.callback(invoke_without_command=True)
+    def _root(
+        version: bool = typer.Option(False, "--version", help="print the installed gfs version and exit"),
+    ) -> None:
+        if version:
+            from importlib.metadata import version as installed
+
+            typer.echo(f"gfs {installed('gfs')}")
+            raise typer.Exit()
+
     for name, module, attr in _SUBAPPS:
         app.add_typer(getattr(importlib.import_module(module), attr), name=name)
     for name, module, attr in _COMMANDS:
