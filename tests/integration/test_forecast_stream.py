@@ -56,6 +56,8 @@ def _worker(
         "FORECAST_STORE": "memory://",  # tables live in their changelogs only: a restart rebuilds them
         "FORECAST_TICK_S": "3600",
         "FORECAST_WEB_PORT": str(web_port),
+        # Commit often: the tests' ordering barrier waits for commits (Faust's default is 2.8 s).
+        "FORECAST_COMMIT_INTERVAL_S": "0.2",
         **extra_env,
     }
     log = log_path.open("w")
@@ -103,11 +105,18 @@ async def _consuming(producer: EnvelopeProducer, log: Path, run: str) -> None:
     await _wait_for_log(log, f"dead-lettered gfs.tasks.submit[{where.partition}]@{where.offset}:")
 
 
-async def _send_in_order(producer: EnvelopeProducer, steps: list[tuple[Any, datetime]]) -> None:
+async def _send_in_order(
+    producer: EnvelopeProducer, steps: list[tuple[Any, datetime]], *, kafka_bootstrap: str, app_id: str
+) -> None:
+    """Each step is handled before the next is sent: the events come from two topics and several
+    partitions, which have no common order, and a worker that is behind (a loaded machine) would
+    otherwise read a later task's event first. "Handled" = the app's group committed the source
+    topics and its re-keyed demand topic to their ends (the stream commits only what it handled)."""
+    barrier = (*SOURCES, f"{app_id}-demand-by-pool")
     for payload, when in steps:
         topic = "gfs.tasks.submit" if isinstance(payload, TaskSubmitted) else "gfs.tasks.lifecycle"
         await producer.send(topic, wrap(payload, producer="it", occurred_at=when))
-        await asyncio.sleep(0.5)  # consumed before the next one (two topics, no common order)
+        await _committed_to_the_end(kafka_bootstrap, app_id, barrier)
 
 
 async def _wait_for_log(path: Path, text: str, timeout_s: float = 60.0) -> None:
@@ -228,7 +237,8 @@ async def test_task_events_become_forecasts_of_observed_demand(
             (TaskFinished(task_id=b, exit_code=0, finished_at=at(100)), 100),
             (_submit(c, "x", pool, 2), 180),
         ]
-        await _send_in_order(producer, [(payload, at(minute)) for payload, minute in steps])
+        timed = [(payload, at(minute)) for payload, minute in steps]
+        await _send_in_order(producer, timed, kafka_bootstrap=kafka_bootstrap, app_id=app_id)
         with tracer.start_as_current_span("accept c") as span:
             await producer.send("gfs.tasks.lifecycle", wrap(accept(c), producer="it", occurred_at=at(180)))
             trace_id = f"{span.get_span_context().trace_id:032x}"
@@ -312,7 +322,8 @@ async def test_a_restarted_stream_rebuilds_its_tables_from_the_changelogs(
         with _worker(kafka_bootstrap, app_id, tmp_path / "first.log") as log:
             await _consuming(producer, log, f"{run}-1")
             await _caught_up(kafka_bootstrap, app_id)
-            await _send_in_order(producer, [(_submit(a, "x", pool, 8), at(10)), (accept(a), at(10))])
+            first = [(_submit(a, "x", pool, 8), at(10)), (accept(a), at(10))]
+            await _send_in_order(producer, first, kafka_bootstrap=kafka_bootstrap, app_id=app_id)
             await asyncio.sleep(3.0)  # past a commit interval; the stop also flushes and commits
         with _worker(kafka_bootstrap, app_id, tmp_path / "second.log") as log:
             await _consuming(producer, log, f"{run}-2")
@@ -326,6 +337,8 @@ async def test_a_restarted_stream_rebuilds_its_tables_from_the_changelogs(
                     (_submit(d, "y", pool, 1), at(180)),
                     (accept(d), at(180)),
                 ],
+                kafka_bootstrap=kafka_bootstrap,
+                app_id=app_id,
             )
 
             def ours(env: Any) -> bool:
@@ -375,7 +388,8 @@ async def test_on_the_topic_clock_advance_ticks_close_the_hours(
             # x's task (8 GPUs) accepted at minute 10 of hour 0: its first demand change, so the
             # empty-history forecast goes out from hour 0 (zeros).
             await producer.send("gfs.control.clock", tick(0))
-            await _send_in_order(producer, [(_submit(f"{run}-a", "x", pool, 8), at(10)), (accept, at(10))])
+            first = [(_submit(f"{run}-a", "x", pool, 8), at(10)), (accept, at(10))]
+            await _send_in_order(producer, first, kafka_bootstrap=kafka_bootstrap, app_id=app_id)
 
             def ours(env: Any) -> bool:
                 return isinstance(env.payload, PoolDemandForecast) and env.payload.pool == pool
