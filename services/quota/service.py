@@ -127,6 +127,10 @@ class QuotaService:
     quoted_at: dict[str, float] = field(default_factory=dict)
     # None: the global provider (configure_tracing); tests pass one with an in-memory exporter.
     tracer_provider: trace.TracerProvider | None = None
+    # One quota computation and save at a time: the refresh timer and the consumer (a new forecast)
+    # both refresh pools; two saves of one pool from the same expected version would make the
+    # second look like another instance's write (FenceLostError) and step this one down.
+    writing: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     def book(self, pool: str) -> PoolBook:
         found = self.books.get(pool)
@@ -239,6 +243,12 @@ class QuotaService:
 
     async def _refresh_pool(
         self, name: str, *, feedback: bool, now: float | None = None
+    ) -> QuotaComputation | None:
+        async with self.writing:
+            return await self._refresh_pool_locked(name, feedback=feedback, now=now)
+
+    async def _refresh_pool_locked(
+        self, name: str, *, feedback: bool, now: float | None
     ) -> QuotaComputation | None:
         now = self.clock.now() if now is None else now
         tracer = trace.get_tracer(TRACER, tracer_provider=self.tracer_provider)

@@ -380,3 +380,39 @@ async def test_on_the_topic_clock_a_status_is_quoted_at_its_time_before_it_is_co
         )
         await connection.close()
     assert [(r["version"], r["computed_at"]) for r in versions] == [(1, t), (2, t + timedelta(minutes=5))]
+
+
+async def test_a_timer_refresh_racing_a_forecast_refresh_does_not_step_the_instance_down(
+    database_url: str, scratch_schema: str
+) -> None:
+    # The refresh timer and a new forecast both refresh a pool; both read the pool's version before
+    # either save lands. Without serialising them the second save looked like another instance's
+    # write (FenceLostError) and the instance stepped down: a flaky failure of the test above.
+    from services.platform.clock import SystemClock
+    from services.platform.postgres import open_pool
+    from services.quota.mapping import forecast_view, status_view
+
+    dsn = await _migrated(database_url, scratch_schema)
+    name = f"R-{uuid.uuid4().hex[:8]}"
+    now = datetime.now(UTC)
+    settings = _settings(dsn, "127.0.0.1:1", 0)
+    async with open_pool(dsn) as pool:
+        service = QuotaService(pool, settings, SystemClock())
+        await service.load()
+        status = PoolStatus(pool=name, observed_at=now, capacity_gpus=100, idle_gpus=30,
+                            spot_in_use_gpus=10.0, hp_running_gpus=50.0, hp_queued_gpus=5.0)  # fmt: skip
+        origin = now.replace(minute=0, second=0, microsecond=0)
+        forecast = PoolDemandForecast(
+            pool=name, origin_time=origin, tenants=1, model_name="lstm", model_version="race",
+            horizon=tuple(_hour(h, 40.0) for h in (1, 2, 3, 4)),
+        )  # fmt: skip
+        book = service.book(name)
+        book.update_status(status_view(status))
+        book.update_forecast(forecast_view(forecast))
+        results = await asyncio.gather(
+            service._refresh_pool(name, feedback=False), service._refresh_pool(name, feedback=True)
+        )
+        assert all(r is not None for r in results)
+        assert book.version == 2
+        async with pool.acquire() as connection:
+            assert await connection.fetchval("SELECT version FROM quota_pool WHERE pool = $1", name) == 2
