@@ -56,7 +56,7 @@ from services.platform.postgres import open_pool
 from services.platform.settings import PlatformSettings
 from services.platform.signing import node_key, sign
 from services.platform.tracing import extract_context, inject_headers
-from services.preemption import controls, store
+from services.preemption import controls, liveness, store
 from services.preemption.api import build_api, observe
 from services.preemption.controller import ControllerSettings, Effects, PoolController
 from services.preemption.dashboard import with_trace_id
@@ -68,6 +68,7 @@ from services.preemption.router import (
     ROUTED_TOPICS,
     SOURCE_HEADER,
     Router,
+    caught_up_at,
     inbox_spec,
     route,
 )
@@ -87,6 +88,11 @@ class PreemptionSettings(PlatformSettings):
     preemption_tick_s: float = 1.0
     preemption_status_s: float = 300.0
     preemption_node_timeout_s: float = 30.0
+    # Node liveness (liveness.py): how far a node's clock may trail the service's when its
+    # `sampled_at` is read, and the share of a pool's live nodes silent together (at least two)
+    # above which none of them is declared lost (a pipeline or network fault, not node deaths).
+    preemption_max_clock_skew_s: float = 10.0
+    preemption_mass_silence_share: float = 0.55
     preemption_group: str = "gfs-preemption"
     preemption_router_group: str = "gfs-preemption-router"
     preemption_inbox_partitions: int = 6
@@ -107,6 +113,12 @@ class PreemptionSettings(PlatformSettings):
     preemption_clock_name: str = CLOCK_KEY  # the clock followed on gfs.control.clock (others ignored)
     gfs_command_secret: SecretStr | None = None
     preemption_admin_token: SecretStr | None = None  # bearer token of SRE control writes (none: refused)
+
+    def liveness_rules(self) -> liveness.LivenessRules:
+        return liveness.LivenessRules(
+            timeout_s=self.preemption_node_timeout_s, max_skew_s=self.preemption_max_clock_skew_s,
+            mass_share=self.preemption_mass_silence_share,
+        )  # fmt: skip
 
     def controller_settings(self) -> ControllerSettings:
         return ControllerSettings(
@@ -137,6 +149,12 @@ class PartitionState:
     controllers: dict[str, PoolController] = field(default_factory=dict)
     last_seen: dict[str, float] = field(default_factory=dict)  # node -> last heartbeat (memory only)
     next_offset: int = 0
+    # The inbox read up to: every record sent before `heard` has been read (None: not known yet);
+    # `newest` is the newest inbox record's timestamp read (liveness.py).
+    heard: float | None = None
+    newest: float = 0.0
+    heard_clock: liveness.HeardClock = field(default_factory=liveness.HeardClock)
+    holding: dict[str, str] = field(default_factory=dict)  # pool -> why its silent nodes are kept
 
 
 @dataclass(slots=True)
@@ -148,6 +166,7 @@ class Stats:
     commands: int = 0
     events: int = 0
     fenced: int = 0
+    node_loss_held: int = 0  # episodes of silent nodes not declared lost (liveness.py)
     rebuilt: int = 0
     dead_lettered: int = 0
     latencies: list[float] = field(default_factory=list)  # inbox record -> committed, seconds (recent)
@@ -171,6 +190,10 @@ class Decider:
     evictions_by_reason: dict[tuple[str, str], int] = field(default_factory=dict)
     latency_hist: Any = None
     decisions_counter: Any = None
+    held_counter: Any = None
+    # The router of this instance has read every input sent before this time (None: not yet).
+    router_heard: Callable[[], float | None] = lambda: None
+    consumer: AIOKafkaConsumer | None = None  # the inbox's (tests pause it to stall the input)
 
     # ----- ownership ------------------------------------------------------------------------------
     def controller(self, state: PartitionState, pool: str) -> PoolController:
@@ -235,8 +258,15 @@ class Decider:
                     # One tick goes to every pool with one event id: the controller dedupes by
                     # sequence, so the copies must not collide in the journal's event-id index.
                     eid = None
+                if record.timestamp > 0:
+                    state.newest = max(state.newest, record.timestamp / 1000)
                 if isinstance(payload, NodeTelemetry):
-                    state.last_seen[payload.node] = now
+                    fresh = now
+                    if not ticked:  # on the controllable clock heartbeats never time out
+                        received = record.timestamp / 1000 if record.timestamp > 0 else now
+                        skew = self.settings.preemption_max_clock_skew_s
+                        fresh = liveness.freshness(payload.sampled_at.timestamp(), received, skew)
+                    state.last_seen[payload.node] = max(fresh, state.last_seen.get(payload.node, fresh))
                     if payload.node in controller.nodes and payload.node not in controller.down:
                         continue  # a heartbeat: nothing durable changes
                 entry = entry_for(payload, now, duplicate=duplicate)
@@ -308,11 +338,67 @@ class Decider:
         """Only heartbeats: keep the offset in memory (re-reading a few heartbeats is harmless)."""
         state.next_offset = next_offset
 
+    def note_heard(self, partition: int, caught_up_at: float | None) -> None:
+        """After a fetch: the inbox partition was read to its end as of `caught_up_at` (None: it
+        lags, so it was heard only up to the newest record read)."""
+        state = self.partitions.get(partition)
+        if state is None:
+            return
+        heard = caught_up_at if caught_up_at is not None else (state.newest or None)
+        if heard is not None:
+            state.heard = max(heard, state.heard or heard)
+
+    def _heard(self, state: PartitionState) -> float | None:
+        router = self.router_heard()
+        if state.heard is None or router is None:
+            return None
+        return min(state.heard, router)
+
+    def _lost_nodes(self, state: PartitionState, now: float) -> list[tuple[str, str]]:
+        """(pool, node) to mark down now, by the liveness rules (liveness.py)."""
+        heard = self._heard(state)
+        if heard is None:
+            return []  # not known yet what was heard: a fresh owner gives every node a full timeout
+        deaf = state.heard_clock.advance(heard, now)
+        if deaf > 0:
+            log.warning("preemption: input resumed after %.0fs deaf: node timeouts restart", deaf)
+            liveness.credit(state.last_seen, deaf, heard)
+        out: list[tuple[str, str]] = []
+        rules = self.settings.liveness_rules()
+        for pool_name, controller in state.controllers.items():
+            for node in controller.nodes:
+                state.last_seen.setdefault(node, now)
+            verdict = liveness.judge(
+                controller.nodes, controller.down, state.last_seen, heard=heard, now=now, rules=rules,
+                kill_switch=controller.controls.kill_switch,
+            )  # fmt: skip
+            self._note_hold(state, pool_name, verdict, now - heard)
+            out += [(pool_name, node) for node in verdict.lost]
+        return out
+
+    def _note_hold(
+        self, state: PartitionState, pool_name: str, verdict: liveness.Verdict, lag: float
+    ) -> None:
+        before = state.holding.get(pool_name)
+        if verdict.held == before:
+            return
+        if verdict.held is None:
+            state.holding.pop(pool_name, None)
+            log.warning("preemption: pool %s: node-loss hold (%s) ended", pool_name, before)
+            return
+        state.holding[pool_name] = verdict.held
+        self.stats.node_loss_held += 1
+        if self.held_counter is not None:
+            self.held_counter.add(1, {"reason": verdict.held, "pool": pool_name})
+        log.warning(
+            "preemption: pool %s: %d silent node(s) NOT declared lost (%s; input lag %.1fs): %s",
+            pool_name, len(verdict.silent), verdict.held, lag, ", ".join(verdict.silent),
+        )  # fmt: skip
+
     # ----- timers ----------------------------------------------------------------------------------
     async def tick(self) -> None:
         async with self.lock:
             now = self.clock.now()
-            timeout = self.settings.preemption_node_timeout_s
             wanted = await controls.load(self.pool)  # SRE controls in force (controls.py)
             for state in list(self.partitions.values()):
                 rows: list[tuple[str, Entry, uuid.UUID | None]] = []
@@ -320,16 +406,13 @@ class Decider:
                 for pool_name, control in controls.entries(state.controllers, wanted, now):
                     effects.append((pool_name, apply(state.controllers[pool_name], control), None))
                     rows.append((pool_name, control, None))
+                for pool_name, node in self._lost_nodes(state, now):
+                    entry: Entry = ("node_down", {"node": node}, now)
+                    effects.append((pool_name, apply(state.controllers[pool_name], entry), None))
+                    rows.append((pool_name, entry, None))
+                    silent = now - state.last_seen[node]
+                    log.warning("preemption: node %s silent for %.0fs: marked down", node, silent)
                 for pool_name, controller in state.controllers.items():
-                    for node in sorted(controller.nodes):
-                        if node in controller.down:
-                            continue
-                        seen = state.last_seen.setdefault(node, now)
-                        if now - seen > timeout:
-                            entry: Entry = ("node_down", {"node": node}, now)
-                            effects.append((pool_name, apply(controller, entry), None))
-                            rows.append((pool_name, entry, None))
-                            log.warning("preemption: node %s silent for %.0fs: marked down", node, now - seen)
                     entry = ("tick", {}, now)
                     out = apply(controller, entry)
                     if out:
@@ -509,6 +592,10 @@ async def _decide(consumer: AIOKafkaConsumer, decider: Decider, stop: asyncio.Ev
                 await asyncio.sleep(0.5)
                 if tp in consumer.assignment():
                     consumer.seek(tp, await decider.take(tp.partition))
+        for tp in consumer.assignment():  # how far the inbox was heard (liveness.py)
+            state = decider.partitions.get(tp.partition)
+            if state is not None:
+                decider.note_heard(tp.partition, caught_up_at(consumer, tp, state.next_offset))
 
 
 async def _every(seconds: float, stop: asyncio.Event, action: Callable[[], Any]) -> None:
@@ -554,10 +641,16 @@ async def run_preemption_service(
         decider.decisions_counter = meter.create_counter(
             "gfs_preemption_decisions", description="Decision records by kind"
         )
+        decider.held_counter = meter.create_counter(
+            "gfs_preemption_node_loss_held",
+            description="Times a pool's silent nodes were kept, not declared lost, by reason "
+            "(input_lag, mass_silence, kill_switch): a stall is not a failure",
+        )
         for name, callback in observe(decider).items():
             meter.create_observable_gauge(name, callbacks=[callback])
         router = Router(pool, producer, inbox=inbox.name, pools=settings.pool_allowlist(),
                         clock_name=settings.preemption_clock_name)  # fmt: skip
+        decider.router_heard = lambda: router.heard
         try:
             if settings.preemption_api_port:
                 runner = web.AppRunner(build_api(decider, metrics, ready))
@@ -574,6 +667,7 @@ async def run_preemption_service(
                 client_id=f"gfs-preemption-{instance}",
             )
             consumer.subscribe([inbox.name], listener=_Listener(decider, consumer, ready))
+            decider.consumer = consumer
             await consumer.start()
             if started is not None:
                 started(decider)
