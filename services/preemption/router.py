@@ -41,7 +41,7 @@ from services.preemption import store
 
 log = logging.getLogger(__name__)
 
-INBOX_TOPIC = "gfs-preemption-inbox"
+INBOX_TOPIC = store.INBOX_TOPIC
 SOURCE_HEADER = "gfs-source-topic"
 DUPLICATE_HEADER = "gfs-duplicate"
 ROUTED_TOPICS = (

@@ -58,7 +58,7 @@ from services.platform.signing import node_key, sign
 from services.platform.tracing import extract_context, inject_headers
 from services.preemption import controls, liveness, store
 from services.preemption.api import build_api, observe
-from services.preemption.controller import ControllerSettings, Effects, PoolController
+from services.preemption.controller import ControllerSettings, Effects, PoolController, id_salt
 from services.preemption.dashboard import with_trace_id
 from services.preemption.inputs import Entry, apply, entry_for
 from services.preemption.router import (
@@ -200,20 +200,25 @@ class Decider:
         found = state.controllers.get(pool)
         if found is None:
             found = state.controllers[pool] = PoolController(pool, self.settings.controller_settings())
+            found.id_salt = id_salt(state.claim.epoch)
         return found
 
     async def take(self, partition: int) -> int:
         """Claim `partition` (fencing earlier owners), rebuild its pools; the offset to read next."""
         async with self.lock:
             async with self.pool.acquire() as connection:
-                claim = await store.claim(connection, partition, self.instance)
-                entries = await store.journal(connection, partition)
+                topic, dry = self.settings.preemption_inbox_topic, self.settings.preemption_dry_run
+                claim = await store.claim(connection, partition, self.instance, topic=topic, dry_run=dry)
+                entries = await store.journal(connection, partition, topic=topic)
             state = PartitionState(claim, next_offset=claim.next_offset)
-            for pool_name, entry in entries:
+            for pool_name, entry, epoch in entries:
                 self._remember_context(entry)
-                apply(self.controller(state, pool_name), entry)
+                controller = self.controller(state, pool_name)
+                controller.id_salt = id_salt(epoch)  # the ids it derived when it was live
+                apply(controller, entry)
             now = self.clock.now()
             for controller in state.controllers.values():
+                controller.id_salt = id_salt(claim.epoch)  # new commands: ids never used before
                 for node in controller.nodes:
                     state.last_seen[node] = now  # a fresh owner gives every node a full timeout
             self.partitions[partition] = state
@@ -332,7 +337,7 @@ class Decider:
         if not event_ids:
             return set()
         async with self.pool.acquire() as connection:
-            return await store.seen_events(connection, event_ids)
+            return await store.seen_events(connection, event_ids, topic=self.settings.preemption_inbox_topic)
 
     async def _advance(self, state: PartitionState, next_offset: int) -> None:
         """Only heartbeats: keep the offset in memory (re-reading a few heartbeats is harmless)."""
@@ -456,7 +461,7 @@ class Decider:
         try:
             async with self.pool.acquire() as connection, connection.transaction():
                 await store.check_epoch(connection, state.claim, next_offset)
-                await store.append_journal(connection, state.claim.partition, rows)
+                await store.append_journal(connection, state.claim, rows)
                 outgoing: list[tuple[str, Envelope[Any], list[tuple[str, bytes]]]] = []
                 await store.record_decisions(
                     connection,
@@ -623,7 +628,6 @@ async def run_preemption_service(
     instance = settings.preemption_instance or f"{socket.gethostname()}-{os.getpid()}"
     metrics = configure_metrics(settings.otel_service_name or PRODUCER)
     inbox = replace(inbox_spec(settings.preemption_inbox_partitions), name=settings.preemption_inbox_topic)
-    await ensure_topics(settings.bootstrap_servers, [inbox])
     runner: web.AppRunner | None = None
     async with (
         open_pool(settings.database_url, max_size=6) as pool,
@@ -631,6 +635,10 @@ async def run_preemption_service(
             bootstrap_servers=settings.bootstrap_servers, client_id=f"gfs-preemption-{instance}"
         ) as producer,
     ):
+        if settings.preemption_dry_run:  # before anything is claimed, routed or created
+            async with pool.acquire() as connection:
+                await store.refuse_live_schema(connection)
+        await ensure_topics(settings.bootstrap_servers, [inbox])
         relay = OutboxRelay(pool, producer, poll_interval_s=0.5)
         decider = Decider(pool, settings, clock, instance, secret, on_committed=relay.wake, producer=producer)
         meter = metrics.meter(TRACER)
