@@ -194,6 +194,7 @@ class Decider:
     # The router of this instance has read every input sent before this time (None: not yet).
     router_heard: Callable[[], float | None] = lambda: None
     consumer: AIOKafkaConsumer | None = None  # the inbox's (tests pause it to stall the input)
+    fatal: Exception | None = None  # a claim that must stop the service (store.ModeConflictError)
 
     # ----- ownership ------------------------------------------------------------------------------
     def controller(self, state: PartitionState, pool: str) -> PoolController:
@@ -581,7 +582,12 @@ class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
 
     async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
         for tp in assigned:
-            offset = await self.decider.take(tp.partition)
+            try:
+                offset = await self.decider.take(tp.partition)
+            except store.ModeConflictError as exc:  # a dry run and a live one on one inbox: stop
+                log.error("preemption: %s", exc)
+                self.decider.fatal = exc
+                return
             self.consumer.seek(tp, offset)
         self.ready.set()
 
@@ -589,6 +595,8 @@ class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
 async def _decide(consumer: AIOKafkaConsumer, decider: Decider, stop: asyncio.Event) -> None:
     while not stop.is_set():
         batch = await consumer.getmany(timeout_ms=200, max_records=500)
+        if decider.fatal is not None:
+            raise decider.fatal
         for tp, records in batch.items():
             try:
                 await decider.handle_batch(tp.partition, records)

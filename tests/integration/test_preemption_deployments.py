@@ -140,3 +140,21 @@ async def test_rows_from_before_the_migration_keep_working(database_url: str, sc
             await store.refuse_live_schema(connection)
     finally:
         await connection.close()
+
+
+@pytest.mark.asyncio(loop_scope="session")
+async def test_a_live_service_refuses_to_adopt_a_shadows_partitions(
+    world: tuple[EnvelopeProducer, Tap, str], kafka_bootstrap: str
+) -> None:
+    producer, tap, dsn = world
+    c = Cluster(producer, tap)
+    shadow = _settings(dsn, kafka_bootstrap, c.pool, preemption_dry_run=True, preemption_inbox_partitions=1)
+    async with _service(shadow):  # the shadow claims partition 0 of its inbox (on an empty schema)
+        pass
+    # A live deployment pointed at the same inbox topic would replay decisions never published.
+    live = _settings(
+        dsn, kafka_bootstrap, c.pool, preemption_inbox_topic=shadow.preemption_inbox_topic,
+        preemption_inbox_partitions=1,
+    )  # fmt: skip
+    with pytest.raises(store.ModeConflictError, match="belongs to a --dry-run shadow"):
+        await asyncio.wait_for(run_preemption_service(live, asyncio.Event()), timeout=40)
