@@ -14,9 +14,12 @@ Shape (docs/services.md, "Preemption service"):
   transaction rebuilds the partition from Postgres, so memory never runs ahead of what is durable.
 - A timer (every `preemption_tick_s`) runs the controllers' periodic work (guarantee periods,
   held binds past their deadline, an expired quota, a scheduling pass) and marks nodes whose
-  heartbeat stopped as down, journaled the same way; every `preemption_status_s` it publishes each
+  heartbeat stopped as down (by the rules of liveness.py: silence counts only while the service
+  can hear, and a mass silence or the kill switch holds it), journaled the same way; every `preemption_status_s` it publishes each
   owned pool's PoolStatus for the quota service.
-- Dry run: everything is decided and recorded, nothing is published.
+- Dry run: everything is decided and recorded, nothing is published; it refuses a Postgres schema
+  where a live deployment keeps its state (store.refuse_live_schema). Ownership and the journal are
+  keyed by (inbox topic, partition), so deployments with their own inbox topics never fence each other.
 """
 
 from __future__ import annotations
