@@ -6,8 +6,10 @@ payloads with the wall-clock time they are handled at; the controller drives the
 unsigned node commands, and decision records with their explanation. It reads no clock, makes no
 random choice and does no I/O, so replaying the same inputs at the same times rebuilds the same
 state: the shell journals every input and rebuilds a pool after a restart or a failover by
-replaying its journal (`services.preemption.journal`). Command ids are derived from the pool and
-a counter for the same reason.
+replaying its journal (`services.preemption.journal`). Command ids are derived from the pool, an
+id salt and a counter for the same reason: the shell sets the salt to the owner's fencing epoch
+(the one recorded with each journal row on replay), so a replay re-derives the ids of journaled
+commands while commands decided again after a lost commit get ids never used before.
 
 Rules (docs/services.md, "Preemption service"):
 - An HP task placed by preemption gets its BindCommands held until every victim's EvictAck came
@@ -71,8 +73,21 @@ from services.core.runtime import PoolRuntime, RuntimeSettings
 from services.core.task import TaskClass, TaskSpec
 from services.preemption.explanations import explanation_dict
 
-# Namespace of the command and event ids the controller derives (uuid5 of pool and counter).
+# Namespace of the command and event ids the controller derives (uuid5 of pool, salt and counter).
 ID_NAMESPACE = uuid.UUID("6a1f4c52-2d0e-4f1b-9a57-0c9e3b8d7e11")
+
+
+def command_id(pool: str, salt: str, counter: int) -> uuid.UUID:
+    """uuid5 of "<pool>/<counter>" (no salt: journals from before salts) or "<pool>/<salt>/<counter>"."""
+    name = f"{pool}/{counter}" if not salt else f"{pool}/{salt}/{counter}"
+    return uuid.uuid5(ID_NAMESPACE, name)
+
+
+def id_salt(epoch: int | None) -> str:
+    """The id salt of journal rows written under `epoch` (None: rows from before 0006, no salt)."""
+    return "" if epoch is None else f"e{epoch}"
+
+
 # Policies whose runtime needs lease renewals the live service does not drive (the simulator's
 # engine does): refused by name rather than run wrongly.
 LEASE_POLICIES = frozenset({"chronus"})
@@ -241,6 +256,7 @@ class PoolController:
         self.last_quota: SpotQuota | None = None  # the last SpotQuota received (in force or held)
         self.controls = Controls()
         self.counter = 0
+        self.id_salt = ""  # set by the shell: "" derives the ids of journals written before salts
         self._periods: list[tuple[float, str, float]] = []  # (period end, task, its run start)
         self.decided = 0
         self.clock_sequence = -1  # the last controllable-clock tick applied (schemas/clock.py)
@@ -252,7 +268,7 @@ class PoolController:
     # ----- ids --------------------------------------------------------------------------------
     def _id(self) -> uuid.UUID:
         self.counter += 1
-        return uuid.uuid5(ID_NAMESPACE, f"{self.pool}/{self.counter}")
+        return command_id(self.pool, self.id_salt, self.counter)
 
     # ----- nodes ------------------------------------------------------------------------------
     def node_seen(self, name: str, gpus: int, now: float) -> Effects:

@@ -41,7 +41,7 @@ from services.preemption import store
 
 log = logging.getLogger(__name__)
 
-INBOX_TOPIC = "gfs-preemption-inbox"
+INBOX_TOPIC = store.INBOX_TOPIC
 SOURCE_HEADER = "gfs-source-topic"
 DUPLICATE_HEADER = "gfs-duplicate"
 ROUTED_TOPICS = (
@@ -85,6 +85,10 @@ class Router:
     skipped: int = 0
     in_flight: list[asyncio.Future[Any]] = field(default_factory=list)
     unknown_nodes: dict[str, float] = field(default_factory=dict)  # node -> monotonic retry time
+    # Every input sent before `heard` has been forwarded (None: not known yet): the decider does
+    # not count a node's silence past it (liveness.py). Per source partition in `heard_by`.
+    heard: float | None = None
+    heard_by: dict[tuple[str, int], float] = field(default_factory=dict)
 
     async def handle(self, envelope: Envelope[Any], context: MessageContext) -> None:
         if isinstance(envelope.payload, ClockTick):
@@ -202,6 +206,40 @@ class Router:
         log.warning("router: dead-lettered %s@%d: %s", context.topic, context.offset, exc)
 
 
+def caught_up_at(consumer: Any, tp: Any, position: int) -> float | None:
+    """When `tp` was last seen read to its end (the time of the fetch that showed it), or None if
+    it lags or was never fetched. A stalled fetch (broker away, partition paused) keeps the old
+    time, so the time a consumer could not hear stays out of every node's silence."""
+    end = consumer.last_stable_offset(tp)
+    if end is None or end < 0:
+        end = consumer.highwater(tp)
+    polled = consumer.last_poll_timestamp(tp)
+    if end is None or polled is None or position < end:
+        return None
+    return float(polled) / 1000
+
+
+async def note_heard(router: Router, consumer: Any) -> None:
+    """Update `router.heard` after a batch: the oldest of its partitions' caught-up times (a
+    lagging partition keeps the last one). No partitions (another instance routes them): now."""
+    assigned = consumer.assignment()
+    if not assigned:
+        router.heard = time.time()
+        return
+    times: list[float] = []
+    for tp in assigned:
+        key = (tp.topic, tp.partition)
+        if consumer.last_poll_timestamp(tp) is not None:
+            at = caught_up_at(consumer, tp, await consumer.position(tp))
+            if at is not None:
+                router.heard_by[key] = max(at, router.heard_by.get(key, at))
+        if key not in router.heard_by:
+            router.heard = None
+            return
+        times.append(router.heard_by[key])
+    router.heard = min(times)
+
+
 async def route(
     router: Router,
     *,
@@ -231,11 +269,13 @@ async def route(
         while not stop.is_set():
             batch = await consumer.getmany(timeout_ms=200, max_records=2000)
             if not batch:
+                await note_heard(router, consumer)
                 continue
             for records in batch.values():
                 for record in records:
                     await processor.process(record)
             await router.flush()
             await consumer.commit({tp: records[-1].offset + 1 for tp, records in batch.items()})
+            await note_heard(router, consumer)
     finally:
         await consumer.stop()

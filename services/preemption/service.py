@@ -14,9 +14,12 @@ Shape (docs/services.md, "Preemption service"):
   transaction rebuilds the partition from Postgres, so memory never runs ahead of what is durable.
 - A timer (every `preemption_tick_s`) runs the controllers' periodic work (guarantee periods,
   held binds past their deadline, an expired quota, a scheduling pass) and marks nodes whose
-  heartbeat stopped as down, journaled the same way; every `preemption_status_s` it publishes each
+  heartbeat stopped as down (by the rules of liveness.py: silence counts only while the service
+  can hear, and a mass silence or the kill switch holds it), journaled the same way; every `preemption_status_s` it publishes each
   owned pool's PoolStatus for the quota service.
-- Dry run: everything is decided and recorded, nothing is published.
+- Dry run: everything is decided and recorded, nothing is published; it refuses a Postgres schema
+  where a live deployment keeps its state (store.refuse_live_schema). Ownership and the journal are
+  keyed by (inbox topic, partition), so deployments with their own inbox topics never fence each other.
 """
 
 from __future__ import annotations
@@ -56,9 +59,9 @@ from services.platform.postgres import open_pool
 from services.platform.settings import PlatformSettings
 from services.platform.signing import node_key, sign
 from services.platform.tracing import extract_context, inject_headers
-from services.preemption import controls, store
+from services.preemption import controls, liveness, store
 from services.preemption.api import build_api, observe
-from services.preemption.controller import ControllerSettings, Effects, PoolController
+from services.preemption.controller import ControllerSettings, Effects, PoolController, id_salt
 from services.preemption.dashboard import with_trace_id
 from services.preemption.inputs import Entry, apply, entry_for
 from services.preemption.router import (
@@ -68,6 +71,7 @@ from services.preemption.router import (
     ROUTED_TOPICS,
     SOURCE_HEADER,
     Router,
+    caught_up_at,
     inbox_spec,
     route,
 )
@@ -87,6 +91,11 @@ class PreemptionSettings(PlatformSettings):
     preemption_tick_s: float = 1.0
     preemption_status_s: float = 300.0
     preemption_node_timeout_s: float = 30.0
+    # Node liveness (liveness.py): how far a node's clock may trail the service's when its
+    # `sampled_at` is read, and the share of a pool's live nodes silent together (at least two)
+    # above which none of them is declared lost (a pipeline or network fault, not node deaths).
+    preemption_max_clock_skew_s: float = 10.0
+    preemption_mass_silence_share: float = 0.55
     preemption_group: str = "gfs-preemption"
     preemption_router_group: str = "gfs-preemption-router"
     preemption_inbox_partitions: int = 6
@@ -107,6 +116,12 @@ class PreemptionSettings(PlatformSettings):
     preemption_clock_name: str = CLOCK_KEY  # the clock followed on gfs.control.clock (others ignored)
     gfs_command_secret: SecretStr | None = None
     preemption_admin_token: SecretStr | None = None  # bearer token of SRE control writes (none: refused)
+
+    def liveness_rules(self) -> liveness.LivenessRules:
+        return liveness.LivenessRules(
+            timeout_s=self.preemption_node_timeout_s, max_skew_s=self.preemption_max_clock_skew_s,
+            mass_share=self.preemption_mass_silence_share,
+        )  # fmt: skip
 
     def controller_settings(self) -> ControllerSettings:
         return ControllerSettings(
@@ -137,6 +152,12 @@ class PartitionState:
     controllers: dict[str, PoolController] = field(default_factory=dict)
     last_seen: dict[str, float] = field(default_factory=dict)  # node -> last heartbeat (memory only)
     next_offset: int = 0
+    # The inbox read up to: every record sent before `heard` has been read (None: not known yet);
+    # `newest` is the newest inbox record's timestamp read (liveness.py).
+    heard: float | None = None
+    newest: float = 0.0
+    heard_clock: liveness.HeardClock = field(default_factory=liveness.HeardClock)
+    holding: dict[str, str] = field(default_factory=dict)  # pool -> why its silent nodes are kept
 
 
 @dataclass(slots=True)
@@ -148,6 +169,7 @@ class Stats:
     commands: int = 0
     events: int = 0
     fenced: int = 0
+    node_loss_held: int = 0  # episodes of silent nodes not declared lost (liveness.py)
     rebuilt: int = 0
     dead_lettered: int = 0
     latencies: list[float] = field(default_factory=list)  # inbox record -> committed, seconds (recent)
@@ -171,26 +193,36 @@ class Decider:
     evictions_by_reason: dict[tuple[str, str], int] = field(default_factory=dict)
     latency_hist: Any = None
     decisions_counter: Any = None
+    held_counter: Any = None
+    # The router of this instance has read every input sent before this time (None: not yet).
+    router_heard: Callable[[], float | None] = lambda: None
+    consumer: AIOKafkaConsumer | None = None  # the inbox's (tests pause it to stall the input)
+    fatal: Exception | None = None  # a claim that must stop the service (store.ModeConflictError)
 
     # ----- ownership ------------------------------------------------------------------------------
     def controller(self, state: PartitionState, pool: str) -> PoolController:
         found = state.controllers.get(pool)
         if found is None:
             found = state.controllers[pool] = PoolController(pool, self.settings.controller_settings())
+            found.id_salt = id_salt(state.claim.epoch)
         return found
 
     async def take(self, partition: int) -> int:
         """Claim `partition` (fencing earlier owners), rebuild its pools; the offset to read next."""
         async with self.lock:
             async with self.pool.acquire() as connection:
-                claim = await store.claim(connection, partition, self.instance)
-                entries = await store.journal(connection, partition)
+                topic, dry = self.settings.preemption_inbox_topic, self.settings.preemption_dry_run
+                claim = await store.claim(connection, partition, self.instance, topic=topic, dry_run=dry)
+                entries = await store.journal(connection, partition, topic=topic)
             state = PartitionState(claim, next_offset=claim.next_offset)
-            for pool_name, entry in entries:
+            for pool_name, entry, epoch in entries:
                 self._remember_context(entry)
-                apply(self.controller(state, pool_name), entry)
+                controller = self.controller(state, pool_name)
+                controller.id_salt = id_salt(epoch)  # the ids it derived when it was live
+                apply(controller, entry)
             now = self.clock.now()
             for controller in state.controllers.values():
+                controller.id_salt = id_salt(claim.epoch)  # new commands: ids never used before
                 for node in controller.nodes:
                     state.last_seen[node] = now  # a fresh owner gives every node a full timeout
             self.partitions[partition] = state
@@ -235,8 +267,15 @@ class Decider:
                     # One tick goes to every pool with one event id: the controller dedupes by
                     # sequence, so the copies must not collide in the journal's event-id index.
                     eid = None
+                if record.timestamp > 0:
+                    state.newest = max(state.newest, record.timestamp / 1000)
                 if isinstance(payload, NodeTelemetry):
-                    state.last_seen[payload.node] = now
+                    fresh = now
+                    if not ticked:  # on the controllable clock heartbeats never time out
+                        received = record.timestamp / 1000 if record.timestamp > 0 else now
+                        skew = self.settings.preemption_max_clock_skew_s
+                        fresh = liveness.freshness(payload.sampled_at.timestamp(), received, skew)
+                    state.last_seen[payload.node] = max(fresh, state.last_seen.get(payload.node, fresh))
                     if payload.node in controller.nodes and payload.node not in controller.down:
                         continue  # a heartbeat: nothing durable changes
                 entry = entry_for(payload, now, duplicate=duplicate)
@@ -302,17 +341,73 @@ class Decider:
         if not event_ids:
             return set()
         async with self.pool.acquire() as connection:
-            return await store.seen_events(connection, event_ids)
+            return await store.seen_events(connection, event_ids, topic=self.settings.preemption_inbox_topic)
 
     async def _advance(self, state: PartitionState, next_offset: int) -> None:
         """Only heartbeats: keep the offset in memory (re-reading a few heartbeats is harmless)."""
         state.next_offset = next_offset
 
+    def note_heard(self, partition: int, caught_up_at: float | None) -> None:
+        """After a fetch: the inbox partition was read to its end as of `caught_up_at` (None: it
+        lags, so it was heard only up to the newest record read)."""
+        state = self.partitions.get(partition)
+        if state is None:
+            return
+        heard = caught_up_at if caught_up_at is not None else (state.newest or None)
+        if heard is not None:
+            state.heard = max(heard, state.heard or heard)
+
+    def _heard(self, state: PartitionState) -> float | None:
+        router = self.router_heard()
+        if state.heard is None or router is None:
+            return None
+        return min(state.heard, router)
+
+    def _lost_nodes(self, state: PartitionState, now: float) -> list[tuple[str, str]]:
+        """(pool, node) to mark down now, by the liveness rules (liveness.py)."""
+        heard = self._heard(state)
+        if heard is None:
+            return []  # not known yet what was heard: a fresh owner gives every node a full timeout
+        deaf = state.heard_clock.advance(heard, now)
+        if deaf > 0:
+            log.warning("preemption: input resumed after %.0fs deaf: node timeouts restart", deaf)
+            liveness.credit(state.last_seen, deaf, heard)
+        out: list[tuple[str, str]] = []
+        rules = self.settings.liveness_rules()
+        for pool_name, controller in state.controllers.items():
+            for node in controller.nodes:
+                state.last_seen.setdefault(node, now)
+            verdict = liveness.judge(
+                controller.nodes, controller.down, state.last_seen, heard=heard, now=now, rules=rules,
+                kill_switch=controller.controls.kill_switch,
+            )  # fmt: skip
+            self._note_hold(state, pool_name, verdict, now - heard)
+            out += [(pool_name, node) for node in verdict.lost]
+        return out
+
+    def _note_hold(
+        self, state: PartitionState, pool_name: str, verdict: liveness.Verdict, lag: float
+    ) -> None:
+        before = state.holding.get(pool_name)
+        if verdict.held == before:
+            return
+        if verdict.held is None:
+            state.holding.pop(pool_name, None)
+            log.warning("preemption: pool %s: node-loss hold (%s) ended", pool_name, before)
+            return
+        state.holding[pool_name] = verdict.held
+        self.stats.node_loss_held += 1
+        if self.held_counter is not None:
+            self.held_counter.add(1, {"reason": verdict.held, "pool": pool_name})
+        log.warning(
+            "preemption: pool %s: %d silent node(s) NOT declared lost (%s; input lag %.1fs): %s",
+            pool_name, len(verdict.silent), verdict.held, lag, ", ".join(verdict.silent),
+        )  # fmt: skip
+
     # ----- timers ----------------------------------------------------------------------------------
     async def tick(self) -> None:
         async with self.lock:
             now = self.clock.now()
-            timeout = self.settings.preemption_node_timeout_s
             wanted = await controls.load(self.pool)  # SRE controls in force (controls.py)
             for state in list(self.partitions.values()):
                 rows: list[tuple[str, Entry, uuid.UUID | None]] = []
@@ -320,16 +415,13 @@ class Decider:
                 for pool_name, control in controls.entries(state.controllers, wanted, now):
                     effects.append((pool_name, apply(state.controllers[pool_name], control), None))
                     rows.append((pool_name, control, None))
+                for pool_name, node in self._lost_nodes(state, now):
+                    entry: Entry = ("node_down", {"node": node}, now)
+                    effects.append((pool_name, apply(state.controllers[pool_name], entry), None))
+                    rows.append((pool_name, entry, None))
+                    silent = now - state.last_seen[node]
+                    log.warning("preemption: node %s silent for %.0fs: marked down", node, silent)
                 for pool_name, controller in state.controllers.items():
-                    for node in sorted(controller.nodes):
-                        if node in controller.down:
-                            continue
-                        seen = state.last_seen.setdefault(node, now)
-                        if now - seen > timeout:
-                            entry: Entry = ("node_down", {"node": node}, now)
-                            effects.append((pool_name, apply(controller, entry), None))
-                            rows.append((pool_name, entry, None))
-                            log.warning("preemption: node %s silent for %.0fs: marked down", node, now - seen)
                     entry = ("tick", {}, now)
                     out = apply(controller, entry)
                     if out:
@@ -373,7 +465,7 @@ class Decider:
         try:
             async with self.pool.acquire() as connection, connection.transaction():
                 await store.check_epoch(connection, state.claim, next_offset)
-                await store.append_journal(connection, state.claim.partition, rows)
+                await store.append_journal(connection, state.claim, rows)
                 outgoing: list[tuple[str, Envelope[Any], list[tuple[str, bytes]]]] = []
                 await store.record_decisions(
                     connection,
@@ -493,7 +585,12 @@ class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
 
     async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
         for tp in assigned:
-            offset = await self.decider.take(tp.partition)
+            try:
+                offset = await self.decider.take(tp.partition)
+            except store.ModeConflictError as exc:  # a dry run and a live one on one inbox: stop
+                log.error("preemption: %s", exc)
+                self.decider.fatal = exc
+                return
             self.consumer.seek(tp, offset)
         self.ready.set()
 
@@ -501,6 +598,8 @@ class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
 async def _decide(consumer: AIOKafkaConsumer, decider: Decider, stop: asyncio.Event) -> None:
     while not stop.is_set():
         batch = await consumer.getmany(timeout_ms=200, max_records=500)
+        if decider.fatal is not None:
+            raise decider.fatal
         for tp, records in batch.items():
             try:
                 await decider.handle_batch(tp.partition, records)
@@ -509,6 +608,10 @@ async def _decide(consumer: AIOKafkaConsumer, decider: Decider, stop: asyncio.Ev
                 await asyncio.sleep(0.5)
                 if tp in consumer.assignment():
                     consumer.seek(tp, await decider.take(tp.partition))
+        for tp in consumer.assignment():  # how far the inbox was heard (liveness.py)
+            state = decider.partitions.get(tp.partition)
+            if state is not None:
+                decider.note_heard(tp.partition, caught_up_at(consumer, tp, state.next_offset))
 
 
 async def _every(seconds: float, stop: asyncio.Event, action: Callable[[], Any]) -> None:
@@ -536,7 +639,6 @@ async def run_preemption_service(
     instance = settings.preemption_instance or f"{socket.gethostname()}-{os.getpid()}"
     metrics = configure_metrics(settings.otel_service_name or PRODUCER)
     inbox = replace(inbox_spec(settings.preemption_inbox_partitions), name=settings.preemption_inbox_topic)
-    await ensure_topics(settings.bootstrap_servers, [inbox])
     runner: web.AppRunner | None = None
     async with (
         open_pool(settings.database_url, max_size=6) as pool,
@@ -544,6 +646,10 @@ async def run_preemption_service(
             bootstrap_servers=settings.bootstrap_servers, client_id=f"gfs-preemption-{instance}"
         ) as producer,
     ):
+        if settings.preemption_dry_run:  # before anything is claimed, routed or created
+            async with pool.acquire() as connection:
+                await store.refuse_live_schema(connection)
+        await ensure_topics(settings.bootstrap_servers, [inbox])
         relay = OutboxRelay(pool, producer, poll_interval_s=0.5)
         decider = Decider(pool, settings, clock, instance, secret, on_committed=relay.wake, producer=producer)
         meter = metrics.meter(TRACER)
@@ -554,10 +660,16 @@ async def run_preemption_service(
         decider.decisions_counter = meter.create_counter(
             "gfs_preemption_decisions", description="Decision records by kind"
         )
+        decider.held_counter = meter.create_counter(
+            "gfs_preemption_node_loss_held",
+            description="Times a pool's silent nodes were kept, not declared lost, by reason "
+            "(input_lag, mass_silence, kill_switch): a stall is not a failure",
+        )
         for name, callback in observe(decider).items():
             meter.create_observable_gauge(name, callbacks=[callback])
         router = Router(pool, producer, inbox=inbox.name, pools=settings.pool_allowlist(),
                         clock_name=settings.preemption_clock_name)  # fmt: skip
+        decider.router_heard = lambda: router.heard
         try:
             if settings.preemption_api_port:
                 runner = web.AppRunner(build_api(decider, metrics, ready))
@@ -574,6 +686,7 @@ async def run_preemption_service(
                 client_id=f"gfs-preemption-{instance}",
             )
             consumer.subscribe([inbox.name], listener=_Listener(decider, consumer, ready))
+            decider.consumer = consumer
             await consumer.start()
             if started is not None:
                 started(decider)

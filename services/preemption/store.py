@@ -1,4 +1,9 @@
-"""Postgres access of the preemption service (tables in services/platform/sql/0004_preemption.sql).
+"""Postgres access of the preemption service (tables in services/platform/sql/0004_preemption.sql,
+keyed by deployment since 0006_preemption_deployment.sql).
+
+A partition is a partition of one inbox topic: ownership, the journal and event-id de-duplication
+are keyed by (inbox topic, partition), so deployments with different inbox topics (a second
+scheduler, a shadow) never fence each other nor replay each other's pools on one database.
 
 Every write of a partition's pools goes through `save_batch`, which checks the partition's epoch
 (the fence) in the same transaction as the journal rows, the decisions, the outbox rows and the
@@ -19,9 +24,17 @@ import asyncpg
 from services.preemption.controller import Decision
 from services.preemption.inputs import Entry
 
+INBOX_TOPIC = "gfs-preemption-inbox"  # the default inbox (router.INBOX_TOPIC; rows before 0006)
+
 
 class FencedError(RuntimeError):
     """Another instance claimed the partition: this one must drop it and write nothing more."""
+
+
+class ModeConflictError(RuntimeError):
+    """A --dry-run shadow and a live deployment would share state (a schema, an inbox topic's
+    partitions): refused, so the shadow never fences the live owner nor the live one adopts a
+    shadow's unpublished decisions."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,35 +42,81 @@ class Claim:
     partition: int
     epoch: int
     next_offset: int
+    topic: str = INBOX_TOPIC  # the inbox topic the partition belongs to
 
 
-async def claim(connection: asyncpg.Connection, partition: int, owner: str) -> Claim:
-    """Take the partition over: a new epoch fences every earlier owner's writes."""
+async def claim(
+    connection: asyncpg.Connection,
+    partition: int,
+    owner: str,
+    *,
+    topic: str = INBOX_TOPIC,
+    dry_run: bool = False,
+) -> Claim:
+    """Take the partition of `topic` over: a new epoch fences every earlier owner's writes. A row
+    claimed in the other mode (dry run against live) is refused: ModeConflictError."""
     row = await connection.fetchrow(
         """
-        INSERT INTO preemption_partition (partition, epoch, owner, claimed_at) VALUES ($1, 1, $2, now())
-        ON CONFLICT (partition) DO UPDATE
-            SET epoch = preemption_partition.epoch + 1, owner = $2, claimed_at = now()
+        INSERT INTO preemption_partition (inbox_topic, partition, epoch, owner, claimed_at, dry_run)
+        VALUES ($1, $2, 1, $3, now(), $4)
+        ON CONFLICT (inbox_topic, partition) DO UPDATE
+            SET epoch = preemption_partition.epoch + 1, owner = $3, claimed_at = now()
+            WHERE preemption_partition.dry_run = $4
         RETURNING epoch, next_offset
         """,
-        partition,
-        owner,
+        topic, partition, owner, dry_run,
+    )  # fmt: skip
+    if row is None:
+        mode = "a live deployment" if dry_run else "a --dry-run shadow"
+        raise ModeConflictError(
+            f"partition {partition} of inbox {topic!r} belongs to {mode}: a shadow and a live "
+            "deployment must not share an inbox topic's state (give the shadow its own schema)"
+        )
+    return Claim(partition, int(row["epoch"]), int(row["next_offset"]), topic)
+
+
+async def refuse_live_schema(connection: asyncpg.Connection) -> None:
+    """For a --dry-run service: refuse a schema where a live deployment keeps its state (its
+    partitions, journal and routes); a shadow runs against a schema of its own."""
+    row = await connection.fetchrow(
+        """SELECT inbox_topic, owner FROM preemption_partition
+           WHERE NOT dry_run ORDER BY claimed_at DESC LIMIT 1"""
     )
-    return Claim(partition, int(row["epoch"]), int(row["next_offset"]))
+    if row is not None:
+        schema = await connection.fetchval("SELECT current_schema()")
+        raise ModeConflictError(
+            f"--dry-run refuses schema {schema!r}: a live deployment keeps its state there (inbox "
+            f"{row['inbox_topic']!r}, last owner {row['owner']!r}). Point the shadow at a schema of "
+            "its own (DATABASE_URL with ?search_path=<schema>, then `gfs db migrate`)"
+        )
 
 
-async def journal(connection: asyncpg.Connection, partition: int) -> list[tuple[str, Entry]]:
-    """The partition's journal in order: (pool, entry)."""
+async def journal(
+    connection: asyncpg.Connection, partition: int, *, topic: str = INBOX_TOPIC
+) -> list[tuple[str, Entry, int | None]]:
+    """The partition's journal in order: (pool, entry, the epoch it was written under)."""
     rows = await connection.fetch(
-        "SELECT pool, kind, data, at_s FROM preemption_journal WHERE partition = $1 ORDER BY seq", partition
-    )
-    return [(str(r["pool"]), (str(r["kind"]), json.loads(r["data"]), float(r["at_s"]))) for r in rows]
+        """SELECT pool, kind, data, at_s, epoch FROM preemption_journal
+           WHERE inbox_topic = $1 AND partition = $2 ORDER BY seq""",
+        topic, partition,
+    )  # fmt: skip
+    return [
+        (
+            str(r["pool"]),
+            (str(r["kind"]), json.loads(r["data"]), float(r["at_s"])),
+            None if r["epoch"] is None else int(r["epoch"]),
+        )
+        for r in rows
+    ]
 
 
-async def seen_events(connection: asyncpg.Connection, event_ids: Sequence[uuid.UUID]) -> set[uuid.UUID]:
+async def seen_events(
+    connection: asyncpg.Connection, event_ids: Sequence[uuid.UUID], *, topic: str = INBOX_TOPIC
+) -> set[uuid.UUID]:
     rows = await connection.fetch(
-        "SELECT event_id FROM preemption_journal WHERE event_id = ANY($1::uuid[])", event_ids
-    )
+        "SELECT event_id FROM preemption_journal WHERE inbox_topic = $1 AND event_id = ANY($2::uuid[])",
+        topic, event_ids,
+    )  # fmt: skip
     return {r["event_id"] for r in rows}
 
 
@@ -65,25 +124,29 @@ async def check_epoch(connection: asyncpg.Connection, claim_: Claim, next_offset
     """Lock the partition row and check the epoch; move the offset when given. Raises FencedError."""
     if next_offset is None:
         found = await connection.fetchval(
-            "SELECT 1 FROM preemption_partition WHERE partition = $1 AND epoch = $2 FOR UPDATE",
-            claim_.partition, claim_.epoch,
+            """SELECT 1 FROM preemption_partition
+               WHERE inbox_topic = $1 AND partition = $2 AND epoch = $3 FOR UPDATE""",
+            claim_.topic, claim_.partition, claim_.epoch,
         )  # fmt: skip
     else:
         found = await connection.fetchval(
-            "UPDATE preemption_partition SET next_offset = $3 WHERE partition = $1 AND epoch = $2 RETURNING 1",
-            claim_.partition, claim_.epoch, next_offset,
+            """UPDATE preemption_partition SET next_offset = $4
+               WHERE inbox_topic = $1 AND partition = $2 AND epoch = $3 RETURNING 1""",
+            claim_.topic, claim_.partition, claim_.epoch, next_offset,
         )  # fmt: skip
     if found is None:
         raise FencedError(f"partition {claim_.partition}: epoch {claim_.epoch} is no longer current")
 
 
 async def append_journal(
-    connection: asyncpg.Connection, partition: int, rows: Iterable[tuple[str, Entry, uuid.UUID | None]]
+    connection: asyncpg.Connection, claim_: Claim, rows: Iterable[tuple[str, Entry, uuid.UUID | None]]
 ) -> None:
+    """Append rows under `claim_` (its topic, partition and epoch: the id salt of a replay)."""
     await connection.executemany(
-        "INSERT INTO preemption_journal (partition, pool, kind, at_s, data, event_id) VALUES ($1, $2, $3, $4, $5::jsonb, $6)",
+        """INSERT INTO preemption_journal (inbox_topic, partition, epoch, pool, kind, at_s, data, event_id)
+           VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8)""",
         [
-            (partition, pool, kind, at, json.dumps(data), event_id)
+            (claim_.topic, claim_.partition, claim_.epoch, pool, kind, at, json.dumps(data), event_id)
             for pool, (kind, data, at), event_id in rows
         ],
     )

@@ -73,6 +73,9 @@ class QuotaServiceSettings(PlatformSettings):
     quota_api_host: str = "127.0.0.1"
     quota_api_port: int = 8081  # 0: no API
     quota_fence_poll_s: float = 1.0
+    # The fence is a lease (services/platform/fence.py): a dead or hung holder loses it within
+    # about this long (TCP keepalives and idle_session_timeout on its session), not ~2 h.
+    quota_fence_lease_s: float = 30.0
     quota_fence_key: int = FENCE_KEY  # instances sharing a key (and a database) fence each other
     # "wall": refresh every quota_refresh_s on the host's clock. "topic": each PoolStatus is its
     # pool's refresh, at its observed_at (module doc). Env GFS_QUOTA_CLOCK.
@@ -409,7 +412,10 @@ async def run_quota_service(
     metrics = configure_metrics(settings.otel_service_name or "gfs-quota")
     stats = ConsumeStats()
     runner: web.AppRunner | None = None
-    fence = AdvisoryFence(settings.database_url, settings.quota_fence_key, poll_s=settings.quota_fence_poll_s)
+    fence = AdvisoryFence(
+        settings.database_url, settings.quota_fence_key, poll_s=settings.quota_fence_poll_s,
+        lease_s=settings.quota_fence_lease_s,
+    )  # fmt: skip
     try:
         async with (
             open_pool(settings.database_url) as pool,
