@@ -28,6 +28,19 @@ def register_metrics(meter: Meter, service: QuotaService) -> None:
             for h, q in c.quota.items()
         ]
 
+    def capacity(_: CallbackOptions) -> list[Observation]:
+        return [Observation(c.capacity, {"pool": c.pool}) for c in service.latest.values()]
+
+    def forecast_hp(_: CallbackOptions) -> list[Observation]:
+        # The p-quantile of HP demand per hour ahead that the quota was sized on (none without a
+        # forecast: the idle-capacity fallback).
+        return [
+            Observation(float(q), {"pool": c.pool, "hours_ahead": str(h)})
+            for c in service.latest.values()
+            if c.inputs.hp_quantile is not None
+            for h, q in enumerate(c.inputs.hp_quantile, start=1)
+        ]
+
     def eta(_: CallbackOptions) -> list[Observation]:
         return [Observation(c.eta, {"pool": c.pool}) for c in service.latest.values()]
 
@@ -77,6 +90,10 @@ def register_metrics(meter: Meter, service: QuotaService) -> None:
     # `_ratio`, as the Prometheus rules ask; "{message}" is an annotation, not a unit: no suffix.
     families = (
         ("gfs_quota_gpus", "", "Spot quota per pool and guarantee duration, in GPUs", quota, False),
+        ("gfs_quota_capacity_gpus", "", "The pool's GPU capacity in its last status", capacity, False),
+        ("gfs_quota_forecast_hp_gpus", "",
+         "Forecast p-quantile of the pool's HP demand per hour ahead, behind the last quota",
+         forecast_hp, False),
         ("gfs_quota_eta_ratio", "1", "The eviction feedback's factor eta on the spare capacity", eta, False),
         ("gfs_quota_eviction_rate_ratio", "1",
          "Share of the guarantee periods ended in the feedback window that were evicted",

@@ -57,7 +57,7 @@ def _preemption() -> bytes:
         stats=SimpleNamespace(dead_lettered=2),
         partitions={0: object(), 3: object()},
         instance="host-1",
-        settings=SimpleNamespace(preemption_inbox_topic="gfs-preemption-inbox", preemption_inbox_partitions=6),
+        settings=SimpleNamespace(preemption_inbox_topic="inbox", preemption_inbox_partitions=6),
         latency_hist=None,
         decisions_counter=None,
     )
@@ -71,7 +71,8 @@ def _quota() -> bytes:
     metrics = configure_metrics("gfs-quota-test")
     computed = SimpleNamespace(
         pool="A100", quota={1: 6.0, 4: 3.0}, eta=0.8, eviction_rate=0.25, computed_s=7200.0,
-        forecast=SimpleNamespace(origin_s=3600.0),
+        forecast=SimpleNamespace(origin_s=3600.0), capacity=16,
+        inputs=SimpleNamespace(hp_quantile=[5.0, 7.5]),
     )  # fmt: skip
     book = SimpleNamespace(
         settings=SimpleNamespace(target=0.1, guarantee_rate=0.9), forecast_health=lambda now: (20, 0.85)
@@ -99,7 +100,8 @@ def _node_agent() -> bytes:
     agent_metrics.rejected.add(1, {"reason": "stale"})
     agent_metrics.sigterm_latency.record(0.002)
     agent_metrics.sigterm_since_issued.record(0.02)
-    agent: Any = SimpleNamespace(node="n0", journal=SimpleNamespace(live_workers=lambda: [1, 2]), evictions={})
+    journal = SimpleNamespace(live_workers=lambda: [1, 2])
+    agent: Any = SimpleNamespace(node="n0", journal=journal, evictions={})
     observe_agent(agent, metrics)
     return metrics.render()
 
@@ -119,6 +121,8 @@ EXPECTED = {
     }),
     "quota": (_quota, {
         "gfs_quota_gpus": "gauge",
+        "gfs_quota_capacity_gpus": "gauge",
+        "gfs_quota_forecast_hp_gpus": "gauge",
         "gfs_quota_eta_ratio": "gauge",
         "gfs_quota_eviction_rate_ratio": "gauge",
         "gfs_quota_eviction_target_ratio": "gauge",
@@ -159,7 +163,7 @@ def test_every_family_passes_promtool_check_metrics_without_a_warning(service: s
         [_promtool(), "check", "metrics"], input=text, capture_output=True, timeout=60, check=False
     )
     report = (done.stdout + done.stderr).decode()
-    assert done.returncode == 0 and not report.strip(), f"promtool check metrics ({service}):\n{report}\n{text.decode()}"
+    assert done.returncode == 0 and not report.strip(), f"promtool ({service}):\n{report}\n{text.decode()}"
 
 
 @pytest.mark.parametrize("service", sorted(EXPECTED))
@@ -187,12 +191,14 @@ def test_sample_values_follow_the_state_they_read() -> None:
     assert _sample(pre, "gfs_preemption_evictions_total", pool="A100", reason="PREEMPTED_BY_HP") == 3
     assert _sample(pre, "gfs_preemption_evictions_total", pool="A100", reason="NODE_LOST") == 1
     assert _sample(pre, "gfs_preemption_dead_letters_total") == 2
-    assert _sample(pre, "gfs_preemption_partitions_owned", decider="host-1", topic="gfs-preemption-inbox") == 2
-    assert _sample(pre, "gfs_preemption_inbox_partitions", topic="gfs-preemption-inbox") == 6
+    assert _sample(pre, "gfs_preemption_partitions_owned", decider="host-1", topic="inbox") == 2
+    assert _sample(pre, "gfs_preemption_inbox_partitions", topic="inbox") == 6
     assert _sample(pre, "gfs_preemption_quota_stale", pool="A100") == 1
     assert _sample(pre, "gfs_preemption_tasks", pool="A100", **{"class": "spot", "state": "queued"}) == 4
     quota = _quota().decode()
     assert _sample(quota, "gfs_quota_eta_ratio", pool="A100") == 0.8
+    assert _sample(quota, "gfs_quota_capacity_gpus", pool="A100") == 16
+    assert _sample(quota, "gfs_quota_forecast_hp_gpus", pool="A100", hours_ahead="2") == 7.5
     assert _sample(quota, "gfs_quota_eviction_rate_ratio", pool="A100") == 0.25
     assert _sample(quota, "gfs_quota_eviction_target_ratio", pool="A100") == 0.1
     assert _sample(quota, "gfs_forecast_coverage_ratio", pool="A100") == 0.85
