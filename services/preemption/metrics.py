@@ -64,9 +64,13 @@ def register_metrics(meter: Meter, decider: Decider) -> None:
 
     def quota_stale(_: CallbackOptions) -> list[Observation]:
         # No SpotQuota in force: none received yet (no spot admitted), or the last one expired
-        # (frozen at the spot GPUs in use). An SRE freeze or override is not stale (controls).
+        # (frozen at the spot GPUs in use). A quota an SRE froze or overrode is not stale: it is
+        # in force by decision (controls.py), and GET /controls shows it.
         return [
-            Observation(int(c.quota_valid_until is None or c.quota_frozen), {"pool": name})
+            Observation(
+                int(c.controls.quota_mode is None and (c.quota_valid_until is None or c.quota_frozen)),
+                {"pool": name},
+            )
             for name, c in sorted(decider.owned_pools().items())
         ]
 

@@ -50,9 +50,18 @@ def _preemption() -> bytes:
         runtime=SimpleNamespace(quota={1: 6.0, 2: 4.5}),
         quota_valid_until=None,  # no SpotQuota received yet: stale
         quota_frozen=False,
+        controls=SimpleNamespace(quota_mode=None),
+    )
+    # H800's quota expired but an SRE overrode it: in force by decision, not stale.
+    overridden = SimpleNamespace(
+        running_and_queued=lambda: {"hp_running": 0, "spot_running": 0, "hp_queued": 0, "spot_queued": 0},
+        runtime=SimpleNamespace(quota={1: 2.0}),
+        quota_valid_until=100.0,
+        quota_frozen=True,
+        controls=SimpleNamespace(quota_mode="override"),
     )
     decider: Any = SimpleNamespace(
-        owned_pools=lambda: {"A100": controller},
+        owned_pools=lambda: {"A100": controller, "H800": overridden},
         evictions_by_reason={("PREEMPTED_BY_HP", "A100"): 3, ("NODE_LOST", "A100"): 1},
         stats=SimpleNamespace(dead_lettered=2),
         partitions={0: object(), 3: object()},
@@ -194,6 +203,7 @@ def test_sample_values_follow_the_state_they_read() -> None:
     assert _sample(pre, "gfs_preemption_partitions_owned", decider="host-1", topic="inbox") == 2
     assert _sample(pre, "gfs_preemption_inbox_partitions", topic="inbox") == 6
     assert _sample(pre, "gfs_preemption_quota_stale", pool="A100") == 1
+    assert _sample(pre, "gfs_preemption_quota_stale", pool="H800") == 0
     assert _sample(pre, "gfs_preemption_tasks", pool="A100", **{"class": "spot", "state": "queued"}) == 4
     quota = _quota().decode()
     assert _sample(quota, "gfs_quota_eta_ratio", pool="A100") == 0.8
