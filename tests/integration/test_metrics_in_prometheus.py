@@ -203,8 +203,8 @@ async def test_prometheus_has_the_decision_latency_histogram_and_the_quota_per_p
     [stale] = dashboard["Quota stale (1: no SpotQuota in force)"]
     assert stale["metric"]["pool"] == pool and float(stale["value"][1]) == 0, stale
     print(
-        f"\nPrometheus: pool {pool} quota {by_hours}, {inf:.0f} decided batches, median latency {median * 1000:.1f} ms"
-        f"; {len(dashboard)} dashboard panels returned series"
+        f"\nPrometheus: pool {pool} quota {by_hours}, {inf:.0f} decided batches, "
+        f"median latency {median * 1000:.1f} ms; {len(dashboard)} dashboard panels returned series"
     )
 
 
