@@ -12,7 +12,8 @@ Prometheus' HTTP API (`/api/v1/query`) has:
   `gfs_preemption_quota_gpus{pool=...}` (job gfs-preemption), equal per guarantee duration;
 - a series for every query of the Grafana dashboard (infra/grafana/gfs-dashboard.json, `$pool` =
   this run's pool) that reads only metrics this run produces (NOT_PRODUCED says which it does not,
-  and why), and the pool's quota in force, not stale.
+  and why), and the pool's quota in force, not stale;
+- and the services' own `/metrics` pass `promtool check metrics` with no warning.
 
 Fails (not skips) with instructions when Prometheus does not answer or a port is taken.
 """
@@ -24,6 +25,7 @@ import math
 import os
 import random
 import socket
+import subprocess
 import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
@@ -177,6 +179,12 @@ async def test_prometheus_has_the_decision_latency_histogram_and_the_quota_per_p
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as http:
             found = await _scraped(http, pool)
             dashboard = await _dashboard_series(http, pool)
+            # The live services' own expositions pass promtool too (their wiring, not only the
+            # unit-level rendering of tests/static/test_metrics_exposition.py).
+            expositions = {}
+            for port in (QUOTA_PORT, PREEMPTION_PORT):
+                async with http.get(f"http://127.0.0.1:{port}/metrics") as response:
+                    expositions[port] = await response.read()
     except BaseException:
         print(services.logs())
         raise
@@ -199,6 +207,9 @@ async def test_prometheus_has_the_decision_latency_histogram_and_the_quota_per_p
     # durations the wire does not offer, e.g. 3 h).
     applied = {q["metric"]["guarantee_hours"]: float(q["value"][1]) for q in preemption_quota}
     assert {h: applied.get(h) for h in by_hours} == by_hours, (applied, by_hours)
+    for port, text in expositions.items():
+        done = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, check=False)
+        assert done.returncode == 0 and not (done.stdout + done.stderr).strip(), (port, done)
     # The quota is in force at the preemption service: not stale.
     [stale] = dashboard["Quota stale (1: no SpotQuota in force)"]
     assert stale["metric"]["pool"] == pool and float(stale["value"][1]) == 0, stale
