@@ -34,7 +34,6 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -42,7 +41,6 @@ from typing import Any, Literal
 import faust
 from opentelemetry import context as otel_context
 from opentelemetry import trace
-from opentelemetry.metrics import CallbackOptions, Observation
 from pydantic import AliasChoices, Field, field_validator
 
 from schemas.clock import CLOCK_KEY, ClockPhase, ClockTick
@@ -50,6 +48,7 @@ from schemas.envelope import wrap
 from schemas.forecast import DemandForecast, PoolDemandForecast
 from schemas.topics import DEAD_LETTER_TOPIC, decode, encode, key_of
 from services.forecast.forecasting import HOUR, PoolHistory, StreamForecaster
+from services.forecast.metrics import register_metrics
 from services.forecast.pipeline import Delta, PoolDemand, TaskRecord, apply_task_event
 from services.platform.kafka.dead_letter import FailedRecord, build_dead_letter, describe_error
 from services.platform.metrics import configure_metrics
@@ -293,22 +292,7 @@ def make_app(settings: ForecastServiceSettings, forecaster: StreamForecaster | N
                 await publish(out, at_s)
 
     metrics = configure_metrics(PRODUCER)
-    meter = metrics.meter(TRACER)
-    for key, help_text in (
-        ("dead_lettered", "records sent to the dead-letter topic"),
-        ("skipped", "decodable events the stream could not use"),
-        ("forecasts", "hourly forecast rounds published (per pool)"),
-    ):
-        meter.create_observable_counter(
-            f"gfs_forecast_{key}",
-            callbacks=[_counter_callback(counters, key)],
-            description=help_text,
-        )
-    meter.create_observable_counter(
-        "gfs_forecast_fallbacks",
-        callbacks=[lambda _: [Observation(forecaster.fallbacks)]],
-        description="forecasts answered by persistence because the model failed",
-    )
+    register_metrics(metrics.meter(TRACER), counters, forecaster)
 
     @app.page("/metrics")
     async def metrics_page(web: Any, request: Any) -> Any:
@@ -353,13 +337,6 @@ def make_app(settings: ForecastServiceSettings, forecaster: StreamForecaster | N
         app.timer(settings.forecast_tick_s)(tick)  # called, not applied: faust's decorator is untyped
 
     return app
-
-
-def _counter_callback(counters: dict[str, int], key: str) -> Callable[[CallbackOptions], list[Observation]]:
-    def observe(_: CallbackOptions) -> list[Observation]:
-        return [Observation(counters[key])]
-
-    return observe
 
 
 async def _declare_internal_topic(settings: ForecastServiceSettings) -> None:

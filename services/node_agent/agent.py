@@ -102,13 +102,13 @@ class AgentMetrics:
                 "gfs_agent_commands", description="Commands handled by the node agent, by kind and result."
             ),
             sigterm_latency=meter.create_histogram(
-                "gfs_agent_sigterm_latency",
+                "gfs_agent_sigterm_latency_seconds",
                 unit="s",
                 description="Eviction command received -> SIGTERM sent to its workers.",
                 explicit_bucket_boundaries_advisory=_LATENCY_BUCKETS_S,
             ),
             sigterm_since_issued=meter.create_histogram(
-                "gfs_agent_sigterm_since_issued",
+                "gfs_agent_sigterm_since_issued_seconds",
                 unit="s",
                 description="Eviction command issued_at (scheduler clock) -> SIGTERM sent.",
                 explicit_bucket_boundaries_advisory=_LATENCY_BUCKETS_S,

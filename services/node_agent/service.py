@@ -281,8 +281,13 @@ def _observe(agent: NodeAgent, metrics: Metrics) -> None:
     def evicting(_: CallbackOptions) -> list[Observation]:
         return [Observation(len(agent.evictions), {"node": agent.node})]
 
-    meter.create_observable_gauge("gfs_agent_workers_running", callbacks=[running])
-    meter.create_observable_gauge("gfs_agent_evictions_in_progress", callbacks=[evicting])
+    meter.create_observable_gauge(
+        "gfs_agent_workers_running", callbacks=[running], description="Workers of this node alive now"
+    )
+    meter.create_observable_gauge(
+        "gfs_agent_evictions_in_progress", callbacks=[evicting],
+        description="Eviction commands whose workers are still stopping (SIGTERM sent, grace running)",
+    )  # fmt: skip
 
 
 async def run_node_agent(

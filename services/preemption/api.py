@@ -1,14 +1,13 @@
-"""The preemption service's SRE API (aiohttp) and its metric callbacks: reads of the decider's
-live state and of the decision records; the controls and the dashboard register their routes here."""
+"""The preemption service's SRE API (aiohttp): reads of the decider's live state and of the
+decision records; the controls and the dashboard register their routes here. The metric families it
+serves on `/metrics` are defined in metrics.py."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from aiohttp import web
-from opentelemetry.metrics import CallbackOptions, Observation
 
 from services.platform.metrics import Metrics, metrics_handler
 from services.preemption import controls, store
@@ -17,39 +16,6 @@ from services.preemption.explanations import explanation_dict
 
 if TYPE_CHECKING:
     from services.preemption.service import Decider
-
-
-def observe(decider: Decider) -> dict[str, Callable[[CallbackOptions], list[Observation]]]:
-    def tasks(_: CallbackOptions) -> list[Observation]:
-        out = []
-        for name, controller in decider.owned_pools().items():
-            for key, value in controller.running_and_queued().items():
-                cls, state = key.split("_")
-                out.append(Observation(value, {"pool": name, "class": cls, "state": state}))
-        return out
-
-    def evictions(_: CallbackOptions) -> list[Observation]:
-        return [
-            Observation(v, {"reason": r, "pool": p})
-            for (r, p), v in sorted(decider.evictions_by_reason.items())
-        ]
-
-    def owned(_: CallbackOptions) -> list[Observation]:
-        return [Observation(len(decider.partitions), {"instance": decider.instance})]
-
-    def quota(_: CallbackOptions) -> list[Observation]:
-        return [
-            Observation(q, {"pool": name, "guarantee_hours": str(h)})
-            for name, c in decider.owned_pools().items()
-            for h, q in c.runtime.quota.items()
-        ]
-
-    return {
-        "gfs_preemption_tasks": tasks,
-        "gfs_preemption_evictions": evictions,
-        "gfs_preemption_partitions_owned": owned,
-        "gfs_preemption_quota_gpus": quota,
-    }
 
 
 def build_api(decider: Decider, metrics: Metrics, ready: asyncio.Event) -> web.Application:

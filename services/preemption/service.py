@@ -60,10 +60,11 @@ from services.platform.settings import PlatformSettings
 from services.platform.signing import node_key, sign
 from services.platform.tracing import extract_context, inject_headers
 from services.preemption import controls, liveness, store
-from services.preemption.api import build_api, observe
+from services.preemption.api import build_api
 from services.preemption.controller import ControllerSettings, Effects, PoolController, id_salt
 from services.preemption.dashboard import with_trace_id
 from services.preemption.inputs import Entry, apply, entry_for
+from services.preemption.metrics import register_metrics
 from services.preemption.router import (
     CLOCK_TOPIC,
     DUPLICATE_HEADER,
@@ -652,21 +653,7 @@ async def run_preemption_service(
         await ensure_topics(settings.bootstrap_servers, [inbox])
         relay = OutboxRelay(pool, producer, poll_interval_s=0.5)
         decider = Decider(pool, settings, clock, instance, secret, on_committed=relay.wake, producer=producer)
-        meter = metrics.meter(TRACER)
-        decider.latency_hist = meter.create_histogram(
-            "gfs_preemption_decision_latency_seconds", unit="s",
-            description="From reading an inbox batch to its decisions, journal and commands committed",
-        )  # fmt: skip
-        decider.decisions_counter = meter.create_counter(
-            "gfs_preemption_decisions", description="Decision records by kind"
-        )
-        decider.held_counter = meter.create_counter(
-            "gfs_preemption_node_loss_held",
-            description="Times a pool's silent nodes were kept, not declared lost, by reason "
-            "(input_lag, mass_silence, kill_switch): a stall is not a failure",
-        )
-        for name, callback in observe(decider).items():
-            meter.create_observable_gauge(name, callbacks=[callback])
+        register_metrics(metrics.meter(TRACER), decider)
         router = Router(pool, producer, inbox=inbox.name, pools=settings.pool_allowlist(),
                         clock_name=settings.preemption_clock_name)  # fmt: skip
         decider.router_heard = lambda: router.heard

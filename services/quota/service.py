@@ -37,7 +37,6 @@ import asyncpg
 from aiohttp import web
 from opentelemetry import context as otel_context
 from opentelemetry import trace
-from opentelemetry.metrics import CallbackOptions, Observation
 from pydantic import AliasChoices, BaseModel, Field
 
 from schemas.envelope import Envelope, wrap
@@ -58,6 +57,7 @@ from services.platform.settings import PlatformSettings
 from services.quota import store
 from services.quota.book import PoolBook, QuotaComputation
 from services.quota.mapping import forecast_view, spot_quota, status_view
+from services.quota.metrics import register_metrics
 
 log = logging.getLogger(__name__)
 
@@ -275,56 +275,6 @@ class QuotaService:
             return computed
 
 
-def _observe(service: QuotaService) -> dict[str, Callable[[CallbackOptions], list[Observation]]]:
-    def quota(_: CallbackOptions) -> list[Observation]:
-        return [
-            Observation(q, {"pool": c.pool, "guarantee_hours": str(h)})
-            for c in service.latest.values()
-            for h, q in c.quota.items()
-        ]
-
-    def eta(_: CallbackOptions) -> list[Observation]:
-        return [Observation(c.eta, {"pool": c.pool}) for c in service.latest.values()]
-
-    def forecast_age(_: CallbackOptions) -> list[Observation]:
-        return [
-            Observation(c.computed_s - c.forecast.origin_s, {"pool": c.pool})
-            for c in service.latest.values()
-            if c.forecast is not None
-        ]
-
-    def coverage(_: CallbackOptions) -> list[Observation]:
-        now = service.clock.now()
-        out = []
-        for name, book in service.books.items():
-            share = book.forecast_health(now)[1]
-            if share is not None:
-                out.append(Observation(share, {"pool": name}))
-        return out
-
-    def fallbacks(_: CallbackOptions) -> list[Observation]:
-        return [Observation(service.fallback_forecasts)]
-
-    def dead_letters(_: CallbackOptions) -> list[Observation]:
-        return [Observation(service.stats.dead_lettered)]
-
-    def lag(_: CallbackOptions) -> list[Observation]:
-        probe = service.lag_probe
-        if probe is None:
-            return []
-        return [Observation(v, {"group": probe.group, "topic": t}) for t, v in sorted(probe.lag.items())]
-
-    return {
-        "gfs_quota_gpus": quota,
-        "gfs_quota_eta": eta,
-        "gfs_quota_forecast_age_seconds": forecast_age,
-        "gfs_forecast_coverage_ratio": coverage,
-        "gfs_quota_forecast_fallbacks": fallbacks,
-        "gfs_quota_dead_letters": dead_letters,
-        "gfs_consumer_lag": lag,
-    }
-
-
 def build_api(service: QuotaService, metrics: Metrics, ready: asyncio.Event) -> web.Application:
     """The SRE read API: quota per pool and duration, eta, eviction rate, the forecast behind it."""
 
@@ -427,9 +377,7 @@ async def run_quota_service(
                 pool, settings, clock, on_saved=relay.wake, stats=stats, lag_probe=probe,
                 publish=relay.drain if settings.topic_clock else None,
             )  # fmt: skip
-            meter = metrics.meter(TRACER)
-            for name, callback in _observe(service).items():
-                meter.create_observable_gauge(name, callbacks=[callback])
+            register_metrics(metrics.meter(TRACER), service)
             if settings.quota_api_port:
                 runner = web.AppRunner(build_api(service, metrics, ready))
                 await runner.setup()

@@ -9,7 +9,11 @@ Prometheus' HTTP API (`/api/v1/query`) has:
 - the decision-latency histogram `gfs_preemption_decision_latency_seconds_bucket` (buckets up to
   `+Inf`, a count, a median by `histogram_quantile`) and the decisions by kind;
 - the quota per pool from both sides, `gfs_quota_gpus{pool=...}` (job gfs-quota) and
-  `gfs_preemption_quota_gpus{pool=...}` (job gfs-preemption), equal per guarantee duration.
+  `gfs_preemption_quota_gpus{pool=...}` (job gfs-preemption), equal per guarantee duration;
+- a series for every query of the Grafana dashboard (infra/grafana/gfs-dashboard.json, `$pool` =
+  this run's pool) that reads only metrics this run produces (NOT_PRODUCED says which it does not,
+  and why), and the pool's quota in force, not stale;
+- and the services' own `/metrics` pass `promtool check metrics` with no warning.
 
 Fails (not skips) with instructions when Prometheus does not answer or a port is taken.
 """
@@ -21,6 +25,7 @@ import math
 import os
 import random
 import socket
+import subprocess
 import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
@@ -30,6 +35,7 @@ from typing import Any
 import aiohttp
 import pytest
 import pytest_asyncio
+from grafana_queries import queries as dashboard_queries
 from live_harness import ServiceProcess, Tap
 from test_observability_stack import PROMETHEUS_URL, _require
 from test_quota_service import _hour, _migrated
@@ -47,6 +53,15 @@ pytestmark = pytest.mark.integration
 QUOTA_PORT, PREEMPTION_PORT = 8081, 8082  # what prometheus.yml scrapes (jobs gfs-quota, gfs-preemption)
 # Scrapes every 5 s; the quota service first reads its topics' history (a fresh consumer group).
 FIND_DEADLINE_S = 90.0
+# What this run does not produce, so dashboard queries reading them may be empty: no forecast worker
+# and no node agent run; no task is evicted and no guarantee period ends (no eviction rate); the
+# coverage needs status samples after the forecast.
+NOT_PRODUCED = {
+    "gfs_forecast_coverage_ratio", "gfs_quota_eviction_rate_ratio", "gfs_preemption_evictions_total",
+    "gfs_forecast_fallbacks_total", "gfs_forecast_dead_lettered_total", "gfs_forecast_forecasts_total",
+    "gfs_forecast_skipped_total", "gfs_agent_sigterm_latency_seconds_bucket",
+    "gfs_agent_sigterm_since_issued_seconds_bucket",
+}  # fmt: skip
 
 
 def _require_free(port: int, what: str) -> None:
@@ -163,6 +178,13 @@ async def test_prometheus_has_the_decision_latency_histogram_and_the_quota_per_p
 
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as http:
             found = await _scraped(http, pool)
+            dashboard = await _dashboard_series(http, pool)
+            # The live services' own expositions pass promtool too (their wiring, not only the
+            # unit-level rendering of tests/static/test_metrics_exposition.py).
+            expositions = {}
+            for port in (QUOTA_PORT, PREEMPTION_PORT):
+                async with http.get(f"http://127.0.0.1:{port}/metrics") as response:
+                    expositions[port] = await response.read()
     except BaseException:
         print(services.logs())
         raise
@@ -185,8 +207,15 @@ async def test_prometheus_has_the_decision_latency_histogram_and_the_quota_per_p
     # durations the wire does not offer, e.g. 3 h).
     applied = {q["metric"]["guarantee_hours"]: float(q["value"][1]) for q in preemption_quota}
     assert {h: applied.get(h) for h in by_hours} == by_hours, (applied, by_hours)
+    for port, text in expositions.items():
+        done = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, check=False)
+        assert done.returncode == 0 and not (done.stdout + done.stderr).strip(), (port, done)
+    # The quota is in force at the preemption service: not stale.
+    [stale] = dashboard["Quota stale (1: no SpotQuota in force)"]
+    assert stale["metric"]["pool"] == pool and float(stale["value"][1]) == 0, stale
     print(
-        f"\nPrometheus: pool {pool} quota {by_hours}, {inf:.0f} decided batches, median latency {median * 1000:.1f} ms"
+        f"\nPrometheus: pool {pool} quota {by_hours}, {inf:.0f} decided batches, "
+        f"median latency {median * 1000:.1f} ms; {len(dashboard)} dashboard panels returned series"
     )
 
 
@@ -240,3 +269,28 @@ async def _scraped(http: aiohttp.ClientSession, pool: str) -> tuple[Any, Any, An
         f"Prometheus ({PROMETHEUS_URL}) did not have everything after {FIND_DEADLINE_S:.0f}s; empty: {missing}; "
         f"got {got}. Status > Targets (or `up`) says whether 127.0.0.1:{QUOTA_PORT} and :{PREEMPTION_PORT} are scraped."
     )
+
+
+async def _dashboard_series(http: aiohttp.ClientSession, pool: str) -> dict[str, list[dict[str, Any]]]:
+    """Each dashboard query reading only produced metrics returns a series (keyed by panel title,
+    the first query of a panel kept); fails naming the empty ones after FIND_DEADLINE_S."""
+    expected = [q for q in dashboard_queries() if not q.metrics() & NOT_PRODUCED]
+    assert len(expected) >= 15, [q.expr for q in expected]  # most of the dashboard, not a token few
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + FIND_DEADLINE_S
+    empty = expected
+    got: dict[str, list[dict[str, Any]]] = {}
+    while loop.time() < deadline:
+        still = []
+        for query in empty:
+            result = await _query(http, query.promql(pool=pool))
+            if result:
+                got.setdefault(query.panel, result)
+            else:
+                still.append(query)
+        empty = still
+        if not empty:
+            return got
+        await asyncio.sleep(1.0)
+    listed = "\n".join(f"{q.panel} [{q.ref_id}]: {q.promql(pool=pool)}" for q in empty)
+    raise AssertionError(f"dashboard queries with no series after {FIND_DEADLINE_S:.0f}s:\n{listed}")

@@ -281,7 +281,8 @@ async def test_hp_evicts_then_binds_after_the_ack_signed_and_explained(
             == 1.0
         )
         assert (
-            _sample(metrics, "gfs_preemption_evictions", {"pool": c.pool, "reason": "PREEMPTED_BY_HP"}) == 1.0
+            _sample(metrics, "gfs_preemption_evictions_total", {"pool": c.pool, "reason": "PREEMPTED_BY_HP"})
+            == 1.0
         )
         before = {name: sorted(ctl.runtime.state.running) for name, ctl in decider.owned_pools().items()}
         queued = {name: ctl.runtime.queued_ids() for name, ctl in decider.owned_pools().items()}
