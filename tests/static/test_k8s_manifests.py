@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import functools
 import hashlib
 import hmac
 import os
@@ -45,8 +46,9 @@ REPO = Path(__file__).resolve().parents[2]
 K8S_DIR = REPO / "infra" / "k8s"
 OVERLAY = "overlays/production"
 CRD_PATH = REPO / "infra" / "crds" / "prometheus-operator" / "monitoring.coreos.com_servicemonitors.yaml"
-# The Kubernetes version the objects must be valid for (kubernetes-validate bundles its schemas).
-K8S_VERSION = "1.33.0"
+# The Kubernetes versions the objects must be valid for: the oldest supported here and the newest
+# schemas kubernetes-validate bundles (its schemas are offline, in the wheel).
+K8S_VERSIONS = ("1.30.0", kubernetes_validate.latest_version())
 REGISTRY = "registry.test/gfs"
 TAG = "ci-0123abc"
 IMAGES = ("gfs-preemption", "gfs-quota", "gfs-forecast", "gfs-node-agent")
@@ -111,6 +113,7 @@ def _strict(schema: Any) -> Any:
     return schema
 
 
+@functools.cache
 def _crd_validators() -> dict[tuple[str, str], jsonschema.protocols.Validator]:
     crd = yaml.safe_load(CRD_PATH.read_text())
     out = {}
@@ -123,16 +126,15 @@ def _crd_validators() -> dict[tuple[str, str], jsonschema.protocols.Validator]:
     return out
 
 
-CRDS = _crd_validators()
-
-
 def validate(doc: dict[str, Any]) -> None:
     """Raise if `doc` is not a valid object (core kinds: Kubernetes schemas; CRDs: theirs)."""
     key = (doc.get("apiVersion", ""), doc.get("kind", ""))
-    if key in CRDS:
-        CRDS[key].validate(doc)
+    crds = _crd_validators()
+    if key in crds:
+        crds[key].validate(doc)
         return
-    kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+    for version in K8S_VERSIONS:
+        kubernetes_validate.validate(doc, version, strict=True)
 
 
 @pytest.fixture(scope="module")
@@ -174,6 +176,13 @@ def test_the_overlay_renders_every_object_valid(docs: list[dict[str, Any]]) -> N
         "Service/gfs-preemption",
         "Service/gfs-quota",
         "ServiceMonitor/gfs",
+    ]
+    assert sorted(d["metadata"]["name"].rsplit("-", 1)[0] for d in docs if d["kind"] == "Secret") == [
+        "gfs-admin-token",
+        "gfs-command-secret",
+        "gfs-db-migrate",
+        "gfs-db-preemption",
+        "gfs-db-quota",
     ]
     # Kafka and Postgres are external: nothing here runs a broker or a database.
     images = {c["image"] for w in _workloads(docs) for c in _containers(w)}
@@ -458,3 +467,37 @@ def test_node_key_prints_each_nodes_hmac_key() -> None:
     env.pop("GFS_COMMAND_SECRET")
     missing = subprocess.run([gfs, "stack", "node-key", "gpu-a"], env=env, capture_output=True, text=True)
     assert missing.returncode == 2 and "GFS_COMMAND_SECRET is not set" in missing.stderr
+
+
+def check_restricted(workload: dict[str, Any]) -> None:
+    """The main rules of the Pod Security "restricted" level (the namespace warns on it)."""
+    name = workload["metadata"]["name"]
+    pod = workload["spec"]["template"]["spec"]
+    assert pod.get("securityContext", {}).get("seccompProfile", {}).get("type") == "RuntimeDefault", name
+    assert not any("hostPath" in v for v in pod.get("volumes", [])), f"{name}: hostPath"
+    for container in _containers(workload):
+        context = container.get("securityContext", {})
+        non_root = context.get("runAsNonRoot", pod["securityContext"].get("runAsNonRoot"))
+        assert non_root is True, f"{name}/{container['name']}: runAsNonRoot"
+        assert context.get("allowPrivilegeEscalation") is False, f"{name}/{container['name']}: escalation"
+        assert context.get("capabilities", {}).get("drop") == ["ALL"], f"{name}/{container['name']}: drop ALL"
+        assert not context.get("capabilities", {}).get("add"), (
+            f"{name}/{container['name']}: added capabilities"
+        )
+
+
+def test_every_workload_but_the_node_agent_meets_the_restricted_pod_security_level(
+    docs: list[dict[str, Any]],
+) -> None:
+    for workload in _workloads(docs):
+        if workload["metadata"]["name"] != "gfs-node-agent":
+            check_restricted(workload)
+    # The agent cannot (hostPath, a root init container): the namespace enforces "privileged".
+    with pytest.raises(AssertionError, match="hostPath"):
+        check_restricted(_one(docs, "DaemonSet", "gfs-node-agent"))
+    labels = _one(docs, "Namespace", "gfs")["metadata"]["labels"]
+    assert labels["pod-security.kubernetes.io/enforce"] == "privileged"
+    broken = copy.deepcopy(_one(docs, "Deployment", "gfs-quota"))
+    del broken["spec"]["template"]["spec"]["containers"][0]["securityContext"]["allowPrivilegeEscalation"]
+    with pytest.raises(AssertionError, match="escalation"):
+        check_restricted(broken)
