@@ -2,8 +2,9 @@
 # Builds kustomize (the Go tool pinned in go.mod) into .stack/bin/kustomize (git-ignored), the
 # renderer of infra/k8s (tests/static/test_k8s_manifests.py, `make k8s-render`). Mirrors
 # infra/jaeger/build.sh: idempotent through a stamp holding the hash of go.mod + go.sum, one build
-# at a time (flock). A cold build (empty Go caches) downloads ~90 modules from the Go module proxy
-# and compiles in ~1 min on 2 cores; with warm caches a rebuild takes seconds.
+# at a time (flock). A cold build (empty Go module and build caches) downloads ~100 MB of modules
+# from the Go module proxy and compiles in 3 min 8 s (measured on a busy 2-core machine, 300 MB
+# peak RSS, ~110 MB of build cache); with warm caches a rebuild takes ~6 s.
 set -euo pipefail
 TOOL_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 GFS_REPO_DIR="$(cd "$TOOL_DIR/../../.." && pwd)"
