@@ -11,7 +11,7 @@ STACK := infra/stack.sh
 # demo reach the local stack.
 STACK_ENV := eval "$$(bash $(STACK) env)"
 
-.PHONY: help setup up down status reset test demo demo-sim lint
+.PHONY: help setup up down status reset test demo demo-sim lint k8s-render
 
 help:
 	@echo "make setup   venv + Kafka jars + PostgreSQL + Jaeger build + Prometheus + Chromium (idempotent)"
@@ -21,12 +21,14 @@ help:
 	@echo "make demo-sim setup + up + the simulator replay (scripts/demo-sim.sh)"
 	@echo "make down    stop the stack              make reset   stop and wipe its data"
 	@echo "make status  is the stack up?            make lint    ruff + import contracts"
+	@echo "make k8s-render  the Kubernetes manifests of infra/k8s/overlays/production (docs/kubernetes.md)"
 
 setup:
 	bash scripts/bootstrap.sh
 	bash infra/kafka/fetch.sh
 	bash infra/postgres/install.sh
 	bash infra/jaeger/build.sh
+	bash infra/k8s/kustomize-tool/build.sh
 	bash infra/prometheus/install.sh
 	bash infra/chromium/install.sh
 
@@ -57,3 +59,8 @@ demo-sim: up
 lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
+
+# The final YAML the cluster would get (needs the overlay's secrets/*.env, docs/kubernetes.md).
+k8s-render:
+	bash infra/k8s/kustomize-tool/build.sh
+	.stack/bin/kustomize build infra/k8s/overlays/production

@@ -136,6 +136,7 @@ def node_agent(
     from services.node_agent.service import AgentOptions, default_node_name, run_node_agent
     from services.node_agent.settings import MissingKeyError, NodeAgentSettings
 
+    settings = NodeAgentSettings()
     options = AgentOptions(
         node=node or default_node_name(),
         gpu_model=gpu_model,
@@ -144,8 +145,8 @@ def node_agent(
         telemetry_s=telemetry_s,
         state_dir=Path(state_dir).resolve() if state_dir else None,
         metrics_port=metrics_port,
+        metrics_host=settings.agent_metrics_host,
     )
-    settings = NodeAgentSettings()
     _logging(settings, "node-agent")
     try:
         settings.command_key(options.node)

@@ -82,7 +82,7 @@ class ForecastServiceSettings(PlatformSettings):
     # transaction, but a worker killed mid-transaction then blocks every read_committed consumer
     # of gfs.forecasts (the quota service) until the broker times the transaction out.
     forecast_processing_guarantee: str = "at_least_once"
-    forecast_web_port: int = 6066  # /metrics on loopback (Faust's web server); 0: none
+    forecast_web_port: int = 6066  # /metrics, /healthz, /readyz (Faust's web server); 0: none
     forecast_web_host: str = "127.0.0.1"
     # "wall": the timer ticks pools on the host's clock. "topic": ClockTick ADVANCEs on
     # gfs.control.clock are the only ticks (sim/live parity). Env GFS_FORECAST_CLOCK.
@@ -298,6 +298,18 @@ def make_app(settings: ForecastServiceSettings, forecaster: StreamForecaster | N
     async def metrics_page(web: Any, request: Any) -> Any:
         # aiohttp refuses a charset inside content_type: the format version only.
         return web.bytes(metrics.render(), content_type="text/plain; version=0.0.4")
+
+    # Probes for Kubernetes (infra/k8s): /healthz answers while the worker's event loop runs;
+    # /readyz is 200 once the first assignment's tables are recovered from their changelogs and no
+    # rebalance or recovery is in progress (503 then: the worker is not processing events).
+    @app.page("/healthz")
+    async def healthz_page(web: Any, request: Any) -> Any:
+        return web.json({"status": "alive"})
+
+    @app.page("/readyz")
+    async def readyz_page(web: Any, request: Any) -> Any:
+        ready = app.tables.recovery.completed.is_set() and not app.rebalancing and not app.in_recovery
+        return web.json({"ready": ready}, status=200 if ready else 503)
 
     async def tick_pools(at_s: float) -> None:
         for pool in sorted(known_pools | {str(k) for k in demand}):

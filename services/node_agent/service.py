@@ -272,6 +272,18 @@ async def _telemetry(agent: NodeAgent, every_s: float, stop: asyncio.Event) -> N
             await asyncio.wait_for(stop.wait(), timeout=every_s)
 
 
+def build_metrics_app(metrics: Metrics) -> web.Application:
+    """What --metrics-port serves: /metrics, and /healthz for the kubelet's probes (infra/k8s)."""
+
+    async def healthz(_: web.Request) -> web.Response:
+        return web.json_response({"status": "alive"})
+
+    app = web.Application()
+    app.router.add_get("/metrics", metrics_handler(metrics))
+    app.router.add_get("/healthz", healthz)
+    return app
+
+
 def _observe(agent: NodeAgent, metrics: Metrics) -> None:
     meter = metrics.meter(TRACER)
 
@@ -346,9 +358,7 @@ async def run_node_agent(
                 )
                 _observe(agent, metrics)
                 if options.metrics_port:
-                    app = web.Application()
-                    app.router.add_get("/metrics", metrics_handler(metrics))
-                    runner = web.AppRunner(app)
+                    runner = web.AppRunner(build_metrics_app(metrics))
                     await runner.setup()
                     await web.TCPSite(runner, options.metrics_host, options.metrics_port).start()
                 await agent.recover()

@@ -98,3 +98,29 @@ def smoke(
     render_report(report, console)
     if not report.ok:
         raise typer.Exit(code=1)
+
+
+@app.command("node-key")
+def node_key_cmd(
+    nodes: Annotated[list[str], typer.Argument(help="Node names (the agent's --node).")],
+) -> None:
+    """Print each node's command key (hex) derived from GFS_COMMAND_SECRET: `NODE KEY` per line.
+
+    For provisioning agents with their own key only (GFS_NODE_KEY, or the file the Kubernetes
+    DaemonSet reads, docs/kubernetes.md); run it where the master secret lives, never on a node.
+    """
+    import os
+
+    from services.platform.signing import node_key
+
+    # The same variable, and the same UTF-8 bytes, as PreemptionSettings.master_secret().
+    secret = os.environ.get("GFS_COMMAND_SECRET", "")
+    try:
+        if not secret:
+            raise ValueError("GFS_COMMAND_SECRET is not set (the scheduler's master secret)")
+        keys = [(node, node_key(secret.encode("utf-8"), node).hex()) for node in nodes]
+    except ValueError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(code=2) from None
+    for node, key in keys:
+        typer.echo(f"{node} {key}")

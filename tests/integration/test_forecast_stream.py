@@ -303,6 +303,26 @@ async def test_task_events_become_forecasts_of_observed_demand(
     assert "gfs_forecast_dead_lettered_total" in metrics and "gfs_forecast_fallbacks_total" in metrics
 
 
+async def test_the_worker_answers_the_kubernetes_probes(stream: tuple[str, Path]) -> None:
+    # infra/k8s probes the worker on Faust's web port: /healthz (alive) and /readyz (its tables
+    # recovered, no rebalance in progress: a started worker settles there within seconds).
+    _, log = stream
+    base = f"http://127.0.0.1:{(log.parent / 'port').read_text()}"
+    async with aiohttp.ClientSession() as http:
+        async with http.get(f"{base}/healthz") as response:
+            assert response.status == 200 and (await response.json()) == {"status": "alive"}
+        deadline = time.monotonic() + 60
+        while True:
+            async with http.get(f"{base}/readyz") as response:
+                body = await response.json()
+                if response.status == 200:
+                    assert body == {"ready": True}
+                    break
+                assert response.status == 503 and body == {"ready": False}
+            assert time.monotonic() < deadline, "the worker did not become ready in 60 s"
+            await asyncio.sleep(0.5)
+
+
 async def test_a_restarted_stream_rebuilds_its_tables_from_the_changelogs(
     kafka_bootstrap: str, tmp_path: Path, registry_topics: TopicsReport
 ) -> None:

@@ -312,6 +312,9 @@ async def test_forged_tampered_stale_and_wrong_node_commands_are_refused_and_rep
 
         async with aiohttp.ClientSession() as http, http.get(f"http://127.0.0.1:{port}/metrics") as response:
             text = await response.text()
+        # The same port answers the kubelet's liveness probe (infra/k8s node-agent.yaml).
+        async with aiohttp.ClientSession() as http, http.get(f"http://127.0.0.1:{port}/healthz") as response:
+            assert response.status == 200 and await response.json() == {"status": "alive"}
         counts = {
             line.split('reason="')[1].split('"')[0]: float(line.rsplit(" ", 1)[1])
             for line in text.splitlines()
