@@ -192,7 +192,7 @@ def virtual_nodes(
 
 @app.command("quota-adapter")
 def quota_adapter(
-    target: str = typer.Option(..., "--target", help="kueue (ClusterQueue borrowingLimit) or kai (Queue gpu limit)"),
+    target: str = typer.Option(..., "--target", help="kueue (ClusterQueue borrowingLimit) or kai (Queue)"),
     config: str = typer.Option(..., "--config", help="mapping YAML (see configs/quota-adapter-kueue.yaml)"),
     dry_run: bool = typer.Option(False, "--dry-run", help="print each changed manifest; apply nothing"),
     output: str = typer.Option("json", "--output", help="dry-run format: json (one per line) or yaml"),

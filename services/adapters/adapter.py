@@ -47,7 +47,9 @@ class QuotaAdapter:
             return False
         held = self._latest.get(quota.pool)
         if held is not None and quota.valid_from < held.valid_from:
-            log.info("older quota for pool %s ignored (valid_from %s)", quota.pool, quota.valid_from.isoformat())
+            log.info(
+                "older quota for pool %s ignored (valid_from %s)", quota.pool, quota.valid_from.isoformat()
+            )
             return False
         self._latest[quota.pool] = quota
         return True
@@ -64,7 +66,10 @@ class QuotaAdapter:
             for cq in self.config.kueue.cluster_queues:
                 out.append(
                     kueue.cluster_queue_manifest(
-                        cq, by_pool, api_version=self.config.kueue.api_version, gpu_resource=self.config.gpu_resource
+                        cq,
+                        by_pool,
+                        api_version=self.config.kueue.api_version,
+                        gpu_resource=self.config.gpu_resource,
                     )
                 )
         elif self.target == "kai" and self.config.kai is not None:

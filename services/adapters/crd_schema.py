@@ -86,7 +86,8 @@ class CrdSchema:
         if found:
             name = manifest.get("metadata", {}).get("name", "?")
             raise ManifestInvalidError(
-                f"{self.kind} {name} is invalid against the {self.api_version} CRD schema: " + "; ".join(found)
+                f"{self.kind} {name} is invalid against the {self.api_version} CRD schema: "
+                + "; ".join(found)
             )
 
 

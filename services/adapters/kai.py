@@ -15,7 +15,9 @@ from typing import Any
 from services.adapters.mapping import KaiQueue, SpotGpus
 
 
-def queue_manifest(queue: KaiQueue, gpus_by_pool: Mapping[str, SpotGpus], *, api_version: str) -> dict[str, Any]:
+def queue_manifest(
+    queue: KaiQueue, gpus_by_pool: Mapping[str, SpotGpus], *, api_version: str
+) -> dict[str, Any]:
     """The server-side-apply manifest for one spot Queue: only `spec.resources.gpu`, so the
     queue's parent, priority, cpu and memory stay whoever set them (they are plain object fields,
     merged per field by server-side apply)."""
@@ -24,5 +26,7 @@ def queue_manifest(queue: KaiQueue, gpus_by_pool: Mapping[str, SpotGpus], *, api
         "apiVersion": api_version,
         "kind": "Queue",
         "metadata": {"name": queue.name},
-        "spec": {"resources": {"gpu": {"quota": 0, "overQuotaWeight": queue.over_quota_weight, "limit": limit}}},
+        "spec": {
+            "resources": {"gpu": {"quota": 0, "overQuotaWeight": queue.over_quota_weight, "limit": limit}}
+        },
     }

@@ -136,6 +136,8 @@ def spot_gpus(quota: SpotQuota | None, guarantee_hours: int, now: datetime) -> S
     for entry in quota.quotas:
         if entry.guarantee_hours == guarantee_hours:
             # Floor, never round: 12.7 promised GPUs are 12 whole ones; the 13th is not promised.
-            return SpotGpus(math.floor(entry.quota_gpus), f"quota {entry.quota_gpus:g} GPUs ({quota.forecast_version})")
+            return SpotGpus(
+                math.floor(entry.quota_gpus), f"quota {entry.quota_gpus:g} GPUs ({quota.forecast_version})"
+            )
     offered = sorted(q.guarantee_hours for q in quota.quotas)
     return SpotGpus(0, f"quota offers no {guarantee_hours} h duration (offers {offered})")

@@ -22,7 +22,7 @@ import yaml
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from schemas.quota import SpotQuota
-from schemas.topics import decode
+from schemas.topics import decode, topic
 from services.adapters.adapter import QuotaAdapter
 from services.adapters.kueue import FIELD_MANAGER
 
@@ -69,12 +69,22 @@ def kubectl_sink(kubectl: str | None = None) -> Sink:
 
     async def emit(manifest: dict[str, Any]) -> None:
         proc = await asyncio.create_subprocess_exec(
-            path, "apply", "--server-side", f"--field-manager={FIELD_MANAGER}", "--force-conflicts", "-f", "-",
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-        )  # fmt: skip
+            path,
+            "apply",
+            "--server-side",
+            f"--field-manager={FIELD_MANAGER}",
+            "--force-conflicts",
+            "-f",
+            "-",
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
         out, err = await proc.communicate(json.dumps(manifest).encode())
         if proc.returncode != 0:
-            raise ApplyFailedError(f"kubectl apply exited {proc.returncode}: {err.decode(errors='replace').strip()}")
+            raise ApplyFailedError(
+                f"kubectl apply exited {proc.returncode}: {err.decode(errors='replace').strip()}"
+            )
         log.info("applied %s", out.decode(errors="replace").strip())
 
     return emit
@@ -87,8 +97,12 @@ async def flush(adapter: QuotaAdapter, sink: Sink, now: datetime) -> int:
         try:
             await sink(manifest)
         except ApplyFailedError as exc:
-            log.error("%s %s not applied (retried on the next change or tick): %s",
-                      manifest["kind"], manifest["metadata"]["name"], exc)  # fmt: skip
+            log.error(
+                "%s %s not applied (retried on the next change or tick): %s",
+                manifest["kind"],
+                manifest["metadata"]["name"],
+                exc,
+            )
             continue
         adapter.mark_applied(manifest)
         sent += 1
@@ -99,7 +113,9 @@ def _observe(adapter: QuotaAdapter, record: Any) -> None:
     try:
         quota = decode(QUOTA_TOPIC, record.value or b"").payload
     except Exception as exc:  # a bad record must not stop the adapter; the reason is logged
-        log.warning("undecodable record on %s[%s]@%s skipped: %s", record.topic, record.partition, record.offset, exc)
+        log.warning(
+            "undecodable record on %s[%s]@%s skipped: %s", record.topic, record.partition, record.offset, exc
+        )
         return
     if isinstance(quota, SpotQuota):
         adapter.observe(quota)
@@ -118,15 +134,15 @@ async def run_quota_adapter(
     `recheck_s` (a quota that expires without a successor must fall back to 0 on time, and a
     failed apply is retried at that pace, not in a tight loop)."""
     consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap_servers, enable_auto_commit=False, isolation_level="read_committed"
+        bootstrap_servers=bootstrap_servers,
+        group_id=None,
+        enable_auto_commit=False,
+        isolation_level="read_committed",
     )
     await consumer.start()
     try:
-        partitions = consumer.partitions_for_topic(QUOTA_TOPIC) or set()
-        if not partitions:
-            await consumer.client.force_metadata_update()  # a fresh client may not know the topic yet
-            partitions = consumer.partitions_for_topic(QUOTA_TOPIC) or set()
-        tps = [TopicPartition(QUOTA_TOPIC, p) for p in sorted(partitions)]
+        # The registry's partition count, as every other reader of a registry topic assumes.
+        tps = [TopicPartition(QUOTA_TOPIC, p) for p in range(topic(QUOTA_TOPIC).partitions)]
         consumer.assign(tps)
         await consumer.seek_to_beginning(*tps)
         ends = await consumer.end_offsets(tps)
