@@ -113,8 +113,14 @@ def _observe(adapter: QuotaAdapter, record: Any) -> None:
     try:
         quota = decode(QUOTA_TOPIC, record.value or b"").payload
     except Exception as exc:  # a bad record must not stop the adapter; the reason is logged
+        # One line per record (pydantic's messages span several): grep-able, and bounded.
+        reason = " | ".join(line.strip() for line in str(exc).splitlines() if line.strip())[:300]
         log.warning(
-            "undecodable record on %s[%s]@%s skipped: %s", record.topic, record.partition, record.offset, exc
+            "undecodable record on %s[%s]@%s skipped: %s",
+            record.topic,
+            record.partition,
+            record.offset,
+            reason,
         )
         return
     if isinstance(quota, SpotQuota):

@@ -295,3 +295,47 @@ def test_an_undecodable_record_is_logged_and_skipped(caplog: pytest.LogCaptureFi
         _observe(adapter, good)
     assert any("undecodable record on gfs.quotas[1]@41 skipped" in r.getMessage() for r in caplog.records)
     assert adapter.manifests(T0)[0]["spec"]["resources"]["gpu"]["limit"] == 4
+
+
+def test_apply_mode_pipes_each_manifest_to_kubectl_server_side(tmp_path: Path) -> None:
+    from services.adapters.service import ApplyFailedError
+
+    # A stand-in kubectl that records its arguments and stdin (no cluster here).
+    record = tmp_path / "calls.jsonl"
+    fake = tmp_path / "kubectl"
+    fake.write_text(
+        "#!/usr/bin/env python3\nimport json, sys\n"
+        f"open({str(record)!r}, 'a').write(json.dumps([sys.argv[1:], sys.stdin.read()]) + '\\n')\n"
+        "sys.exit(1 if 'fail' in sys.argv[0] else 0)\n"
+    )
+    fake.chmod(0o755)
+    adapter = QuotaAdapter(KAI, "kai")
+    adapter.observe(a_quota("A100", h1=9.9))
+    assert asyncio.run(flush(adapter, kubectl_sink(str(fake)), T0)) == 1
+    [(args, stdin)] = [json.loads(line) for line in record.read_text().splitlines()]
+    assert args == [
+        "apply",
+        "--server-side",
+        "--field-manager=gfs-quota-adapter",
+        "--force-conflicts",
+        "-f",
+        "-",
+    ]
+    assert json.loads(stdin)["spec"]["resources"]["gpu"] == {"quota": 0, "overQuotaWeight": 2.0, "limit": 9}
+
+    failing = tmp_path / "kubectl-fail"
+    failing.write_text(fake.read_text())
+    failing.chmod(0o755)
+    with pytest.raises(ApplyFailedError, match="kubectl apply exited 1"):
+        asyncio.run(kubectl_sink(str(failing))(adapter.manifests(T0)[0]))
+
+
+def test_yaml_output_is_one_document_per_manifest() -> None:
+    import yaml
+
+    adapter = QuotaAdapter(KUEUE, "kueue")
+    adapter.observe(a_quota("H100", h1=2.0))
+    out = io.StringIO()
+    asyncio.run(flush(adapter, print_sink("yaml", out), T0))
+    [doc] = list(yaml.safe_load_all(out.getvalue()))
+    assert [f["resources"][0]["borrowingLimit"] for f in doc["spec"]["resourceGroups"][0]["flavors"]] == [0, 2]
