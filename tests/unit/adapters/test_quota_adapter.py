@@ -338,4 +338,5 @@ def test_yaml_output_is_one_document_per_manifest() -> None:
     out = io.StringIO()
     asyncio.run(flush(adapter, print_sink("yaml", out), T0))
     [doc] = list(yaml.safe_load_all(out.getvalue()))
-    assert [f["resources"][0]["borrowingLimit"] for f in doc["spec"]["resourceGroups"][0]["flavors"]] == [0, 2]
+    flavors = doc["spec"]["resourceGroups"][0]["flavors"]
+    assert [f["resources"][0]["borrowingLimit"] for f in flavors] == [0, 2]
