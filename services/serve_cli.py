@@ -199,6 +199,7 @@ def quota_adapter(
     recheck_s: float = typer.Option(5.0, "--recheck-s", help="re-check expiries and retry failed applies"),
 ) -> None:
     """Kueue/KAI adapter: GFS's SpotQuota per pool in; spot queue limits out (printed or applied)."""
+    from datetime import UTC, datetime
     from pathlib import Path
 
     from services.adapters.adapter import QuotaAdapter
@@ -214,6 +215,8 @@ def quota_adapter(
     _logging(settings, "quota-adapter")
     try:
         adapter = QuotaAdapter(load_config(Path(config)), target)  # type: ignore[arg-type]
+        # Render once now: a mapping the CRD schema rejects fails here, before anything is read.
+        adapter.manifests(datetime.now(UTC))
         sink = print_sink(output) if dry_run else kubectl_sink()
     except (ConfigError, KubectlMissingError, ValueError) as exc:
         typer.echo(f"error: {exc}", err=True)

@@ -340,3 +340,25 @@ def test_yaml_output_is_one_document_per_manifest() -> None:
     [doc] = list(yaml.safe_load_all(out.getvalue()))
     flavors = doc["spec"]["resourceGroups"][0]["flavors"]
     assert [f["resources"][0]["borrowingLimit"] for f in flavors] == [0, 2]
+
+
+def test_the_command_refuses_a_mapping_the_crd_rejects_before_reading_kafka(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from services.serve_cli import app
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(
+        "kueue:\n  cluster_queues:\n  - name: spot\n    flavors: [{flavor: a100, pool: A100}]\n"
+        "    extra_resource_groups:\n"
+        "    - {coveredResources: [cpu], flavors: [{name: x, resources: [{name: cpu}]}]}\n"
+    )
+    result = CliRunner().invoke(
+        app, ["quota-adapter", "--target", "kueue", "--config", str(bad), "--dry-run"]
+    )
+    assert result.exit_code == 2
+    assert "'nominalQuota' is a required property" in result.output
+    result = CliRunner().invoke(
+        app, ["quota-adapter", "--target", "volcano", "--config", str(bad), "--dry-run"]
+    )
+    assert result.exit_code == 2 and "--target must be kueue or kai" in result.output
