@@ -1,6 +1,7 @@
-"""Validate the manifests the adapter would apply against the projects' published CRD schemas.
+"""Validate the manifests the adapter would apply against the projects' CRD schemas.
 
-The CRDs are vendored unchanged under infra/crds/ (sources and licence: infra/crds/README.md).
+The CRDs live under infra/crds/: Kueue's published ClusterQueue CRD unchanged, and a
+hand-written subset of KAI's Queue (sources in infra/crds/README.md).
 A CRD's `openAPIV3Schema` is (nearly) JSON Schema; the differences handled here:
 
 - Unknown fields: the API server rejects them under strict field validation (kubectl's default),
