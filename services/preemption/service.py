@@ -12,6 +12,9 @@ Shape (docs/services.md, "Preemption service"):
   the epoch, append the inputs to the journal, record the decisions, enqueue the events and the
   signed commands in the outbox and store the next offset; then wake the relay. A failed
   transaction rebuilds the partition from Postgres, so memory never runs ahead of what is durable.
+  After a batch failed with an error a record may cause (`poison.py`), the records up to that
+  batch's end are decided one per transaction; the one that fails alone is dead-lettered with the
+  error and its offset stored, so one record never stops a partition (issue 22).
 - A timer (every `preemption_tick_s`) runs the controllers' periodic work (guarantee periods,
   held binds past their deadline, an expired quota, a scheduling pass) and marks nodes whose
   heartbeat stopped as down, journaled the same way; every `preemption_status_s` it publishes each
@@ -61,6 +64,7 @@ from services.preemption.api import build_api, observe
 from services.preemption.controller import ControllerSettings, Effects, PoolController
 from services.preemption.dashboard import with_trace_id
 from services.preemption.inputs import Entry, apply, entry_for
+from services.preemption.poison import caused_by_record, store_failed
 from services.preemption.router import (
     CLOCK_TOPIC,
     DUPLICATE_HEADER,
@@ -150,6 +154,7 @@ class Stats:
     fenced: int = 0
     rebuilt: int = 0
     dead_lettered: int = 0
+    poisoned: int = 0  # inbox records dead-lettered because they failed to store twice
     latencies: list[float] = field(default_factory=list)  # inbox record -> committed, seconds (recent)
 
 
@@ -171,6 +176,9 @@ class Decider:
     evictions_by_reason: dict[tuple[str, str], int] = field(default_factory=dict)
     latency_hist: Any = None
     decisions_counter: Any = None
+    # partition -> the last offset of a batch whose commit failed with an error a record may cause:
+    # up to it, records are decided one per transaction (see `handle_batch`).
+    suspects: dict[int, int] = field(default_factory=dict)
 
     # ----- ownership ------------------------------------------------------------------------------
     def controller(self, state: PartitionState, pool: str) -> PoolController:
@@ -182,21 +190,25 @@ class Decider:
     async def take(self, partition: int) -> int:
         """Claim `partition` (fencing earlier owners), rebuild its pools; the offset to read next."""
         async with self.lock:
-            async with self.pool.acquire() as connection:
-                claim = await store.claim(connection, partition, self.instance)
-                entries = await store.journal(connection, partition)
-            state = PartitionState(claim, next_offset=claim.next_offset)
-            for pool_name, entry in entries:
-                self._remember_context(entry)
-                apply(self.controller(state, pool_name), entry)
-            now = self.clock.now()
-            for controller in state.controllers.values():
-                for node in controller.nodes:
-                    state.last_seen[node] = now  # a fresh owner gives every node a full timeout
-            self.partitions[partition] = state
-            log.info("preemption %s: took partition %d (epoch %d, %d journal entries, offset %d)",
-                     self.instance, partition, claim.epoch, len(entries), claim.next_offset)  # fmt: skip
-            return claim.next_offset
+            return await self._take(partition)
+
+    async def _take(self, partition: int) -> int:
+        """`take` with the lock held."""
+        async with self.pool.acquire() as connection:
+            claim = await store.claim(connection, partition, self.instance)
+            entries = await store.journal(connection, partition)
+        state = PartitionState(claim, next_offset=claim.next_offset)
+        for pool_name, entry in entries:
+            self._remember_context(entry)
+            apply(self.controller(state, pool_name), entry)
+        now = self.clock.now()
+        for controller in state.controllers.values():
+            for node in controller.nodes:
+                state.last_seen[node] = now  # a fresh owner gives every node a full timeout
+        self.partitions[partition] = state
+        log.info("preemption %s: took partition %d (epoch %d, %d journal entries, offset %d)",
+                 self.instance, partition, claim.epoch, len(entries), claim.next_offset)  # fmt: skip
+        return claim.next_offset
 
     async def drop(self, partition: int) -> None:
         async with self.lock:
@@ -212,69 +224,118 @@ class Decider:
             state = self.partitions.get(partition)
             if state is None or not records:
                 return
-            received = time.monotonic()
-            now = self.clock.now()
-            ticked = isinstance(self.clock, TickClock)
-            items: list[tuple[str, Entry, uuid.UUID | None, otel_context.Context]] = []
-            for record in records:
-                if record.offset < state.next_offset:
-                    continue  # already committed (a re-seek after a rebuild)
-                decoded = await self._decode(record)
-                if decoded is None:
-                    continue
-                payload, event_id, duplicate, ctx = decoded
-                pool_name = (record.key or b"").decode()  # the router keyed it by its pool
-                controller = self.controller(state, pool_name)
-                eid: uuid.UUID | None = event_id
-                if isinstance(payload, ClockTick):
-                    clock = self.clock
-                    if not isinstance(clock, TickClock):
-                        continue  # a wall-clock service ignores a replay's ticks
-                    clock.advance_to(payload.at.timestamp())
-                    now = clock.now()
-                    # One tick goes to every pool with one event id: the controller dedupes by
-                    # sequence, so the copies must not collide in the journal's event-id index.
-                    eid = None
-                if isinstance(payload, NodeTelemetry):
-                    state.last_seen[payload.node] = now
-                    if payload.node in controller.nodes and payload.node not in controller.down:
-                        continue  # a heartbeat: nothing durable changes
-                entry = entry_for(payload, now, duplicate=duplicate)
-                if entry is None:
-                    continue
-                if entry[0] == "submit":  # the task's trace, so a rebuilt owner continues it
-                    carrier: dict[str, str] = {}
-                    propagate.inject(carrier, context=ctx)
-                    entry[1]["trace"] = carrier
-                items.append((pool_name, entry, eid, ctx))
-            last_offset = records[-1].offset
-            if not items:
-                await self._advance(state, last_offset + 1)
+            end = self.suspects.get(partition)
+            if end is None:
+                try:
+                    await self._handle_records(state, records)
+                except Exception as exc:
+                    if caused_by_record(exc):
+                        self.suspects[partition] = records[-1].offset
+                    raise
                 return
-            seen = await self._seen([e for _, _, e, _ in items if e is not None])
-            rows: list[tuple[str, Entry, uuid.UUID | None]] = []
-            effects: list[tuple[str, Effects, otel_context.Context | None]] = []
-            touched: list[str] = []
-            for pool_name, entry, eid, ctx in items:
-                if eid is not None and eid in seen:
-                    self.stats.duplicates += 1
-                    continue
-                if eid is not None:
-                    seen.add(eid)
-                self._remember_context(entry, ctx)
-                effects.append((pool_name, apply(self.controller(state, pool_name), entry), ctx))
-                rows.append((pool_name, entry, eid))
-                if pool_name not in touched:
-                    touched.append(pool_name)
-            for pool_name in [] if ticked else touched:  # on the clock, passes run on PASS ticks
-                entry = ("schedule", {}, now)
-                effects.append((pool_name, apply(self.controller(state, pool_name), entry), None))
-                rows.append((pool_name, entry, None))
-            self.stats.inputs += len(items)
-            await self._commit(state, rows, effects, next_offset=last_offset + 1)
-            elapsed = time.monotonic() - received
-            if self.latency_hist is not None:
-                self.latency_hist.record(elapsed)
+            # A batch up to `end` failed: one record per transaction, so the one at fault fails
+            # alone (its second failure) and is dead-lettered; the others are decided as usual.
+            for index, record in enumerate(records):
+                state = self.partitions.get(partition)
+                if state is None:
+                    return
+                if record.offset > end:
+                    self.suspects.pop(partition, None)
+                    await self._handle_records(state, records[index:])
+                    return
+                try:
+                    await self._handle_records(state, [record])
+                except Exception as exc:
+                    if not caused_by_record(exc):
+                        raise
+                    await self._poisoned(partition, record, exc)
+            if records[-1].offset >= end:
+                self.suspects.pop(partition, None)
+
+    async def _poisoned(self, partition: int, record: ConsumerRecord[bytes, bytes], exc: Exception) -> None:
+        """Dead-letter a record that failed to store twice, then rebuild the partition (memory
+        applied it) and store the offset past it, so the partition goes on."""
+        self.stats.poisoned += 1
+        await self._dead_letter(record, store_failed(exc))
+        self.partitions.pop(partition, None)
+        await self._take(partition)
+        state = self.partitions[partition]
+        if state.next_offset <= record.offset:
+            try:
+                async with self.pool.acquire() as connection, connection.transaction():
+                    await store.check_epoch(connection, state.claim, record.offset + 1)
+            except store.FencedError:
+                await self._fenced(state)
+                return
+            state.next_offset = record.offset + 1
+
+    async def _handle_records(
+        self, state: PartitionState, records: Sequence[ConsumerRecord[bytes, bytes]]
+    ) -> None:
+        """Decide `records` and commit them in one transaction (the caller holds the lock)."""
+        received = time.monotonic()
+        now = self.clock.now()
+        ticked = isinstance(self.clock, TickClock)
+        items: list[tuple[str, Entry, uuid.UUID | None, otel_context.Context]] = []
+        for record in records:
+            if record.offset < state.next_offset:
+                continue  # already committed (a re-seek after a rebuild)
+            decoded = await self._decode(record)
+            if decoded is None:
+                continue
+            payload, event_id, duplicate, ctx = decoded
+            pool_name = (record.key or b"").decode()  # the router keyed it by its pool
+            controller = self.controller(state, pool_name)
+            eid: uuid.UUID | None = event_id
+            if isinstance(payload, ClockTick):
+                clock = self.clock
+                if not isinstance(clock, TickClock):
+                    continue  # a wall-clock service ignores a replay's ticks
+                clock.advance_to(payload.at.timestamp())
+                now = clock.now()
+                # One tick goes to every pool with one event id: the controller dedupes by
+                # sequence, so the copies must not collide in the journal's event-id index.
+                eid = None
+            if isinstance(payload, NodeTelemetry):
+                state.last_seen[payload.node] = now
+                if payload.node in controller.nodes and payload.node not in controller.down:
+                    continue  # a heartbeat: nothing durable changes
+            entry = entry_for(payload, now, duplicate=duplicate)
+            if entry is None:
+                continue
+            if entry[0] == "submit":  # the task's trace, so a rebuilt owner continues it
+                carrier: dict[str, str] = {}
+                propagate.inject(carrier, context=ctx)
+                entry[1]["trace"] = carrier
+            items.append((pool_name, entry, eid, ctx))
+        last_offset = records[-1].offset
+        if not items:
+            await self._advance(state, last_offset + 1)
+            return
+        seen = await self._seen([e for _, _, e, _ in items if e is not None])
+        rows: list[tuple[str, Entry, uuid.UUID | None]] = []
+        effects: list[tuple[str, Effects, otel_context.Context | None]] = []
+        touched: list[str] = []
+        for pool_name, entry, eid, ctx in items:
+            if eid is not None and eid in seen:
+                self.stats.duplicates += 1
+                continue
+            if eid is not None:
+                seen.add(eid)
+            self._remember_context(entry, ctx)
+            effects.append((pool_name, apply(self.controller(state, pool_name), entry), ctx))
+            rows.append((pool_name, entry, eid))
+            if pool_name not in touched:
+                touched.append(pool_name)
+        for pool_name in [] if ticked else touched:  # on the clock, passes run on PASS ticks
+            entry = ("schedule", {}, now)
+            effects.append((pool_name, apply(self.controller(state, pool_name), entry), None))
+            rows.append((pool_name, entry, None))
+        self.stats.inputs += len(items)
+        await self._commit(state, rows, effects, next_offset=last_offset + 1)
+        elapsed = time.monotonic() - received
+        if self.latency_hist is not None:
+            self.latency_hist.record(elapsed)
 
     async def _decode(
         self, record: ConsumerRecord[bytes, bytes]
@@ -291,7 +352,7 @@ class Decider:
 
     async def _dead_letter(self, record: ConsumerRecord[bytes, bytes], exc: Exception) -> None:
         self.stats.dead_lettered += 1
-        log.error("preemption: undecodable inbox record %d@%d: %r", record.partition, record.offset, exc)
+        log.error("preemption: dead-lettered inbox record %d@%d: %r", record.partition, record.offset, exc)
         if self.producer is not None:
             failed = FailedRecord(topic=record.topic, partition=record.partition, offset=record.offset,
                                   value=record.value, consumer_group=self.settings.preemption_group)  # fmt: skip
