@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 
 import typer
@@ -130,10 +131,12 @@ def node_agent(
     )
     settings = NodeAgentSettings()
     try:
-        settings.command_key(options.node)
+        # Keep only this node's key: the master secret leaves the settings and the environment.
+        settings = settings.own_key_only(options.node)
     except MissingKeyError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
+    os.environ.pop("GFS_COMMAND_SECRET", None)
 
     async def main(stop: asyncio.Event) -> None:
         from services.platform.tracing import configure_tracing
