@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import signal
 
 import typer
@@ -114,6 +113,7 @@ def node_agent(
     metrics_port: int = typer.Option(0, "--metrics-port", help="serve /metrics on this port (0: none)"),
 ) -> None:
     """The node agent: this node's bind/evict commands in; workers, acks and telemetry out."""
+    import os
     from pathlib import Path
 
     from services.node_agent.service import AgentOptions, default_node_name, run_node_agent
