@@ -48,6 +48,13 @@ def _no_text_control(value: object) -> object:
     return value
 
 
+def scrub_text(value: str) -> str:
+    """`value` fit for a `FreeText` field: each refused control character becomes a visible
+    `\\xNN` escape. For text a service echoes from elsewhere (an OS error, a process's output), so
+    building its own message never fails on the rule above."""
+    return _TEXT_CONTROL_RE.sub(lambda found: f"\\x{ord(found.group()):02x}", value)
+
+
 def no_control_in_command(value: object) -> object:
     """A command's control-character check, run before its str-or-argv union is validated (so the
     error names the argv item instead of both union members)."""

@@ -40,6 +40,7 @@ from opentelemetry.metrics import Counter, Histogram, Meter
 
 from schemas.commands import BindCommand, EvictAck, EvictCommand, EvictOutcome
 from schemas.envelope import Envelope, wrap
+from schemas.fields import scrub_text
 from schemas.telemetry import GpuAllocation, GpuProcess, GpuSample, NodeTelemetry
 from schemas.workers import WorkerExited, WorkerStarted
 from services.node_agent import procs
@@ -337,7 +338,9 @@ class NodeAgent(ClockTicks):
         )
 
     def _not_started(self, worker: WorkerEntry, now: datetime, detail: str) -> None:
-        worker.exited_at, worker.exit_code, worker.exit_detail = now, NOT_STARTED_EXIT_CODE, detail[:2000]
+        # Scrubbed: the detail echoes OS errors, and WorkerExited.detail refuses control characters.
+        worker.exited_at, worker.exit_code = now, NOT_STARTED_EXIT_CODE
+        worker.exit_detail = scrub_text(detail)[:2000]
         log.warning("task=%s worker=%d not started: %s", worker.task_id, worker.worker_index, detail)
 
     # Evict -------------------------------------------------------------------------------------
@@ -450,7 +453,7 @@ class NodeAgent(ClockTicks):
         alive = [w for w in targets if w.live]
         problems = list(entry.failures) + [f"pid {w.pid} still running after SIGKILL" for w in alive]
         if problems:
-            return EvictOutcome.FAILED, "; ".join(problems)[:2000]
+            return EvictOutcome.FAILED, scrub_text("; ".join(problems))[:2000]
         if any(w.sigkill_at is not None for w in targets):
             return EvictOutcome.KILLED, ""
         return EvictOutcome.CHECKPOINTED, ""

@@ -408,3 +408,16 @@ def test_bytes_that_are_not_an_envelope_object(raw: bytes, error: type[Exception
 def test_decode_on_an_unknown_topic_names_it() -> None:
     with pytest.raises(KeyError, match=r"gfs\.unknown"):
         decode("gfs.unknown", to_bytes(golden_message("TaskSubmitted")))
+
+
+def test_scrub_text_makes_foreign_text_fit_a_free_string() -> None:
+    # What a service echoes from elsewhere (an OS error, a process's output) is escaped, not refused.
+    from schemas.fields import scrub_text
+    from schemas.workers import WorkerExited
+
+    scrubbed = scrub_text("exec failed\x00: \x1b[31mred\x1b[0m\tand\nnext\x7f")
+    assert scrubbed == "exec failed\\x00: \\x1b[31mred\\x1b[0m\tand\nnext\\x7f"
+    message = golden_message("WorkerExited")
+    message["payload"]["detail"] = scrubbed
+    decoded = decode(topic_for_event_type("WorkerExited").name, to_bytes(message)).payload
+    assert isinstance(decoded, WorkerExited) and decoded.detail == scrubbed
