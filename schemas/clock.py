@@ -24,7 +24,7 @@ import enum
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from schemas.fields import ShortName, UtcDatetime
+from schemas.fields import ShortName, UtcDatetime, WorkerRef
 
 _CONTRACT = ConfigDict(extra="forbid", frozen=True)
 
@@ -59,7 +59,7 @@ class ClockAck(BaseModel):
     component: ShortName = Field(description="Who answers, e.g. node-agent/gpu-3.")
     sequence: int = Field(ge=0, description="The tick answered.")
     at: UtcDatetime = Field(description="The tick's instant.")
-    exited: tuple[ShortName, ...] = Field(
+    exited: tuple[WorkerRef, ...] = Field(
         default=(), description="Node agents: '<task>/<worker>' of every worker that exited at this tick."
     )
     next_exit_at: UtcDatetime | None = Field(

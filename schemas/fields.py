@@ -91,6 +91,13 @@ CommandText = Annotated[str, StringConstraints(pattern=FREE_TEXT_PATTERN)]
 """One shell command or argv item (checked by `no_control_in_command` on the field, for the message;
 the pattern is for the exported JSON Schema)."""
 
+WorkerRef = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=300, pattern=_IDENTIFIER_PATTERN),
+    BeforeValidator(_no_control),
+]
+"""`<task id>/<worker index>`: a task id's rules, room for the suffix."""
+
 ShortName = Annotated[
     str,
     StringConstraints(min_length=1, max_length=200, pattern=_IDENTIFIER_PATTERN),

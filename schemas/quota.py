@@ -34,7 +34,7 @@ class SpotQuota(BaseModel):
     valid_from: UtcDatetime = Field(description="When the quota takes effect.")
     valid_until: UtcDatetime = Field(description="When it expires if no newer quota arrives.")
     forecast_version: FreeText = Field(
-        min_length=1, max_length=1000, description="The forecast (model version + origin) used."
+        min_length=1, max_length=2000, description="The forecast (model version + origin) used."
     )
 
     @field_validator("quotas")
