@@ -312,14 +312,23 @@ async def test_a_cancel_stamped_far_in_the_future_is_dead_lettered_and_the_pool_
         a, c = f"{run}-a", f"{run}-c"
         accept = lambda task: TaskAccepted(task_id=task, pool=pool, task_class=TaskClass.HP)  # noqa: E731
         # x holds 8 GPUs from minute 10; a cancel of it claims to happen a year from now; task c
-        # accepted at minute 180 closes hours 0..2 by event time.
-        await _send_in_order(producer, [(_submit(a, "x", pool, 8), at(10)), (accept(a), at(10))])
+        # accepted at minute 180 closes hours 0..2 by event time. Each event is handled (the app's
+        # group committed the sources and its re-keyed topic to their ends) before the next is sent.
+        barrier = (*SOURCES, f"{app_id}-demand-by-pool")
         future = datetime.now(UTC) + timedelta(days=365)
-        cancel = await producer.send(
-            "gfs.tasks.submit", wrap(TaskCancelled(task_id=a, tenant="x"), producer="it", occurred_at=future)
-        )
-        await asyncio.sleep(0.5)
-        await _send_in_order(producer, [(_submit(c, "x", pool, 2), at(180)), (accept(c), at(180))])
+        steps: list[tuple[Any, datetime]] = [
+            (_submit(a, "x", pool, 8), at(10)),
+            (accept(a), at(10)),
+            (TaskCancelled(task_id=a, tenant="x"), future),
+            (_submit(c, "x", pool, 2), at(180)),
+            (accept(c), at(180)),
+        ]
+        sent = []
+        for payload, when in steps:
+            topic = "gfs.tasks.lifecycle" if isinstance(payload, TaskAccepted) else "gfs.tasks.submit"
+            sent.append(await producer.send(topic, wrap(payload, producer="it", occurred_at=when)))
+            await _committed_to_the_end(kafka_bootstrap, app_id, barrier)
+        cancel = sent[2]
 
     origin = t0 + timedelta(hours=3)
 
