@@ -168,6 +168,9 @@ class Decider:
     partitions: dict[int, PartitionState] = field(default_factory=dict)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     stats: Stats = field(default_factory=Stats)
+    # partition -> the last offset of a batch whose commit failed with an error a record may cause:
+    # up to it, records are decided one per transaction (`handle_inbox`).
+    suspects: dict[int, int] = field(default_factory=dict)
     contexts: dict[str, otel_context.Context] = field(default_factory=dict)  # task -> its trace
     on_committed: Callable[[], None] = lambda: None
     producer: EnvelopeProducer | None = None  # dead letters
@@ -176,9 +179,6 @@ class Decider:
     evictions_by_reason: dict[tuple[str, str], int] = field(default_factory=dict)
     latency_hist: Any = None
     decisions_counter: Any = None
-    # partition -> the last offset of a batch whose commit failed with an error a record may cause:
-    # up to it, records are decided one per transaction (see `handle_batch`).
-    suspects: dict[int, int] = field(default_factory=dict)
 
     # ----- ownership ------------------------------------------------------------------------------
     def controller(self, state: PartitionState, pool: str) -> PoolController:
@@ -190,25 +190,21 @@ class Decider:
     async def take(self, partition: int) -> int:
         """Claim `partition` (fencing earlier owners), rebuild its pools; the offset to read next."""
         async with self.lock:
-            return await self._take(partition)
-
-    async def _take(self, partition: int) -> int:
-        """`take` with the lock held."""
-        async with self.pool.acquire() as connection:
-            claim = await store.claim(connection, partition, self.instance)
-            entries = await store.journal(connection, partition)
-        state = PartitionState(claim, next_offset=claim.next_offset)
-        for pool_name, entry in entries:
-            self._remember_context(entry)
-            apply(self.controller(state, pool_name), entry)
-        now = self.clock.now()
-        for controller in state.controllers.values():
-            for node in controller.nodes:
-                state.last_seen[node] = now  # a fresh owner gives every node a full timeout
-        self.partitions[partition] = state
-        log.info("preemption %s: took partition %d (epoch %d, %d journal entries, offset %d)",
-                 self.instance, partition, claim.epoch, len(entries), claim.next_offset)  # fmt: skip
-        return claim.next_offset
+            async with self.pool.acquire() as connection:
+                claim = await store.claim(connection, partition, self.instance)
+                entries = await store.journal(connection, partition)
+            state = PartitionState(claim, next_offset=claim.next_offset)
+            for pool_name, entry in entries:
+                self._remember_context(entry)
+                apply(self.controller(state, pool_name), entry)
+            now = self.clock.now()
+            for controller in state.controllers.values():
+                for node in controller.nodes:
+                    state.last_seen[node] = now  # a fresh owner gives every node a full timeout
+            self.partitions[partition] = state
+            log.info("preemption %s: took partition %d (epoch %d, %d journal entries, offset %d)",
+                     self.instance, partition, claim.epoch, len(entries), claim.next_offset)  # fmt: skip
+            return claim.next_offset
 
     async def drop(self, partition: int) -> None:
         async with self.lock:
@@ -218,49 +214,49 @@ class Decider:
     def owned_pools(self) -> dict[str, PoolController]:
         return {name: c for s in self.partitions.values() for name, c in s.controllers.items()}
 
-    # ----- inbox batches -------------------------------------------------------------------------
-    async def handle_batch(self, partition: int, records: Sequence[ConsumerRecord[bytes, bytes]]) -> None:
-        async with self.lock:
-            state = self.partitions.get(partition)
-            if state is None or not records:
+    # ----- poison records (issue 22, poison.py) ---------------------------------------------------
+    async def handle_inbox(self, partition: int, records: Sequence[ConsumerRecord[bytes, bytes]]) -> None:
+        """`handle_batch`, and after a batch failed with an error a record may cause, its records
+        one per `handle_batch` up to that batch's end: the one at fault fails alone (its second
+        failure) and is dead-lettered; the others are decided as usual. Errors of the
+        infrastructure propagate as before (the partition is taken again and re-read)."""
+        end = self.suspects.get(partition)
+        if end is None:
+            try:
+                await self.handle_batch(partition, records)
+            except Exception as exc:
+                if caused_by_record(exc) and records:
+                    self.suspects[partition] = records[-1].offset
+                raise
+            return
+        for index, record in enumerate(records):
+            if partition not in self.partitions:
                 return
-            end = self.suspects.get(partition)
-            if end is None:
-                try:
-                    await self._handle_records(state, records)
-                except Exception as exc:
-                    if caused_by_record(exc):
-                        self.suspects[partition] = records[-1].offset
-                    raise
-                return
-            # A batch up to `end` failed: one record per transaction, so the one at fault fails
-            # alone (its second failure) and is dead-lettered; the others are decided as usual.
-            for index, record in enumerate(records):
-                state = self.partitions.get(partition)
-                if state is None:
-                    return
-                if record.offset > end:
-                    self.suspects.pop(partition, None)
-                    await self._handle_records(state, records[index:])
-                    return
-                try:
-                    await self._handle_records(state, [record])
-                except Exception as exc:
-                    if not caused_by_record(exc):
-                        raise
-                    await self._poisoned(partition, record, exc)
-            if records[-1].offset >= end:
+            if record.offset > end:
                 self.suspects.pop(partition, None)
+                await self.handle_batch(partition, records[index:])
+                return
+            try:
+                await self.handle_batch(partition, [record])
+            except Exception as exc:
+                if not caused_by_record(exc):
+                    raise
+                await self._poisoned(partition, record, exc)
+        if records and records[-1].offset >= end:
+            self.suspects.pop(partition, None)
 
     async def _poisoned(self, partition: int, record: ConsumerRecord[bytes, bytes], exc: Exception) -> None:
-        """Dead-letter a record that failed to store twice, then rebuild the partition (memory
-        applied it) and store the offset past it, so the partition goes on."""
+        """Dead-letter a record that failed to store twice, rebuild the partition (memory applied
+        it) and store the offset past it, so the partition goes on."""
         self.stats.poisoned += 1
         await self._dead_letter(record, store_failed(exc))
-        self.partitions.pop(partition, None)
-        await self._take(partition)
-        state = self.partitions[partition]
-        if state.next_offset <= record.offset:
+        async with self.lock:
+            self.partitions.pop(partition, None)
+        await self.take(partition)
+        async with self.lock:
+            state = self.partitions.get(partition)
+            if state is None or state.next_offset > record.offset:
+                return
             try:
                 async with self.pool.acquire() as connection, connection.transaction():
                     await store.check_epoch(connection, state.claim, record.offset + 1)
@@ -269,73 +265,75 @@ class Decider:
                 return
             state.next_offset = record.offset + 1
 
-    async def _handle_records(
-        self, state: PartitionState, records: Sequence[ConsumerRecord[bytes, bytes]]
-    ) -> None:
-        """Decide `records` and commit them in one transaction (the caller holds the lock)."""
-        received = time.monotonic()
-        now = self.clock.now()
-        ticked = isinstance(self.clock, TickClock)
-        items: list[tuple[str, Entry, uuid.UUID | None, otel_context.Context]] = []
-        for record in records:
-            if record.offset < state.next_offset:
-                continue  # already committed (a re-seek after a rebuild)
-            decoded = await self._decode(record)
-            if decoded is None:
-                continue
-            payload, event_id, duplicate, ctx = decoded
-            pool_name = (record.key or b"").decode()  # the router keyed it by its pool
-            controller = self.controller(state, pool_name)
-            eid: uuid.UUID | None = event_id
-            if isinstance(payload, ClockTick):
-                clock = self.clock
-                if not isinstance(clock, TickClock):
-                    continue  # a wall-clock service ignores a replay's ticks
-                clock.advance_to(payload.at.timestamp())
-                now = clock.now()
-                # One tick goes to every pool with one event id: the controller dedupes by
-                # sequence, so the copies must not collide in the journal's event-id index.
-                eid = None
-            if isinstance(payload, NodeTelemetry):
-                state.last_seen[payload.node] = now
-                if payload.node in controller.nodes and payload.node not in controller.down:
-                    continue  # a heartbeat: nothing durable changes
-            entry = entry_for(payload, now, duplicate=duplicate)
-            if entry is None:
-                continue
-            if entry[0] == "submit":  # the task's trace, so a rebuilt owner continues it
-                carrier: dict[str, str] = {}
-                propagate.inject(carrier, context=ctx)
-                entry[1]["trace"] = carrier
-            items.append((pool_name, entry, eid, ctx))
-        last_offset = records[-1].offset
-        if not items:
-            await self._advance(state, last_offset + 1)
-            return
-        seen = await self._seen([e for _, _, e, _ in items if e is not None])
-        rows: list[tuple[str, Entry, uuid.UUID | None]] = []
-        effects: list[tuple[str, Effects, otel_context.Context | None]] = []
-        touched: list[str] = []
-        for pool_name, entry, eid, ctx in items:
-            if eid is not None and eid in seen:
-                self.stats.duplicates += 1
-                continue
-            if eid is not None:
-                seen.add(eid)
-            self._remember_context(entry, ctx)
-            effects.append((pool_name, apply(self.controller(state, pool_name), entry), ctx))
-            rows.append((pool_name, entry, eid))
-            if pool_name not in touched:
-                touched.append(pool_name)
-        for pool_name in [] if ticked else touched:  # on the clock, passes run on PASS ticks
-            entry = ("schedule", {}, now)
-            effects.append((pool_name, apply(self.controller(state, pool_name), entry), None))
-            rows.append((pool_name, entry, None))
-        self.stats.inputs += len(items)
-        await self._commit(state, rows, effects, next_offset=last_offset + 1)
-        elapsed = time.monotonic() - received
-        if self.latency_hist is not None:
-            self.latency_hist.record(elapsed)
+    # ----- inbox batches -------------------------------------------------------------------------
+    async def handle_batch(self, partition: int, records: Sequence[ConsumerRecord[bytes, bytes]]) -> None:
+        async with self.lock:
+            state = self.partitions.get(partition)
+            if state is None or not records:
+                return
+            received = time.monotonic()
+            now = self.clock.now()
+            ticked = isinstance(self.clock, TickClock)
+            items: list[tuple[str, Entry, uuid.UUID | None, otel_context.Context]] = []
+            for record in records:
+                if record.offset < state.next_offset:
+                    continue  # already committed (a re-seek after a rebuild)
+                decoded = await self._decode(record)
+                if decoded is None:
+                    continue
+                payload, event_id, duplicate, ctx = decoded
+                pool_name = (record.key or b"").decode()  # the router keyed it by its pool
+                controller = self.controller(state, pool_name)
+                eid: uuid.UUID | None = event_id
+                if isinstance(payload, ClockTick):
+                    clock = self.clock
+                    if not isinstance(clock, TickClock):
+                        continue  # a wall-clock service ignores a replay's ticks
+                    clock.advance_to(payload.at.timestamp())
+                    now = clock.now()
+                    # One tick goes to every pool with one event id: the controller dedupes by
+                    # sequence, so the copies must not collide in the journal's event-id index.
+                    eid = None
+                if isinstance(payload, NodeTelemetry):
+                    state.last_seen[payload.node] = now
+                    if payload.node in controller.nodes and payload.node not in controller.down:
+                        continue  # a heartbeat: nothing durable changes
+                entry = entry_for(payload, now, duplicate=duplicate)
+                if entry is None:
+                    continue
+                if entry[0] == "submit":  # the task's trace, so a rebuilt owner continues it
+                    carrier: dict[str, str] = {}
+                    propagate.inject(carrier, context=ctx)
+                    entry[1]["trace"] = carrier
+                items.append((pool_name, entry, eid, ctx))
+            last_offset = records[-1].offset
+            if not items:
+                await self._advance(state, last_offset + 1)
+                return
+            seen = await self._seen([e for _, _, e, _ in items if e is not None])
+            rows: list[tuple[str, Entry, uuid.UUID | None]] = []
+            effects: list[tuple[str, Effects, otel_context.Context | None]] = []
+            touched: list[str] = []
+            for pool_name, entry, eid, ctx in items:
+                if eid is not None and eid in seen:
+                    self.stats.duplicates += 1
+                    continue
+                if eid is not None:
+                    seen.add(eid)
+                self._remember_context(entry, ctx)
+                effects.append((pool_name, apply(self.controller(state, pool_name), entry), ctx))
+                rows.append((pool_name, entry, eid))
+                if pool_name not in touched:
+                    touched.append(pool_name)
+            for pool_name in [] if ticked else touched:  # on the clock, passes run on PASS ticks
+                entry = ("schedule", {}, now)
+                effects.append((pool_name, apply(self.controller(state, pool_name), entry), None))
+                rows.append((pool_name, entry, None))
+            self.stats.inputs += len(items)
+            await self._commit(state, rows, effects, next_offset=last_offset + 1)
+            elapsed = time.monotonic() - received
+            if self.latency_hist is not None:
+                self.latency_hist.record(elapsed)
 
     async def _decode(
         self, record: ConsumerRecord[bytes, bytes]
@@ -564,7 +562,7 @@ async def _decide(consumer: AIOKafkaConsumer, decider: Decider, stop: asyncio.Ev
         batch = await consumer.getmany(timeout_ms=200, max_records=500)
         for tp, records in batch.items():
             try:
-                await decider.handle_batch(tp.partition, records)
+                await decider.handle_inbox(tp.partition, records)
             except Exception:
                 # The partition was dropped (memory ahead of Postgres): take it again and re-read.
                 await asyncio.sleep(0.5)
