@@ -24,7 +24,7 @@ import enum
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from schemas.fields import UtcDatetime
+from schemas.fields import ShortName, UtcDatetime, WorkerRef
 
 _CONTRACT = ConfigDict(extra="forbid", frozen=True)
 
@@ -42,8 +42,7 @@ class ClockTick(BaseModel):
 
     model_config = _CONTRACT
 
-    clock: str = Field(
-        min_length=1, max_length=200,
+    clock: ShortName = Field(
         description="The clock's name (the Kafka key); a reader follows one clock and ignores others.",
     )
     at: UtcDatetime = Field(description="The instant being played.")
@@ -56,11 +55,11 @@ class ClockAck(BaseModel):
 
     model_config = _CONTRACT
 
-    clock: str = Field(min_length=1, max_length=200, description="The clock answered (the Kafka key).")
-    component: str = Field(min_length=1, max_length=200, description="Who answers, e.g. node-agent/gpu-3.")
+    clock: ShortName = Field(description="The clock answered (the Kafka key).")
+    component: ShortName = Field(description="Who answers, e.g. node-agent/gpu-3.")
     sequence: int = Field(ge=0, description="The tick answered.")
     at: UtcDatetime = Field(description="The tick's instant.")
-    exited: tuple[str, ...] = Field(
+    exited: tuple[WorkerRef, ...] = Field(
         default=(), description="Node agents: '<task>/<worker>' of every worker that exited at this tick."
     )
     next_exit_at: UtcDatetime | None = Field(

@@ -14,7 +14,14 @@ from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from schemas.fields import NodeName, TaskId, UtcDatetime
+from schemas.fields import (
+    CommandText,
+    FreeText,
+    NodeName,
+    TaskId,
+    UtcDatetime,
+    no_control_in_command,
+)
 from schemas.tasks import EvictionReason, Placement, TaskClass
 
 _CONTRACT = ConfigDict(extra="forbid", frozen=True)
@@ -41,7 +48,7 @@ class BindCommand(BaseModel):
     placements: tuple[Placement, ...] = Field(
         min_length=1, description="The task's workers placed on this node (their node must be `node`)."
     )
-    command: str | tuple[str, ...] = Field(min_length=1, description="What each worker runs.")
+    command: CommandText | tuple[CommandText, ...] = Field(min_length=1, description="What each worker runs.")
     checkpoint_interval_s: float | None = Field(default=None, gt=0, description="Passed to the task.")
     restart_overhead_s: float | None = Field(
         default=None,
@@ -52,7 +59,11 @@ class BindCommand(BaseModel):
         ),
     )
     issued_at: UtcDatetime = Field(description="When the scheduler issued the command.")
-    signature: str = Field(default="", description="HMAC-SHA256 hex of the unsigned command; '' if unsigned.")
+    signature: FreeText = Field(
+        default="", max_length=1024, description="HMAC-SHA256 hex of the unsigned command; '' if unsigned."
+    )
+
+    _command_without_control = field_validator("command", mode="before")(no_control_in_command)
 
     @field_validator("placements")
     @classmethod
@@ -83,7 +94,9 @@ class EvictCommand(BaseModel):
     grace_seconds: float = Field(ge=0, description="Time allowed to checkpoint before a kill.")
     preemptor_task_id: TaskId | None = Field(default=None, description="The HP task that needs the GPUs.")
     issued_at: UtcDatetime = Field(description="When the scheduler issued the command.")
-    signature: str = Field(default="", description="HMAC-SHA256 hex of the unsigned command; '' if unsigned.")
+    signature: FreeText = Field(
+        default="", max_length=1024, description="HMAC-SHA256 hex of the unsigned command; '' if unsigned."
+    )
 
     @field_validator("task_ids")
     @classmethod
@@ -103,4 +116,4 @@ class EvictAck(BaseModel):
     task_ids: tuple[TaskId, ...] = Field(description="The tasks the command named.")
     outcome: EvictOutcome = Field(description="What the agent did.")
     acked_at: UtcDatetime = Field(description="When the agent finished handling the command.")
-    detail: str = Field(default="", description="Error text when outcome is FAILED.")
+    detail: FreeText = Field(default="", max_length=2000, description="Error text when outcome is FAILED.")

@@ -12,7 +12,7 @@ from uuid import UUID, uuid4
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from schemas.fields import UtcDatetime
+from schemas.fields import FreeText, ShortName, UtcDatetime
 
 P = TypeVar("P")
 M = TypeVar("M", bound=BaseModel)
@@ -38,12 +38,14 @@ class Envelope(BaseModel, Generic[P]):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     event_id: UUID = Field(default_factory=uuid4, description="Unique per message; consumers dedupe on it.")
-    event_type: str = Field(min_length=1, description="The payload's class name, e.g. 'TaskSubmitted'.")
+    event_type: ShortName = Field( description="The payload's class name, e.g. 'TaskSubmitted'.")
     schema_version: int = Field(
         default=CURRENT_SCHEMA_VERSION, ge=1, description="Version of the payload's schema."
     )
     occurred_at: UtcDatetime = Field(description="When the event happened (timezone-aware; stored in UTC).")
-    producer: str = Field(min_length=1, description="The service (or tool) that produced the message.")
+    producer: FreeText = Field(
+        min_length=1, max_length=200, description="The service (or tool) that produced the message."
+    )
     payload: P = Field(description="The event or command itself; its type is named by event_type.")
 
     @model_validator(mode="after")

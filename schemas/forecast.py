@@ -7,7 +7,7 @@ from itertools import pairwise
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from schemas.fields import PoolName, TenantId, UtcDatetime
+from schemas.fields import FreeText, PoolName, TenantId, UtcDatetime
 
 _CONTRACT = ConfigDict(extra="forbid", frozen=True)
 
@@ -57,8 +57,12 @@ class _Forecast(BaseModel):
 
     origin_time: UtcDatetime = Field(description="Start of hour 1 of the horizon.")
     horizon: tuple[HourlyDemand, ...] = Field(min_length=1, description="One entry per forecast hour.")
-    model_name: str = Field(min_length=1, description="Forecaster that produced it, e.g. 'orglinear'.")
-    model_version: str = Field(min_length=1, description="Version of the trained model artifact.")
+    model_name: FreeText = Field(
+        min_length=1, max_length=200, description="Forecaster that produced it, e.g. 'orglinear'."
+    )
+    model_version: FreeText = Field(
+        min_length=1, max_length=1000, description="Version of the trained model artifact."
+    )
     fallback: bool = Field(
         default=False, description="True when a naive fallback forecaster replaced the trained model."
     )

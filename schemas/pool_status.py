@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from schemas.fields import PoolName, UtcDatetime
+from schemas.fields import FreeText, PoolName, TaskId, UtcDatetime
 
 _CONTRACT = ConfigDict(extra="forbid", frozen=True)
 
@@ -53,13 +53,12 @@ class PoolStatus(BaseModel):
         "starts: the HP usage the spot quota protects at least (issue 21). None: not computed; "
         "the quota then floors at hp_running + hp_queued.",
     )
-    reserved_task_id: str | None = Field(
+    reserved_task_id: TaskId | None = Field(
         default=None,
-        max_length=256,
         description="The HP task holding the pool's head-of-queue reservation, if any.",
     )
     reserved_nodes: int = Field(default=0, ge=0, description="Nodes held by that reservation.")
-    spot_head_held_by: str | None = Field(
+    spot_head_held_by: FreeText | None = Field(
         default=None,
         max_length=64,
         description="Why the spot queue's head did not start in the last pass (an Unschedulable "

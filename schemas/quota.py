@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from schemas.fields import GuaranteeHours, PoolName, UtcDatetime
+from schemas.fields import FreeText, GuaranteeHours, PoolName, UtcDatetime
 
 _CONTRACT = ConfigDict(extra="forbid", frozen=True)
 
@@ -33,7 +33,9 @@ class SpotQuota(BaseModel):
     capacity_gpus: int = Field(ge=0, description="GPUs in the pool when the quota was computed.")
     valid_from: UtcDatetime = Field(description="When the quota takes effect.")
     valid_until: UtcDatetime = Field(description="When it expires if no newer quota arrives.")
-    forecast_version: str = Field(min_length=1, description="The forecast (model version + origin) used.")
+    forecast_version: FreeText = Field(
+        min_length=1, max_length=2000, description="The forecast (model version + origin) used."
+    )
 
     @field_validator("quotas")
     @classmethod

@@ -12,9 +12,29 @@ from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from schemas.fields import GpuModel, GuaranteeHours, NodeName, PoolName, TaskId, TenantId, UtcDatetime
+from schemas.fields import (
+    CommandText,
+    FreeText,
+    GpuModel,
+    GuaranteeHours,
+    NodeName,
+    PoolName,
+    TaskId,
+    TenantId,
+    UtcDatetime,
+    no_control_in_command,
+)
 
 _CONTRACT = ConfigDict(extra="forbid", frozen=True)
+
+MIN_GPU_FRACTION = 0.01
+"""The smallest GPU share a worker may ask for: one GPU holds at most 100 workers (docs/decisions.md,
+issue 22). The traces' fractions (0.2, 0.25, 0.3, 0.5; openb's gpu_milli / 1000) are well above it."""
+MAX_GPUS_PER_WORKER = 1024
+"""A bound far above any node (8 GPUs in the traces), so a typo cannot reach the core as 1e300."""
+MAX_WORKERS = 1024
+"""The most workers one task may have: far above the traces' gangs, far below what would make one
+submission expand into millions of placements."""
 
 
 class TaskClass(StrEnum):
@@ -92,9 +112,18 @@ class TaskSubmitted(BaseModel):
     tenant: TenantId = Field(description="The organization the task belongs to.")
     gpu_model: GpuModel = Field(description="GPU model every worker must run on (selects the pool).")
     gpus_per_worker: float = Field(
-        gt=0, description="GPUs per worker: a fraction below 1 shares a GPU; above 1 it must be whole."
+        ge=MIN_GPU_FRACTION,
+        le=MAX_GPUS_PER_WORKER,
+        description=(
+            "GPUs per worker: a fraction below 1 shares a GPU (at least 0.01, i.e. at most 100 workers "
+            "on one GPU); above 1 it must be whole."
+        ),
     )
-    workers: int = Field(ge=1, description="Number of identical workers; each is placed on one node.")
+    workers: int = Field(
+        ge=1,
+        le=MAX_WORKERS,
+        description="Number of identical workers; each is placed on one node (at most 1024).",
+    )
     task_class: TaskClass = Field(description="HP (never evicted) or SPOT (evictable, quota-gated).")
     guarantee_hours: GuaranteeHours = Field(
         default=1, description="SPOT only: the guaranteed run time per period, in hours (1, 2 or 4)."
@@ -105,8 +134,12 @@ class TaskSubmitted(BaseModel):
     checkpoint_interval_s: float | None = Field(
         default=None, gt=0, description="How often the task checkpoints; bounds the work an eviction loses."
     )
-    command: str | tuple[str, ...] = Field(
-        min_length=1, description="What each worker runs: an argv list, or one shell command string."
+    command: CommandText | tuple[CommandText, ...] = Field(
+        min_length=1,
+        description=(
+            "What each worker runs: an argv list, or one shell command string (no NUL or other control "
+            "character but TAB, LF and CR)."
+        ),
     )
 
     @field_validator("gpus_per_worker")
@@ -116,6 +149,8 @@ class TaskSubmitted(BaseModel):
         if value > 1 and not value.is_integer():
             raise ValueError(f"must be a whole number of GPUs when above 1 (got {value})")
         return value
+
+    _command_without_control = field_validator("command", mode="before")(no_control_in_command)
 
     @field_validator("command")
     @classmethod
@@ -142,7 +177,7 @@ class TaskRejected(BaseModel):
 
     task_id: TaskId = Field(description="The rejected task.")
     reason: RejectionReason = Field(description="Machine-readable reason code.")
-    message: str = Field(min_length=1, description="Human explanation with the values involved.")
+    message: FreeText = Field(min_length=1, description="Human explanation with the values involved.")
 
 
 class TaskCancelled(BaseModel):
@@ -152,7 +187,7 @@ class TaskCancelled(BaseModel):
 
     task_id: TaskId = Field(description="The task to cancel.")
     tenant: TenantId = Field(description="Who asks; must be the task's organization.")
-    reason: str = Field(default="", description="Free text kept for audit.")
+    reason: FreeText = Field(default="", max_length=2000, description="Free text kept for audit.")
 
 
 class Placement(BaseModel):
@@ -231,7 +266,7 @@ class TaskWithdrawn(BaseModel):
     task_id: TaskId = Field(description="The withdrawn task.")
     pool: PoolName = Field(description="The pool whose queue it left.")
     withdrawn_at: UtcDatetime = Field(description="When the scheduler took it out of the queue.")
-    reason: str = Field(default="", max_length=2000, description="The cancellation's free text.")
+    reason: FreeText = Field(default="", max_length=2000, description="The cancellation's free text.")
 
 
 class GuaranteePeriodClosed(BaseModel):

@@ -11,7 +11,7 @@ from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from schemas.fields import NodeName, TaskId, UtcDatetime
+from schemas.fields import FreeText, NodeName, TaskId, UtcDatetime
 
 _CONTRACT = ConfigDict(extra="forbid", frozen=True)
 
@@ -44,4 +44,6 @@ class WorkerExited(BaseModel):
     )
     exited_at: UtcDatetime = Field(description="When the agent saw the process end.")
     evicted: bool = Field(default=False, description="Stopped by an EvictCommand (not a finish).")
-    detail: str = Field(default="", max_length=2000, description="Why it could not start, when it could not.")
+    detail: FreeText = Field(
+        default="", max_length=2000, description="Why it could not start, when it could not."
+    )

@@ -131,6 +131,7 @@ def node_agent(
     metrics_port: int = typer.Option(0, "--metrics-port", help="serve /metrics on this port (0: none)"),
 ) -> None:
     """The node agent: this node's bind/evict commands in; workers, acks and telemetry out."""
+    import os
     from pathlib import Path
 
     from services.node_agent.service import AgentOptions, default_node_name, run_node_agent
@@ -149,10 +150,12 @@ def node_agent(
     )
     _logging(settings, "node-agent")
     try:
-        settings.command_key(options.node)
+        # Keep only this node's key: the master secret leaves the settings and the environment.
+        settings = settings.own_key_only(options.node)
     except MissingKeyError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
+    os.environ.pop("GFS_COMMAND_SECRET", None)
 
     async def main(stop: asyncio.Event) -> None:
         from services.platform.tracing import configure_tracing

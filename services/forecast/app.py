@@ -47,6 +47,7 @@ from schemas.clock import CLOCK_KEY, ClockPhase, ClockTick
 from schemas.envelope import wrap
 from schemas.forecast import DemandForecast, PoolDemandForecast
 from schemas.topics import DEAD_LETTER_TOPIC, decode, encode, key_of
+from services.forecast import pipeline
 from services.forecast.forecasting import HOUR, PoolHistory, StreamForecaster
 from services.forecast.metrics import register_metrics
 from services.forecast.pipeline import Delta, PoolDemand, TaskRecord, apply_task_event
@@ -75,6 +76,10 @@ class ForecastServiceSettings(PlatformSettings):
     forecast_tick_s: float = 60.0
     forecast_history_hours: int = 14 * 24
     forecast_torch_threads: int = 1
+    # Wall clock: a task event whose occurred_at is more than this ahead of the host's clock is
+    # dead-lettered (pipeline.check_not_ahead). On the topic clock the driver's events run ahead
+    # of the last tick by design, so the check is off there.
+    forecast_max_ahead_s: float = Field(default=300.0, gt=0)
     forecast_refit_hour: int = 3  # UTC hour of the daily warm-start refit
     forecast_partitions: int = 6  # the source topics' partition count
     # at_least_once: a redelivered task event is a no-op (the task record says whether it counts).
@@ -225,7 +230,10 @@ def make_app(settings: ForecastServiceSettings, forecaster: StreamForecaster | N
             topic_name = event.message.topic
             try:
                 envelope = decode(topic_name, event.value or b"")
-            except ValueError as exc:
+                if not settings.topic_clock:
+                    occurred_s = envelope.occurred_at.timestamp()
+                    pipeline.check_not_ahead(occurred_s, time.time(), settings.forecast_max_ahead_s)
+            except ValueError as exc:  # a FutureEventError is one too
                 await dead_letter(topic_name, event, exc)
                 continue
             payload = envelope.payload

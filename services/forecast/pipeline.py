@@ -110,6 +110,27 @@ def apply_task_event(
     return ended, None
 
 
+class FutureEventError(ValueError):
+    """A task event stamped too far ahead of the stream's clock (dead-lettered with this reason)."""
+
+
+def check_not_ahead(occurred_s: float, clock_s: float, max_ahead_s: float) -> None:
+    """Refuse an event whose `occurred_at` is more than `max_ahead_s` after the stream's clock.
+
+    Issue 22: minutes are sampled up to each event's time, so one cancel stamped in the year 2100
+    moved a pool's sampling there: no hour closed again (and closing the hours in between cost
+    one loop step each). The rule: such an event is dead-lettered with this reason, the pool's
+    state is left as it was. A producer's clock may run a little ahead; `max_ahead_s` is that
+    allowance (default 300 s, `FORECAST_MAX_AHEAD_S`).
+    """
+    ahead = occurred_s - clock_s
+    if ahead > max_ahead_s:
+        raise FutureEventError(
+            f"occurred_at is {ahead:.0f} s ahead of the stream's clock; at most {max_ahead_s:g} s is "
+            "accepted (a producer's clock that far ahead would stop the pool's forecasts)"
+        )
+
+
 def _count_if_ready(record: TaskRecord) -> tuple[TaskRecord, Delta | None]:
     """Start counting an HP task once its size, tenant and acceptance are all known."""
     if record.counted or record.ended or not record.hp:

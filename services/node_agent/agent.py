@@ -40,14 +40,17 @@ from opentelemetry.metrics import Counter, Histogram, Meter
 
 from schemas.commands import BindCommand, EvictAck, EvictCommand, EvictOutcome
 from schemas.envelope import Envelope, wrap
+from schemas.fields import scrub_text
 from schemas.telemetry import GpuAllocation, GpuProcess, GpuSample, NodeTelemetry
 from schemas.workers import WorkerExited, WorkerStarted
 from services.node_agent import procs
 from services.node_agent.clock_ticks import ClockTicks
 from services.node_agent.gpu import GpuBackend
 from services.node_agent.journal import CommandEntry, Journal, WorkerEntry
+from services.node_agent.paths import path_part
 from services.node_agent.security import CommandGuard, Rejection
-from services.node_agent.sim_clock import SimClock, path_part
+from services.node_agent.sim_clock import SimClock
+from services.node_agent.worker_env import strip_secrets, worker_environment
 from services.platform.tracing import extract_context
 
 log = logging.getLogger(__name__)
@@ -158,8 +161,9 @@ class NodeAgent(ClockTicks):
         self.clock_wait_s = clock_wait_s
         self.watch_s = watch_s
         self.kill_wait_s = kill_wait_s
-        # The base environment of workers (default: the agent's own).
-        self.worker_env = dict(os.environ) if worker_env is None else dict(worker_env)
+        # The base environment of workers (default: the allowed part of the agent's own, never a
+        # key or the database URL: worker_env.py).
+        self.worker_env = worker_environment(os.environ) if worker_env is None else dict(worker_env)
         self.tracer = trace.get_tracer(TRACER, tracer_provider=tracer_provider)
         self._children: dict[str, Any] = {}  # worker key -> subprocess.Popen (our own children)
         self._exited: dict[str, asyncio.Event] = {}
@@ -241,7 +245,10 @@ class NodeAgent(ClockTicks):
                 task_class=str(command.task_class),
                 gpu_indices=p.gpu_indices,
                 gpu_fraction=p.gpu_fraction,
-                log_path=str(self.log_dir / f"{command.task_id}.{p.worker_index}.{command.command_id}.log"),
+                # One path component per id: a task id such as `../x` stays inside the log folder.
+                log_path=str(
+                    self.log_dir / f"{path_part(command.task_id)}.{p.worker_index}.{command.command_id}.log"
+                ),
             )
             for p in command.placements
         ]
@@ -312,6 +319,7 @@ class NodeAgent(ClockTicks):
             env["GFS_SIM_CLOCK_FILE"] = str(self.sim_clock.path)
             env["GFS_SIM_START"] = repr(self.sim_clock.epoch())
             env["GFS_CLOCK_SEEN_FILE"] = str(self.sim_clock.seen_file(worker.command_id, worker.worker_index))
+        strip_secrets(env)  # whatever `worker_env` held, no worker sees the keys or the database URL
         try:
             process = procs.spawn(command.command, env=env, log_path=Path(worker.log_path))
         except OSError as exc:
@@ -330,7 +338,9 @@ class NodeAgent(ClockTicks):
         )
 
     def _not_started(self, worker: WorkerEntry, now: datetime, detail: str) -> None:
-        worker.exited_at, worker.exit_code, worker.exit_detail = now, NOT_STARTED_EXIT_CODE, detail[:2000]
+        # Scrubbed: the detail echoes OS errors, and WorkerExited.detail refuses control characters.
+        worker.exited_at, worker.exit_code = now, NOT_STARTED_EXIT_CODE
+        worker.exit_detail = scrub_text(detail)[:2000]
         log.warning("task=%s worker=%d not started: %s", worker.task_id, worker.worker_index, detail)
 
     # Evict -------------------------------------------------------------------------------------
@@ -443,7 +453,7 @@ class NodeAgent(ClockTicks):
         alive = [w for w in targets if w.live]
         problems = list(entry.failures) + [f"pid {w.pid} still running after SIGKILL" for w in alive]
         if problems:
-            return EvictOutcome.FAILED, "; ".join(problems)[:2000]
+            return EvictOutcome.FAILED, scrub_text("; ".join(problems))[:2000]
         if any(w.sigkill_at is not None for w in targets):
             return EvictOutcome.KILLED, ""
         return EvictOutcome.CHECKPOINTED, ""

@@ -48,6 +48,7 @@ from services.node_agent.journal import Journal
 from services.node_agent.security import CommandGuard, Rejection
 from services.node_agent.settings import NodeAgentSettings
 from services.node_agent.sim_clock import SimClock
+from services.node_agent.worker_env import parse_allow, worker_environment
 from services.platform.kafka.dead_letter import FailedRecord, build_dead_letter, describe_error
 from services.platform.kafka.producer import EnvelopeProducer
 from services.platform.metrics import Metrics, configure_metrics, metrics_handler
@@ -315,6 +316,7 @@ async def run_node_agent(
     """Run the agent until `stop`. Raises `MissingKeyError` before touching anything when no key
     is configured. Workers keep running when the agent stops (a restart re-adopts them)."""
     wall: Callable[[], datetime] = clock or (lambda: datetime.now(UTC))
+    settings = settings.own_key_only(options.node)  # the master secret, if given, is not kept
     key = settings.command_key(options.node)
     state_dir = options.state_dir or settings.state_dir(options.node)
     sim_clock = (
@@ -355,6 +357,7 @@ async def run_node_agent(
                     sim_clock=sim_clock,
                     checkpoint_root=settings.checkpoint_root(state_dir),
                     clock_wait_s=settings.agent_clock_wait_s,
+                    worker_env=worker_environment(os.environ, parse_allow(settings.agent_worker_env_allow)),
                 )
                 _observe(agent, metrics)
                 if options.metrics_port:

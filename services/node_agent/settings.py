@@ -7,6 +7,8 @@ from typing import Literal
 
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 
+from services.node_agent.paths import path_part
+from services.node_agent.worker_env import DEFAULT_ALLOW
 from services.platform.settings import REPO_ROOT, PlatformSettings
 from services.platform.signing import MIN_KEY_BYTES, node_key
 
@@ -18,7 +20,8 @@ class MissingKeyError(RuntimeError):
 class NodeAgentSettings(PlatformSettings):
     """Env: GFS_NODE_KEY (hex of this node's own command key; preferred: the node never holds the
     master secret) or GFS_COMMAND_SECRET (the scheduler's master secret, UTF-8; the agent derives
-    its key with `signing.node_key`, handy for one-machine stacks and tests).
+    its key with `signing.node_key`, handy for one-machine stacks and tests, then keeps only that
+    key: see `own_key_only`).
     """
 
     gfs_command_secret: SecretStr | None = None
@@ -27,6 +30,9 @@ class NodeAgentSettings(PlatformSettings):
     agent_command_max_age_s: float = Field(default=300.0, gt=0)
     # How far in the future a command's issued_at may be (the scheduler's clock runs ahead).
     agent_clock_skew_s: float = Field(default=30.0, ge=0)
+    # Shell-style patterns of the agent's variables a worker inherits (comma-separated); the keys
+    # and DATABASE_URL never pass (worker_env.py). Env AGENT_WORKER_ENV_ALLOW.
+    agent_worker_env_allow: str = ",".join(DEFAULT_ALLOW)
     # Journals and worker logs: <agent_state_root>/<node>/ unless --state-dir says otherwise.
     # Relative paths resolve against the repository root, like the stack's own `.stack/`.
     agent_state_root: Path = Path(".stack/agents")
@@ -83,11 +89,17 @@ class NodeAgentSettings(PlatformSettings):
         return path if path.is_absolute() else REPO_ROOT / path
 
     def state_dir(self, node: str) -> Path:
-        return self.agent_state_root / node
+        return self.agent_state_root / path_part(node)  # a node name is one path component
 
     def checkpoint_root(self, state_dir: Path) -> Path:
         """Where the workers' checkpoint folders go (see `agent_checkpoint_root`)."""
         return self.agent_checkpoint_root or state_dir / "checkpoints"
+
+    def own_key_only(self, node: str) -> NodeAgentSettings:
+        """A copy that holds this node's key and not the master secret (issue 22: an agent given
+        GFS_COMMAND_SECRET derives its key once and keeps only that)."""
+        key = self.command_key(node)
+        return self.model_copy(update={"gfs_node_key": SecretStr(key.hex()), "gfs_command_secret": None})
 
     def command_key(self, node: str) -> bytes:
         """This node's HMAC key; `MissingKeyError` with what to set when there is none."""

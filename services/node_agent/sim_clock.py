@@ -20,7 +20,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from urllib.parse import quote
 
 SIM_CLOCK_FILE = "sim-clock"
 SEEN_DIR = "clock-seen"
@@ -52,14 +51,6 @@ def read_seen(path: Path) -> Seen | None:
         return Seen(float(data["seen"]), None if exit_at is None else float(exit_at))
     except (OSError, ValueError, TypeError, KeyError, AttributeError):
         return None
-
-
-def path_part(name: str) -> str:
-    """`name` (a task id: any visible characters) as one safe path component: "/" and other
-    special characters are %-escaped, "." and ".." cannot occur. Deterministic, so agents sharing a
-    checkpoint root agree on a task's folder."""
-    safe = quote(name, safe="-_.@+=,:")
-    return safe.replace(".", "%2E") if safe in (".", "..") else safe
 
 
 class SimClock:

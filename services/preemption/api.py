@@ -13,6 +13,7 @@ from services.platform.metrics import Metrics, metrics_handler
 from services.preemption import controls, store
 from services.preemption.dashboard import register_dashboard
 from services.preemption.explanations import explanation_dict
+from services.preemption.query_params import id_param, int_param
 
 if TYPE_CHECKING:
     from services.preemption.service import Decider
@@ -43,7 +44,7 @@ def build_api(decider: Decider, metrics: Metrics, ready: asyncio.Event) -> web.A
         return web.json_response({"instance": decider.instance, "pools": out})
 
     async def explain(request: web.Request) -> web.Response:
-        task_id = request.match_info["task_id"]
+        task_id = id_param(request, "task_id")
         live = None
         for c in decider.owned_pools().values():
             if task_id in c.seen:
@@ -53,7 +54,7 @@ def build_api(decider: Decider, metrics: Metrics, ready: asyncio.Event) -> web.A
         return web.json_response({"task_id": task_id, "live": live, "decisions": history})
 
     async def decisions(request: web.Request) -> web.Response:
-        limit = min(500, int(request.query.get("limit", "50")))
+        limit = int_param(request, "limit", default=50, low=1, high=500)
         async with decider.pool.acquire() as connection:
             rows = await store.recent_decisions(connection, limit)
         return web.json_response(rows)

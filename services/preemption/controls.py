@@ -37,6 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from services.preemption.controller import Controls, PoolController
 from services.preemption.inputs import Entry
+from services.preemption.query_params import int_param
 
 if TYPE_CHECKING:
     from services.preemption.service import Decider
@@ -334,7 +335,7 @@ def register(app: web.Application, decider: Decider) -> None:
         )
 
     async def audit(request: web.Request) -> web.Response:
-        limit = max(1, min(1000, int(request.query.get("limit", "100"))))
+        limit = int_param(request, "limit", default=100, low=1, high=1000)
         pool = request.query.get("pool")
         async with decider.pool.acquire() as connection:
             rows = await connection.fetch(

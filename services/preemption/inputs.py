@@ -8,19 +8,45 @@ both paths run exactly the same code.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from schemas.clock import ClockTick
 from schemas.commands import EvictAck
 from schemas.quota import SpotQuota
-from schemas.tasks import TaskCancelled, TaskSubmitted
+from schemas.tasks import TaskCancelled, TaskClass, TaskSubmitted
 from schemas.telemetry import NodeTelemetry
 from schemas.workers import WorkerExited, WorkerStarted
 from services.preemption.controller import Controls, Effects, PoolController
 
 Entry = tuple[str, dict[str, Any], float]
+
+log = logging.getLogger(__name__)
+
+
+def _journaled_submission(data: dict[str, Any]) -> TaskSubmitted:
+    """A journaled submission, validated again; one the rules of its day accepted but today's refuse
+    (issue 22 added the tenant's shape and the GPU bounds) is rebuilt as it was recorded, so an
+    older journal still replays and its partition can be claimed."""
+    try:
+        return TaskSubmitted.model_validate(data)
+    except ValidationError as exc:
+        log.warning("journaled submission %r predates today's rules (%s); replayed as recorded",
+                    data.get("task_id"), exc.errors(include_url=False)[0].get("msg"))  # fmt: skip
+        command = data["command"]
+        return TaskSubmitted.model_construct(
+            **{**data, "task_class": TaskClass(data["task_class"]),
+               "command": command if isinstance(command, str) else tuple(command)}
+        )  # fmt: skip
+
+
+def _journaled_cancel(data: dict[str, Any]) -> TaskCancelled:
+    try:
+        return TaskCancelled.model_validate(data)
+    except ValidationError:
+        return TaskCancelled.model_construct(**data)  # a tenant of an older rule, as for submissions
 
 
 def entry_for(payload: BaseModel, at_s: float, *, duplicate: bool = False) -> Entry | None:
@@ -48,11 +74,9 @@ def entry_for(payload: BaseModel, at_s: float, *, duplicate: bool = False) -> En
 def apply(controller: PoolController, entry: Entry) -> Effects:
     kind, data, at = entry
     if kind == "submit":
-        return controller.submit(
-            TaskSubmitted.model_validate(data["task"]), at, duplicate=bool(data["duplicate"])
-        )
+        return controller.submit(_journaled_submission(data["task"]), at, duplicate=bool(data["duplicate"]))
     if kind == "cancel":
-        cancel = TaskCancelled.model_validate(data)
+        cancel = _journaled_cancel(data)
         return controller.cancel(cancel.task_id, cancel.tenant, cancel.reason, at)
     if kind == "quota":
         return controller.quota(SpotQuota.model_validate(data), at)

@@ -10,7 +10,9 @@ submitted before, a duplicate mark. Delivery is at-least-once (the platform's co
 commits after the inbox acked); the deciders dedupe by event_id.
 
 Records whose pool cannot be found (a cancel for a task never submitted, an ack from a node that
-never sent telemetry) go to the dead-letter topic with the reason.
+never sent telemetry) go to the dead-letter topic with the reason, and so does a record whose
+route could not be stored twice with an error the record causes (`poison.py`): one bad record
+must not stop the router's partition, and then every instance that takes it over.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from services.platform.kafka.processing import NO_RETRY, ConsumeStats, MessageCo
 from services.platform.kafka.producer import EnvelopeProducer
 from services.platform.tracing import inject_headers
 from services.preemption import store
+from services.preemption.poison import STORE_ATTEMPTS, StoreFailedError, caused_by_record, store_failed
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +86,7 @@ class Router:
     routed: int = 0
     unroutable: int = 0
     skipped: int = 0
+    poisoned: int = 0  # records dead-lettered because their route could not be stored
     in_flight: list[asyncio.Future[Any]] = field(default_factory=list)
     unknown_nodes: dict[str, float] = field(default_factory=dict)  # node -> monotonic retry time
     # Every input sent before `heard` has been forwarded (None: not known yet): the decider does
@@ -103,13 +107,19 @@ class Router:
             self.skipped += 1
             return
         try:
-            pool, duplicate = await self._pool_of(envelope.payload, envelope)
+            found = await self._pool_of_stored(envelope)
         except UnroutableError as exc:
             if self.pools is not None:
                 self.skipped += 1
                 return
             await self._dead_letter(envelope, context, exc)
+            self.unroutable += 1
             return
+        if isinstance(found, StoreFailedError):
+            await self._dead_letter(envelope, context, found)
+            self.poisoned += 1
+            return
+        pool, duplicate = found
         if self.pools is not None and pool not in self.pools:
             self.skipped += 1
             return
@@ -144,6 +154,24 @@ class Router:
             return sorted(self.pools)
         async with self.pool.acquire() as connection:
             return await store.known_pools(connection)
+
+    async def _pool_of_stored(self, envelope: Envelope[Any]) -> tuple[str, bool] | StoreFailedError:
+        """`_pool_of`, tried twice when the record's own data makes the store fail; the error to
+        dead-letter it with when it failed both times. Other errors propagate: the loop stops and
+        the record is read again, as before."""
+        error = StoreFailedError("not tried")
+        for attempt in range(1, STORE_ATTEMPTS + 1):
+            try:
+                return await self._pool_of(envelope.payload, envelope)
+            except UnroutableError:
+                raise
+            except Exception as exc:
+                if not caused_by_record(exc):
+                    raise
+                log.warning("router: storing the route of %s failed (attempt %d/%d): %r",
+                            envelope.event_id, attempt, STORE_ATTEMPTS, exc)  # fmt: skip
+                error = store_failed(exc)
+        return error
 
     def _maybe_ours(self, payload: object) -> bool:
         """Cheap pre-filter for records that name their pool."""
@@ -202,7 +230,6 @@ class Router:
             failed, error=exc, failed_at=datetime.now(UTC), producer=self.producer_name
         )
         await self.producer.send(DEAD_LETTER_TOPIC, letter)
-        self.unroutable += 1
         log.warning("router: dead-lettered %s@%d: %s", context.topic, context.offset, exc)
 
 

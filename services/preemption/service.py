@@ -12,6 +12,9 @@ Shape (docs/services.md, "Preemption service"):
   the epoch, append the inputs to the journal, record the decisions, enqueue the events and the
   signed commands in the outbox and store the next offset; then wake the relay. A failed
   transaction rebuilds the partition from Postgres, so memory never runs ahead of what is durable.
+  After a batch failed with an error a record may cause (`poison.py`), the records up to that
+  batch's end are decided one per transaction; the one that fails alone is dead-lettered with the
+  error and its offset stored, so one record never stops a partition (issue 22).
 - A timer (every `preemption_tick_s`) runs the controllers' periodic work (guarantee periods,
   held binds past their deadline, an expired quota, a scheduling pass) and marks nodes whose
   heartbeat stopped as down (by the rules of liveness.py: silence counts only while the service
@@ -65,6 +68,7 @@ from services.preemption.controller import ControllerSettings, Effects, PoolCont
 from services.preemption.dashboard import with_trace_id
 from services.preemption.inputs import Entry, apply, entry_for
 from services.preemption.metrics import register_metrics
+from services.preemption.poison import caused_by_record, store_failed
 from services.preemption.router import (
     CLOCK_TOPIC,
     DUPLICATE_HEADER,
@@ -173,6 +177,7 @@ class Stats:
     node_loss_held: int = 0  # episodes of silent nodes not declared lost (liveness.py)
     rebuilt: int = 0
     dead_lettered: int = 0
+    poisoned: int = 0  # inbox records dead-lettered because they failed to store twice
     latencies: list[float] = field(default_factory=list)  # inbox record -> committed, seconds (recent)
 
 
@@ -186,6 +191,9 @@ class Decider:
     partitions: dict[int, PartitionState] = field(default_factory=dict)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     stats: Stats = field(default_factory=Stats)
+    # partition -> the last offset of a batch whose commit failed with an error a record may cause:
+    # up to it, records are decided one per transaction (`handle_inbox`).
+    suspects: dict[int, int] = field(default_factory=dict)
     contexts: dict[str, otel_context.Context] = field(default_factory=dict)  # task -> its trace
     on_committed: Callable[[], None] = lambda: None
     producer: EnvelopeProducer | None = None  # dead letters
@@ -238,6 +246,57 @@ class Decider:
 
     def owned_pools(self) -> dict[str, PoolController]:
         return {name: c for s in self.partitions.values() for name, c in s.controllers.items()}
+
+    # ----- poison records (issue 22, poison.py) ---------------------------------------------------
+    async def handle_inbox(self, partition: int, records: Sequence[ConsumerRecord[bytes, bytes]]) -> None:
+        """`handle_batch`, and after a batch failed with an error a record may cause, its records
+        one per `handle_batch` up to that batch's end: the one at fault fails alone (its second
+        failure) and is dead-lettered; the others are decided as usual. Errors of the
+        infrastructure propagate as before (the partition is taken again and re-read)."""
+        end = self.suspects.get(partition)
+        if end is None:
+            try:
+                await self.handle_batch(partition, records)
+            except Exception as exc:
+                if caused_by_record(exc) and records:
+                    self.suspects[partition] = records[-1].offset
+                raise
+            return
+        for index, record in enumerate(records):
+            if partition not in self.partitions:
+                return
+            if record.offset > end:
+                self.suspects.pop(partition, None)
+                await self.handle_batch(partition, records[index:])
+                return
+            try:
+                await self.handle_batch(partition, [record])
+            except Exception as exc:
+                if not caused_by_record(exc):
+                    raise
+                await self._poisoned(partition, record, exc)
+        if records and records[-1].offset >= end:
+            self.suspects.pop(partition, None)
+
+    async def _poisoned(self, partition: int, record: ConsumerRecord[bytes, bytes], exc: Exception) -> None:
+        """Dead-letter a record that failed to store twice, rebuild the partition (memory applied
+        it) and store the offset past it, so the partition goes on."""
+        self.stats.poisoned += 1
+        await self._dead_letter(record, store_failed(exc))
+        async with self.lock:
+            self.partitions.pop(partition, None)
+        await self.take(partition)
+        async with self.lock:
+            state = self.partitions.get(partition)
+            if state is None or state.next_offset > record.offset:
+                return
+            try:
+                async with self.pool.acquire() as connection, connection.transaction():
+                    await store.check_epoch(connection, state.claim, record.offset + 1)
+            except store.FencedError:
+                await self._fenced(state)
+                return
+            state.next_offset = record.offset + 1
 
     # ----- inbox batches -------------------------------------------------------------------------
     async def handle_batch(self, partition: int, records: Sequence[ConsumerRecord[bytes, bytes]]) -> None:
@@ -331,7 +390,7 @@ class Decider:
 
     async def _dead_letter(self, record: ConsumerRecord[bytes, bytes], exc: Exception) -> None:
         self.stats.dead_lettered += 1
-        log.error("preemption: undecodable inbox record %d@%d: %r", record.partition, record.offset, exc)
+        log.error("preemption: dead-lettered inbox record %d@%d: %r", record.partition, record.offset, exc)
         if self.producer is not None:
             failed = FailedRecord(topic=record.topic, partition=record.partition, offset=record.offset,
                                   value=record.value, consumer_group=self.settings.preemption_group)  # fmt: skip
@@ -603,7 +662,7 @@ async def _decide(consumer: AIOKafkaConsumer, decider: Decider, stop: asyncio.Ev
             raise decider.fatal
         for tp, records in batch.items():
             try:
-                await decider.handle_batch(tp.partition, records)
+                await decider.handle_inbox(tp.partition, records)
             except Exception:
                 # The partition was dropped (memory ahead of Postgres): take it again and re-read.
                 await asyncio.sleep(0.5)

@@ -62,7 +62,36 @@ CASES = [
         "TaskSubmitted",
         _set(("payload", "gpus_per_worker"), 0),
         ("payload", "gpus_per_worker"),
-        "greater than 0",
+        "greater than or equal to 0.01",
+    ),
+    # Issue 22: one GPU could take unlimited 1e-12-GPU workers; a gang had no upper bound.
+    BrokenCase(
+        "gpus-below-the-granularity",
+        "TaskSubmitted",
+        _set(("payload", "gpus_per_worker"), 1e-12),
+        ("payload", "gpus_per_worker"),
+        "greater than or equal to 0.01",
+    ),
+    BrokenCase(
+        "workers-above-the-bound",
+        "TaskSubmitted",
+        _set(("payload", "workers"), 1025),
+        ("payload", "workers"),
+        "less than or equal to 1024",
+    ),
+    BrokenCase(
+        "tenant-not-a-name",
+        "TaskSubmitted",
+        _set(("payload", "tenant"), "org a/../b"),
+        ("payload", "tenant"),
+        "should match pattern",
+    ),
+    BrokenCase(
+        "tenant-too-long",
+        "TaskSubmitted",
+        _set(("payload", "tenant"), "o" * 129),
+        ("payload", "tenant"),
+        "at most 128 characters",
     ),
     BrokenCase(
         "gpus-fractional-above-one",
@@ -288,6 +317,55 @@ CASES = [
 ]
 
 
+# Issue 22: a NUL in any string of a record used to reach Postgres (which refuses it) and stop a
+# partition. Every identifier and free string now refuses it (and the other control characters) at
+# decode, naming the field, the character and its index.
+_CONTROL_CASES = [
+    ("TaskSubmitted", ("payload", "task_id"), "job\x00-1", "U+0000 at index 3"),
+    ("TaskSubmitted", ("payload", "tenant"), "org\x00", "U+0000 at index 3"),
+    ("TaskSubmitted", ("payload", "gpu_model"), "A100\x00", "U+0000 at index 4"),
+    ("TaskSubmitted", ("payload", "command"), "python -c 1\x00", "U+0000 at index 11"),
+    ("TaskSubmitted", ("payload", "command"), ["python", "-c\x00"], "argv item 1 contains the control character U+0000 at index 2"),  # noqa: E501
+    ("TaskSubmitted", ("payload", "command"), ["python", "\x1b[2J"], "argv item 1 contains the control"),
+    ("TaskSubmitted", ("payload", "task_id"), "job\n1", "U+000A at index 3"),
+    ("TaskCancelled", ("payload", "reason"), "because\x00", "U+0000 at index 7"),
+    ("TaskCancelled", ("payload", "tenant"), "\x00", "U+0000 at index 0"),
+    ("TaskRejected", ("payload", "message"), "no\x07", "U+0007 at index 2"),
+    ("TaskWithdrawn", ("payload", "reason"), "\x00", "U+0000 at index 0"),
+    ("BindCommand", ("payload", "node"), "node\x00", "U+0000 at index 4"),
+    ("BindCommand", ("payload", "command"), ["a\x00"], "argv item 0 contains the control character U+0000"),
+    ("EvictCommand", ("payload", "task_ids", 0), "t\x00", "U+0000 at index 1"),
+    ("EvictAck", ("payload", "detail"), "x\x00", "U+0000 at index 1"),
+    ("WorkerExited", ("payload", "detail"), "x\x00", "U+0000 at index 1"),
+    ("WorkerStarted", ("payload", "task_id"), "t\x7f", "U+007F at index 1"),
+    ("NodeTelemetry", ("payload", "node"), "n\x00", "U+0000 at index 1"),
+    ("SpotQuota", ("payload", "forecast_version"), "v\x00", "U+0000 at index 1"),
+    ("DemandForecast", ("payload", "tenant"), "o\x00", "U+0000 at index 1"),
+    ("DemandForecast", ("payload", "model_version"), "v\x00", "U+0000 at index 1"),
+    ("PoolStatus", ("payload", "pool"), "p\x00", "U+0000 at index 1"),
+    ("ClockTick", ("payload", "clock"), "c\x00", "U+0000 at index 1"),
+    ("TaskAccepted", ("producer",), "gfs\x00", "U+0000 at index 3"),
+]
+
+
+@pytest.mark.parametrize(
+    ("event_type", "loc", "value", "says"),
+    _CONTROL_CASES,
+    ids=[f"{c[0]}-{c[1][-1]}-{i}" for i, c in enumerate(_CONTROL_CASES)],
+)
+def test_control_characters_are_refused_naming_the_field(
+    event_type: str, loc: tuple[str | int, ...], value: object, says: str
+) -> None:
+    message = golden_message(event_type)
+    _set(loc, value)(message)
+    with pytest.raises(ValidationError) as info:
+        decode(topic_for_event_type(event_type).name, to_bytes(message))
+    errors = info.value.errors()
+    matching = [e for e in errors if tuple(e["loc"]) == loc]
+    assert matching, f"no error at {loc}; got {[(e['loc'], e['msg']) for e in errors]}"
+    assert says in matching[0]["msg"]
+
+
 @pytest.mark.parametrize("case", CASES, ids=lambda case: case.id)
 def test_error_names_the_field(case: BrokenCase) -> None:
     message = golden_message(case.event_type)
@@ -330,3 +408,16 @@ def test_bytes_that_are_not_an_envelope_object(raw: bytes, error: type[Exception
 def test_decode_on_an_unknown_topic_names_it() -> None:
     with pytest.raises(KeyError, match=r"gfs\.unknown"):
         decode("gfs.unknown", to_bytes(golden_message("TaskSubmitted")))
+
+
+def test_scrub_text_makes_foreign_text_fit_a_free_string() -> None:
+    # What a service echoes from elsewhere (an OS error, a process's output) is escaped, not refused.
+    from schemas.fields import scrub_text
+    from schemas.workers import WorkerExited
+
+    scrubbed = scrub_text("exec failed\x00: \x1b[31mred\x1b[0m\tand\nnext\x7f")
+    assert scrubbed == "exec failed\\x00: \\x1b[31mred\\x1b[0m\tand\nnext\\x7f"
+    message = golden_message("WorkerExited")
+    message["payload"]["detail"] = scrubbed
+    decoded = decode(topic_for_event_type("WorkerExited").name, to_bytes(message)).payload
+    assert isinstance(decoded, WorkerExited) and decoded.detail == scrubbed

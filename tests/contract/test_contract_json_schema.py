@@ -77,6 +77,14 @@ def test_schema_accepts_a_freshly_encoded_message(exported: dict[str, Draft20201
         ("SpotQuota", ("payload", "eta"), 0),
         ("EvictCommand", ("payload", "command_id"), "evict-1"),
         ("DeadLetter", ("payload", "source_offset"), -1),
+        # Issue 22: outside producers learn the control-character rule and the bounds from the schema.
+        ("TaskSubmitted", ("payload", "task_id"), "job\u00001"),
+        ("TaskSubmitted", ("payload", "tenant"), "org a"),
+        ("TaskSubmitted", ("payload", "command"), ["python", "\u0000"]),
+        ("TaskSubmitted", ("payload", "command"), "echo \u001b"),
+        ("TaskCancelled", ("payload", "reason"), "\u0000"),
+        ("TaskSubmitted", ("payload", "gpus_per_worker"), 0.001),
+        ("TaskSubmitted", ("payload", "workers"), 1025),
     ],
     ids=[
         "workers-zero",
@@ -89,6 +97,13 @@ def test_schema_accepts_a_freshly_encoded_message(exported: dict[str, Draft20201
         "eta-zero",
         "command-id-not-uuid",
         "negative-offset",
+        "nul-in-task-id",
+        "tenant-with-space",
+        "nul-in-argv",
+        "escape-in-shell-command",
+        "nul-in-cancel-reason",
+        "gpus-below-granularity",
+        "workers-above-bound",
     ],
 )
 def test_schema_rejects_invalid_messages(

@@ -23,7 +23,13 @@ gpu_requests = st.one_of(
     st.floats(min_value=0.01, max_value=1.0, allow_nan=False),
     st.integers(min_value=1, max_value=64).map(float),
 )
-commands = st.one_of(st.text(min_size=1, max_size=40), st.lists(st.text(min_size=1), min_size=1, max_size=4))
+# Any text but control characters (refused by the contract since issue 22; TAB, LF, CR allowed).
+_command_text = st.text(
+    st.characters(exclude_categories=("Cc", "Cs")) | st.sampled_from("\t\n\r"), min_size=1
+)
+commands = st.one_of(
+    _command_text.filter(lambda t: len(t) <= 40), st.lists(_command_text, min_size=1, max_size=4)
+)
 
 submissions = st.builds(
     TaskSubmitted,

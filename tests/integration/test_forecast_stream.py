@@ -30,7 +30,7 @@ from schemas.clock import ClockPhase, ClockTick
 from schemas.dead_letter import DeadLetter
 from schemas.envelope import Envelope, wrap
 from schemas.forecast import DemandForecast, PoolDemandForecast
-from schemas.tasks import TaskAccepted, TaskClass, TaskFinished, TaskSubmitted
+from schemas.tasks import TaskAccepted, TaskCancelled, TaskClass, TaskFinished, TaskSubmitted
 from schemas.topics import decode
 from services.platform.kafka.producer import EnvelopeProducer
 from services.platform.kafka.topic_admin import TopicsReport
@@ -321,6 +321,76 @@ async def test_the_worker_answers_the_kubernetes_probes(stream: tuple[str, Path]
                 assert response.status == 503 and body == {"ready": False}
             assert time.monotonic() < deadline, "the worker did not become ready in 60 s"
             await asyncio.sleep(0.5)
+
+
+async def test_a_cancel_stamped_far_in_the_future_is_dead_lettered_and_the_pool_still_forecasts(
+    stream: tuple[str, Path], kafka_bootstrap: str
+) -> None:
+    """Issue 22: minutes are sampled up to each event's time, so one cancel stamped a year ahead
+    moved the pool's sampling there and no hour of it closed again. The rule: on the wall clock,
+    an event more than FORECAST_MAX_AHEAD_S (300 s) ahead of the host's clock is dead-lettered."""
+    app_id, log = stream
+    run = uuid.uuid4().hex[:8]
+    pool = f"FF-{run}"
+    t0 = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) - timedelta(hours=3)
+    at = lambda minutes: t0 + timedelta(minutes=minutes)  # noqa: E731
+    forecasts_from = await _ends_now(kafka_bootstrap, "gfs.forecasts")
+    letters_from = await _ends_now(kafka_bootstrap, "gfs.deadletter")
+    async with EnvelopeProducer(bootstrap_servers=kafka_bootstrap) as producer:
+        await _consuming(producer, log, run)
+        await _caught_up(kafka_bootstrap, app_id)
+        a, c = f"{run}-a", f"{run}-c"
+        accept = lambda task: TaskAccepted(task_id=task, pool=pool, task_class=TaskClass.HP)  # noqa: E731
+        # x holds 8 GPUs from minute 10; a cancel of it claims to happen a year from now; task c
+        # accepted at minute 180 closes hours 0..2 by event time. Each event is handled (the app's
+        # group committed the sources and its re-keyed topic to their ends) before the next is sent.
+        barrier = (*SOURCES, f"{app_id}-demand-by-pool")
+        future = datetime.now(UTC) + timedelta(days=365)
+        steps: list[tuple[Any, datetime]] = [
+            (_submit(a, "x", pool, 8), at(10)),
+            (accept(a), at(10)),
+            (TaskCancelled(task_id=a, tenant="x"), future),
+            (_submit(c, "x", pool, 2), at(180)),
+            (accept(c), at(180)),
+        ]
+        sent = []
+        for payload, when in steps:
+            topic = "gfs.tasks.lifecycle" if isinstance(payload, TaskAccepted) else "gfs.tasks.submit"
+            sent.append(await producer.send(topic, wrap(payload, producer="it", occurred_at=when)))
+            await _committed_to_the_end(kafka_bootstrap, app_id, barrier)
+        cancel = sent[2]
+
+    origin = t0 + timedelta(hours=3)
+
+    def ours(env: Any) -> bool:
+        p = env.payload
+        return isinstance(p, PoolDemandForecast) and p.pool == pool and p.origin_time == origin
+
+    received = await _read_after(
+        kafka_bootstrap, "gfs.forecasts", forecasts_from, done=lambda got: any(ours(env) for env, _ in got)
+    )
+    pool_fc = next(env.payload for env, _ in received if ours(env))
+    # The cancel was not applied: x's 8 GPUs held through hour 2 (persistence of the last hour).
+    assert pool_fc.horizon[0].quantiles["0.5"] == 8.0
+
+    def the_cancel(env: Any) -> bool:
+        p = env.payload
+        return (
+            isinstance(p, DeadLetter)
+            and p.consumer_group == app_id
+            and (p.source_topic, p.source_partition, p.source_offset)
+            == (cancel.topic, cancel.partition, cancel.offset)
+        )
+
+    letters = await _read_after(
+        kafka_bootstrap,
+        "gfs.deadletter",
+        letters_from,
+        done=lambda got: any(the_cancel(env) for env, _ in got),
+    )
+    letter = next(env.payload for env, _ in letters if the_cancel(env))
+    assert "FutureEventError: occurred_at is" in letter.error
+    assert "ahead of the stream's clock; at most 300 s is accepted" in letter.error
 
 
 async def test_a_restarted_stream_rebuilds_its_tables_from_the_changelogs(

@@ -425,3 +425,33 @@ async def test_a_fresh_group_starts_after_old_commands(
         assert seen == ["recent"]
     finally:
         await reader.stop()
+
+
+async def test_a_worker_reading_its_environment_sees_no_key_secret_or_database_url(
+    kafka_bootstrap: str,
+    publisher: EnvelopeProducer,
+    ack_reader: Callable[[str], Acks],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 22: workers inherited the agent's whole environment. The agent's environment here
+    holds what the demo, compose and the fault harness give it (the master secret, the database
+    URL) and its own node key; a real `fake-task` writes the environment it got."""
+    node = _node()
+    acks = ack_reader(node)
+    monkeypatch.setenv("GFS_COMMAND_SECRET", SECRET)
+    monkeypatch.setenv("GFS_NODE_KEY", node_key(SECRET.encode(), node).hex())
+    monkeypatch.setenv("DATABASE_URL", "postgresql://gfs:secret-password@db:5432/gfs")
+    monkeypatch.setenv("PREEMPTION_ADMIN_TOKEN", "admin-token-of-the-sre-api")
+    env_file = tmp_path / "env.json"
+    async with _agent(kafka_bootstrap, tmp_path, node) as state_dir:
+        await _publish(publisher, _signed(_bind(node, "reads-env", "--env-file", str(env_file)), node))
+        await acks.until(lambda a: bool(a.of(WorkerStarted)), "WorkerStarted")
+        await _until_running(state_dir, "reads-env")
+        env = json.loads(env_file.read_text())
+    leaked = {"GFS_COMMAND_SECRET", "GFS_NODE_KEY", "DATABASE_URL", "PREEMPTION_ADMIN_TOKEN"} & set(env)
+    assert not leaked, f"the worker saw {sorted(leaked)}"
+    assert not any(SECRET in value or "secret-password" in value for value in env.values())
+    # What it needs is there: the allowlisted PATH and what the agent sets for it.
+    assert env["PATH"] == os.environ["PATH"]
+    assert (env["GFS_TASK_ID"], env["GFS_NODE"], env["CUDA_VISIBLE_DEVICES"]) == ("reads-env", node, "0")
