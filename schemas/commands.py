@@ -3,6 +3,11 @@
 Commands are idempotent: the agent remembers `command_id`s it has executed and answers a repeat
 with the same ack instead of acting twice. `signature` authenticates the sender: the HMAC-SHA256
 (hex) of the command's compact JSON encoding with `signature` set to "" (empty = unsigned).
+
+`attempt` numbers the runs of a task (1, 2, ... per task, docs/attempts.md): a bind starts one
+attempt, an eviction stops one, and every ack names the attempt it is about, so a late message
+of an earlier run can never be taken for the current one. It is optional so messages written
+before it existed still decode; such a message is about "whichever run is current".
 """
 
 from __future__ import annotations
@@ -51,6 +56,9 @@ class BindCommand(BaseModel):
     )
     issued_at: UtcDatetime = Field(description="When the scheduler issued the command.")
     signature: str = Field(default="", description="HMAC-SHA256 hex of the unsigned command; '' if unsigned.")
+    attempt: int | None = Field(
+        default=None, ge=1, description="The run of the task this command is about (docs/attempts.md)."
+    )
 
     @field_validator("placements")
     @classmethod
@@ -82,6 +90,11 @@ class EvictCommand(BaseModel):
     preemptor_task_id: TaskId | None = Field(default=None, description="The HP task that needs the GPUs.")
     issued_at: UtcDatetime = Field(description="When the scheduler issued the command.")
     signature: str = Field(default="", description="HMAC-SHA256 hex of the unsigned command; '' if unsigned.")
+    attempt: int | None = Field(
+        default=None,
+        ge=1,
+        description="The run of the task stopped (docs/attempts.md); only with a single task id.",
+    )
 
     @field_validator("task_ids")
     @classmethod
@@ -89,6 +102,13 @@ class EvictCommand(BaseModel):
         if len(set(value)) != len(value):
             raise ValueError(f"task_ids must be distinct (got {list(value)})")
         return value
+
+    @model_validator(mode="after")
+    def _attempt_of_one_task(self) -> EvictCommand:
+        # An attempt number belongs to one task: a command naming several has no single attempt.
+        if self.attempt is not None and len(self.task_ids) != 1:
+            raise ValueError("attempt may be given only when task_ids names a single task")
+        return self
 
 
 class EvictAck(BaseModel):
@@ -102,3 +122,6 @@ class EvictAck(BaseModel):
     outcome: EvictOutcome = Field(description="What the agent did.")
     acked_at: UtcDatetime = Field(description="When the agent finished handling the command.")
     detail: str = Field(default="", description="Error text when outcome is FAILED.")
+    attempt: int | None = Field(
+        default=None, ge=1, description="The attempt the command named (echoed; docs/attempts.md)."
+    )

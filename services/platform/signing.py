@@ -90,7 +90,7 @@ def signing_bytes(command: BindCommand | EvictCommand) -> bytes:
     return unsigned.model_dump_json(exclude=later).encode("utf-8")
 
 
-_ADDED_AFTER_V1 = ("restart_overhead_s",)
+_ADDED_AFTER_V1 = ("restart_overhead_s", "attempt")
 
 
 def signature_of(command: BindCommand | EvictCommand, *, key: bytes) -> str:
