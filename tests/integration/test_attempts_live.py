@@ -171,3 +171,43 @@ async def test_the_agent_never_starts_an_attempt_it_was_told_to_evict_first(
         await asyncio.sleep(1.0)
         assert len(acks.of(WorkerExited)) == 1  # attempt 2 still runs
 
+
+
+@pytest.mark.asyncio(loop_scope="session")
+async def test_a_task_is_not_bound_again_on_a_node_before_that_node_ended_its_previous_attempt(
+    world: tuple[Cluster, str],  # noqa: F811 (the fixture)
+    kafka_bootstrap: str,
+) -> None:
+    c, dsn = world
+    settings = _settings(dsn, kafka_bootstrap, c.pool, preemption_grace_s=20.0)
+    async with _service(settings) as (decider, _):
+        # One 4-GPU node: spot A and B (2 GPUs each); HP H evicts B, the cheaper victim.
+        await c.telemetry(c.node(0), 4)
+        await c.quota(4.0)
+        await _until(_registered(decider, c.pool, 1))
+        await c.submit("A", TaskClass.SPOT)
+        (bind_a,) = await c.bind_of("A")
+        await c.started(bind_a)
+        await c.tap.wait(TaskStarted, lambda e: e.task_id == "A")
+        await asyncio.sleep(1.0)
+        await c.submit("B", TaskClass.SPOT)
+        (bind_b,) = await c.bind_of("B")
+        await c.started(bind_b)
+        await c.tap.wait(TaskStarted, lambda e: e.task_id == "B")
+        await c.submit("H", TaskClass.HP)
+        (evict,) = await c.tap.wait(EvictCommand, lambda e: e.preemptor_task_id == "H")
+        assert evict.task_ids == ("B",)
+        # A finishes: its GPUs could take the requeued B at once, on the very node that has not
+        # yet stopped B's first attempt (its agent may read that bind before the eviction).
+        done = WorkerExited(command_id=bind_a.command_id, node=bind_a.node, task_id="A", worker_index=0,
+                            exit_code=0, exited_at=datetime.now(UTC))  # fmt: skip
+        await c.producer.send("gfs.commands.worker-ack", wrap(done, producer="it"))
+        await c.tap.wait(TaskFinished, lambda e: e.task_id == "A")
+        await asyncio.sleep(1.5)
+        assert len(c.tap.payloads(BindCommand, lambda b: b.task_id == "B")) == 1  # held
+        ack = EvictAck(command_id=evict.command_id, node=evict.node, task_ids=("B",),
+                       outcome=EvictOutcome.KILLED, acked_at=datetime.now(UTC))  # fmt: skip
+        await c.producer.send("gfs.commands.evict-ack", wrap(ack, producer="it"))
+        (_, again) = await c.bind_of("B", count=2)
+        assert again.node == c.node(0) and again.attempt == 2 and evict.attempt == 1
+        await c.tap.wait(TaskEvicted, lambda e: e.task_id == "B")
