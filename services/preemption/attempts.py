@@ -48,14 +48,17 @@ class Attempt:
         return self.phase in TERMINAL
 
     def start(self, worker: int) -> bool:
-        """WorkerStarted. True when this made every worker started (TaskStarted is due)."""
+        """WorkerStarted. True when this made every worker started (TaskStarted is due), also
+        while EVICTING: a start read after the eviction was decided still happened, and the run
+        may yet finish on its own."""
         if self.ended or worker not in self.workers or worker in self.started:
             return False
         self.started.add(worker)
-        if self.phase is Phase.BOUND and len(self.started) == len(self.workers):
+        if len(self.started) < len(self.workers):
+            return False
+        if self.phase is Phase.BOUND:
             self.phase = Phase.RUNNING
-            return True
-        return False
+        return True
 
     def exit(self, worker: int, code: int, *, evicted: bool) -> Phase | None:
         """WorkerExited. The phase the run ended in with this exit, or None (not ended by it)."""

@@ -239,6 +239,7 @@ class _Ending:
     """An evicted attempt whose end is not known yet: what to report once it is (module doc)."""
 
     task_id: str
+    task_class: WireClass
     run: Attempt
     commands: dict[uuid.UUID, str]  # eviction command -> node
     reason: EvictionReason
@@ -247,6 +248,8 @@ class _Ending:
     closes: list[BaseModel]  # the guarantee periods the stop closed (a FAILED one last if any)
     failed_close: bool
     deadline_s: float
+    placements: tuple[Placement, ...] = ()
+    started: dict[int, float] = field(default_factory=dict)  # worker -> WorkerStarted time
     acked_at: dict[str, datetime] = field(default_factory=dict)
     exited_at: datetime | None = None
 
@@ -528,6 +531,19 @@ class PoolController:
             return self._refused(ack, why, now)
         out = Effects()
         bound = self.bound[ack.command_id]
+        ending = self.ending.get(ack.task_id)
+        if ending is not None and ending.run.number == bound.attempt:
+            # Read after the eviction was decided: the run did start (and may finish on its own).
+            ending.started.setdefault(ack.worker_index, ack.started_at.timestamp())
+            if ending.run.start(ack.worker_index):
+                out.events.append(
+                    TaskStarted(
+                        task_id=ack.task_id, pool=self.pool, task_class=ending.task_class,
+                        placements=ending.placements, started_at=utc(max(ending.started.values())),
+                        attempt=ending.run.number,
+                    )  # fmt: skip
+                )
+            return out
         task = self.tasks.get(ack.task_id)
         run = None if task is None else task.run
         if task is None or run is None or run.number != bound.attempt:
@@ -911,8 +927,12 @@ class PoolController:
             )
         elif commands and run is not None:
             deadline = now + grace + self.settings.ack_margin_s
+            placements = tuple(
+                sorted((p for b in task.binds.values() for p in b.placements), key=lambda p: p.worker_index)
+            )
             ending = _Ending(
-                tid, run, commands, reason, lost, requeued, closes, stop.failed_period, deadline
+                tid, spec.task_class, run, commands, reason, lost, requeued, closes, stop.failed_period,
+                deadline, placements, dict(task.started),
             )
             self.ending[tid] = ending
             phase = run.evict(set(commands.values()))

@@ -88,10 +88,11 @@ def test_every_interleaving_ends_the_run_once_and_as_what_it_was(world: World, d
 
     run = Attempt(1, dict(world.workers))
     ends: list[Phase] = []
+    reported_start = 0
     for message in order:
         kind = message[0]
         if kind == "start":
-            run.start(int(message[1]))
+            reported_start += run.start(int(message[1]))
             continue
         if kind == "exit":
             w = int(message[1])
@@ -105,6 +106,9 @@ def test_every_interleaving_ends_the_run_once_and_as_what_it_was(world: World, d
             ends.append(phase)
     # Everything delivered: the run has ended, once, and the deadline changes nothing after.
     assert len(ends) == 1, (order, ends)
+    assert reported_start <= 1  # TaskStarted at most once per attempt
+    if ends[0] is Phase.FINISHED:
+        assert reported_start == 1  # a finished run was reported started first (starts precede exits)
     assert run.expire() is None and run.phase is ends[0]
     finished = all(fate == OWN for fate in world.fate.values())
     assert ends[0] is (Phase.FINISHED if finished else Phase.EVICTED), (world, order)

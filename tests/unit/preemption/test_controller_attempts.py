@@ -5,7 +5,7 @@ scenarios on the `_spot_world` of test_controller (A on n0 since t=1, B on n1 si
 
 from __future__ import annotations
 
-from test_controller import T0, World, _at, _one, _spot_world, _task
+from test_controller import T0, World, _at, _one, _quota, _spot_world, _task
 
 from schemas.commands import BindCommand, EvictAck, EvictCommand, EvictOutcome
 from schemas.tasks import (
@@ -84,6 +84,26 @@ def test_an_exit_0_that_arrives_after_the_not_running_ack_is_a_normal_finish() -
     # B ran 999 s of its first hour: no period closed (no failed one), and B is not queued.
     assert not [e for e in out.events if isinstance(e, GuaranteePeriodClosed)]
     assert "B" not in w.c.tasks and "B" not in w.c.runtime.queued_ids()
+
+
+def test_a_start_read_after_the_eviction_then_an_exit_0_is_started_then_finished() -> None:
+    # As _spot_world, but B's WorkerStarted is still in flight when H evicts B.
+    w = World()
+    w.node("n0", 2, 0)
+    w.node("n1", 2, 0)
+    w.event(_quota(4.0), 0)
+    bind_a = _one(w.event(_task("A", TaskClass.SPOT), 0).commands, BindCommand)
+    assert isinstance(bind_a, BindCommand)
+    w.started(bind_a, 1)
+    bind_b = _one(w.event(_task("B", TaskClass.SPOT), 1000).commands, BindCommand)
+    assert isinstance(bind_b, BindCommand)
+    evict = _one(w.event(_task("H", TaskClass.HP), 2000).commands, EvictCommand)
+    assert isinstance(evict, EvictCommand) and evict.task_ids == ("B",)
+    started = w.started(bind_b, 1002)
+    assert [type(e).__name__ for e in started.events] == ["TaskStarted"]
+    w.event(_ack(evict, EvictOutcome.NOT_RUNNING, 2003), 2003)
+    out = w.event(_exit(bind_b, 0, 2001), 2004)
+    assert [type(e).__name__ for e in out.events] == ["TaskFinished"]
 
 
 def test_an_attempt_never_started_because_the_eviction_came_first_was_evicted() -> None:
