@@ -3,11 +3,6 @@
 Commands are idempotent: the agent remembers `command_id`s it has executed and answers a repeat
 with the same ack instead of acting twice. `signature` authenticates the sender: the HMAC-SHA256
 (hex) of the command's compact JSON encoding with `signature` set to "" (empty = unsigned).
-
-`attempt` numbers the runs of a task (1, 2, ... per task, docs/attempts.md): a bind starts one
-attempt, an eviction stops one, and every ack names the attempt it is about, so a late message
-of an earlier run can never be taken for the current one. It is optional so messages written
-before it existed still decode; such a message is about "whichever run is current".
 """
 
 from __future__ import annotations
@@ -21,6 +16,12 @@ from schemas.fields import NodeName, TaskId, UtcDatetime
 from schemas.tasks import EvictionReason, Placement, TaskClass
 
 _CONTRACT = ConfigDict(extra="forbid", frozen=True)
+
+# `attempt` numbers the runs of a task (1, 2, ... per task, docs/attempts.md): a bind starts one
+# attempt, an eviction stops one, and every ack names the attempt it is about, so a late message
+# of an earlier run can never be taken for the current one. It is optional so messages written
+# before it existed still decode; such a message is about whichever run is current. A null
+# `attempt` is left out of the signed bytes (services/platform/signing.py).
 
 
 class EvictOutcome(StrEnum):
