@@ -380,7 +380,7 @@ class PoolController:
             why = f"tenant {tenant!r} does not own the task (owner {task.submitted.tenant!r})"
             out.decisions.append(Decision(task_id, "cancel_refused", now, {"why": why}))
             return out
-        self._drop_pending(task_id)
+        # Held binds are dropped by `_stopped`, which must see them to know nothing went out.
         self.dirty = True
         stop = self.runtime.cancel(TaskId(task_id), self._now(now))
         if stop is None:

@@ -11,6 +11,7 @@ from schemas.commands import BindCommand, EvictAck, EvictCommand, EvictOutcome
 from schemas.tasks import (
     GuaranteeOutcome,
     GuaranteePeriodClosed,
+    TaskCancelled,
     TaskClass,
     TaskEvicted,
     TaskFinished,
@@ -150,3 +151,12 @@ def test_the_next_attempt_is_bound_once_the_previous_one_was_stopped() -> None:
     late = w.event(_exit(bind_b, 0, 2006), 2006)
     assert not late.events and not late.commands and not late.decisions
     assert w.c.tasks["B"].attempt == 2
+
+
+def test_cancelling_a_task_whose_binds_are_held_sends_no_eviction() -> None:
+    w, bind_a, _, _ = _evicted_b()
+    w.event(_exit(bind_a, 0, 2001), 2001)  # B's next attempt placed on n0, its bind held
+    assert "B" in w.c.pending
+    out = w.event(TaskCancelled(task_id="B", tenant="org-a"), 2002)
+    assert not [c for c in out.commands if isinstance(c, EvictCommand)]  # its bind never went out
+    assert "B" not in w.c.pending
