@@ -536,13 +536,12 @@ class PoolController:
             # Read after the eviction was decided: the run did start (and may finish on its own).
             ending.started.setdefault(ack.worker_index, ack.started_at.timestamp())
             if ending.run.start(ack.worker_index):
-                out.events.append(
-                    TaskStarted(
-                        task_id=ack.task_id, pool=self.pool, task_class=ending.task_class,
-                        placements=ending.placements, started_at=utc(max(ending.started.values())),
-                        attempt=ending.run.number,
-                    )  # fmt: skip
-                )
+                started = TaskStarted(
+                    task_id=ack.task_id, pool=self.pool, task_class=ending.task_class,
+                    placements=ending.placements, started_at=utc(max(ending.started.values())),
+                    attempt=ending.run.number,
+                )  # fmt: skip
+                out.events.append(started)
             return out
         task = self.tasks.get(ack.task_id)
         run = None if task is None else task.run
@@ -607,13 +606,12 @@ class PoolController:
         del self.ending[tid]
         if phase is Phase.EVICTED:
             for command_id, node in ending.commands.items():
-                out.events.append(
-                    TaskEvicted(
-                        task_id=tid, node=node, command_id=command_id, reason=ending.reason,
-                        evicted_at=ending.acked_at.get(node, utc(now)), lost_gpu_seconds=ending.lost,
-                        requeued=ending.requeued,
-                    )  # fmt: skip
-                )
+                evicted = TaskEvicted(
+                    task_id=tid, node=node, command_id=command_id, reason=ending.reason,
+                    evicted_at=ending.acked_at.get(node, utc(now)), lost_gpu_seconds=ending.lost,
+                    requeued=ending.requeued,
+                )  # fmt: skip
+                out.events.append(evicted)
             out.events += ending.closes
             out.decisions.append(Decision(tid, "evict_concluded", now, {"attempt": ending.run.number}))
             pending = self.pending.get(tid)
