@@ -43,24 +43,30 @@ from services.platform.kafka.producer import EnvelopeProducer
 pytestmark = pytest.mark.integration
 
 
+def _ids(c: Cluster) -> tuple[str, str, str]:
+    return f"A-{c.pool}", f"B-{c.pool}", f"H-{c.pool}"
+
+
 async def _victim_world(c: Cluster, decider: object) -> tuple[BindCommand, BindCommand, EvictCommand]:
-    """Two 2-GPU nodes, spot A then B on them, HP H evicts B (the cheaper victim)."""
+    """Two 2-GPU nodes, spot A then B on them, HP H evicts B (the cheaper victim). Task ids carry
+    the pool's name: other runs on the shared broker use the same topics."""
+    a, b, h = _ids(c)
     await c.telemetry(c.node(0), 2)
     await c.telemetry(c.node(1), 2)
     await c.quota(4.0)
     await _until(_registered(decider, c.pool, 2))
-    await c.submit("A", TaskClass.SPOT)
-    (bind_a,) = await c.bind_of("A")
+    await c.submit(a, TaskClass.SPOT)
+    (bind_a,) = await c.bind_of(a)
     await c.started(bind_a)
-    await c.tap.wait(TaskStarted, lambda e: e.task_id == "A")
+    await c.tap.wait(TaskStarted, lambda e: e.task_id == a)
     await asyncio.sleep(1.0)
-    await c.submit("B", TaskClass.SPOT)
-    (bind_b,) = await c.bind_of("B")
+    await c.submit(b, TaskClass.SPOT)
+    (bind_b,) = await c.bind_of(b)
     await c.started(bind_b)
-    await c.tap.wait(TaskStarted, lambda e: e.task_id == "B")
-    await c.submit("H", TaskClass.HP)
-    (evict,) = await c.tap.wait(EvictCommand, lambda e: e.preemptor_task_id == "H")
-    assert evict.task_ids == ("B",) and evict.node == bind_b.node
+    await c.tap.wait(TaskStarted, lambda e: e.task_id == b)
+    await c.submit(h, TaskClass.HP)
+    (evict,) = await c.tap.wait(EvictCommand, lambda e: e.preemptor_task_id == h)
+    assert evict.task_ids == (b,) and evict.node == bind_b.node
     return bind_a, bind_b, evict
 
 
@@ -70,12 +76,13 @@ async def test_an_evict_ack_from_the_wrong_node_is_refused_and_dead_lettered(
     kafka_bootstrap: str,
 ) -> None:
     c, dsn = world
+    _, b, h = _ids(c)
     settings = _settings(dsn, kafka_bootstrap, c.pool, preemption_grace_s=20.0)
     async with _service(settings) as (decider, _):
         bind_a, _, evict = await _victim_world(c, decider)
         # The real command id of the eviction addressed to B's node, answered by A's node (and
         # published under A's node's key, as EnvelopeProducer keys acks by `node`).
-        forged = EvictAck(command_id=evict.command_id, node=bind_a.node, task_ids=("B",),
+        forged = EvictAck(command_id=evict.command_id, node=bind_a.node, task_ids=(b,),
                           outcome=EvictOutcome.CHECKPOINTED, acked_at=datetime.now(UTC))  # fmt: skip
         assert forged.node != evict.node
         letters = await Tap(kafka_bootstrap, (DEAD_LETTER_TOPIC,)).start()
@@ -88,15 +95,15 @@ async def test_an_evict_ack_from_the_wrong_node_is_refused_and_dead_lettered(
         assert decider.stats.refused_acks == 1
         await asyncio.sleep(1.0)
         # Nothing applied: H is not bound onto B's GPUs while B still runs there, B not evicted.
-        assert not c.tap.payloads(BindCommand, lambda b: b.task_id == "H")
-        assert not c.tap.payloads(TaskEvicted, lambda e: e.task_id == "B")
+        assert not c.tap.payloads(BindCommand, lambda x: x.task_id == h)
+        assert not c.tap.payloads(TaskEvicted, lambda e: e.task_id == b)
 
         # The real node's ack is applied: H bound, B evicted.
         real = forged.model_copy(update={"node": evict.node})
         await c.producer.send("gfs.commands.evict-ack", wrap(real, producer="it"))
-        (bind_h,) = await c.bind_of("H")
+        (bind_h,) = await c.bind_of(h)
         assert bind_h.node == evict.node
-        await c.tap.wait(TaskEvicted, lambda e: e.task_id == "B")
+        await c.tap.wait(TaskEvicted, lambda e: e.task_id == b)
 
 
 @pytest.mark.asyncio(loop_scope="session")
@@ -105,30 +112,31 @@ async def test_a_victim_that_exits_0_while_its_eviction_is_in_flight_finished(
     kafka_bootstrap: str,
 ) -> None:
     c, dsn = world
+    _, b, h = _ids(c)
     settings = _settings(dsn, kafka_bootstrap, c.pool, preemption_grace_s=20.0)
     async with _service(settings) as (decider, _):
         _, bind_b, evict = await _victim_world(c, decider)
         # B's worker exited 0 on its own just before the agent read the eviction: the agent
         # reports the exit, then answers NOT_RUNNING (a message without attempt, as an agent
         # written before attempts existed would send it).
-        done = WorkerExited(command_id=bind_b.command_id, node=bind_b.node, task_id="B", worker_index=0,
+        done = WorkerExited(command_id=bind_b.command_id, node=bind_b.node, task_id=b, worker_index=0,
                             exit_code=0, exited_at=datetime.now(UTC))  # fmt: skip
         await c.producer.send("gfs.commands.worker-ack", wrap(done, producer="it"))
         await asyncio.sleep(0.5)
-        ack = EvictAck(command_id=evict.command_id, node=evict.node, task_ids=("B",),
+        ack = EvictAck(command_id=evict.command_id, node=evict.node, task_ids=(b,),
                        outcome=EvictOutcome.NOT_RUNNING, acked_at=datetime.now(UTC))  # fmt: skip
         await c.producer.send("gfs.commands.evict-ack", wrap(ack, producer="it"))
-        (finished,) = await c.tap.wait(TaskFinished, lambda e: e.task_id == "B")
+        (finished,) = await c.tap.wait(TaskFinished, lambda e: e.task_id == b)
         assert finished.exit_code == 0
-        (bind_h,) = await c.bind_of("H")
+        (bind_h,) = await c.bind_of(h)
         assert bind_h.node == evict.node
         await asyncio.sleep(1.5)
         # A normal finish: no TaskEvicted, no failed guarantee period, never bound again.
-        assert not c.tap.payloads(TaskEvicted, lambda e: e.task_id == "B")
+        assert not c.tap.payloads(TaskEvicted, lambda e: e.task_id == b)
         failed = GuaranteeOutcome.FAILED
-        assert not c.tap.payloads(GuaranteePeriodClosed, lambda e: e.task_id == "B" and e.outcome is failed)
-        assert len(c.tap.payloads(BindCommand, lambda b: b.task_id == "B")) == 1
-        assert "B" not in decider.owned_pools()[c.pool].tasks
+        assert not c.tap.payloads(GuaranteePeriodClosed, lambda e: e.task_id == b and e.outcome is failed)
+        assert len(c.tap.payloads(BindCommand, lambda x: x.task_id == b)) == 1
+        assert b not in decider.owned_pools()[c.pool].tasks
 
 
 @pytest.mark.asyncio(loop_scope="session")
@@ -179,35 +187,36 @@ async def test_a_task_is_not_bound_again_on_a_node_before_that_node_ended_its_pr
     kafka_bootstrap: str,
 ) -> None:
     c, dsn = world
+    a, b, h = _ids(c)
     settings = _settings(dsn, kafka_bootstrap, c.pool, preemption_grace_s=20.0)
     async with _service(settings) as (decider, _):
         # One 4-GPU node: spot A and B (2 GPUs each); HP H evicts B, the cheaper victim.
         await c.telemetry(c.node(0), 4)
         await c.quota(4.0)
         await _until(_registered(decider, c.pool, 1))
-        await c.submit("A", TaskClass.SPOT)
-        (bind_a,) = await c.bind_of("A")
+        await c.submit(a, TaskClass.SPOT)
+        (bind_a,) = await c.bind_of(a)
         await c.started(bind_a)
-        await c.tap.wait(TaskStarted, lambda e: e.task_id == "A")
+        await c.tap.wait(TaskStarted, lambda e: e.task_id == a)
         await asyncio.sleep(1.0)
-        await c.submit("B", TaskClass.SPOT)
-        (bind_b,) = await c.bind_of("B")
+        await c.submit(b, TaskClass.SPOT)
+        (bind_b,) = await c.bind_of(b)
         await c.started(bind_b)
-        await c.tap.wait(TaskStarted, lambda e: e.task_id == "B")
-        await c.submit("H", TaskClass.HP)
-        (evict,) = await c.tap.wait(EvictCommand, lambda e: e.preemptor_task_id == "H")
-        assert evict.task_ids == ("B",)
+        await c.tap.wait(TaskStarted, lambda e: e.task_id == b)
+        await c.submit(h, TaskClass.HP)
+        (evict,) = await c.tap.wait(EvictCommand, lambda e: e.preemptor_task_id == h)
+        assert evict.task_ids == (b,)
         # A finishes: its GPUs could take the requeued B at once, on the very node that has not
         # yet stopped B's first attempt (its agent may read that bind before the eviction).
-        done = WorkerExited(command_id=bind_a.command_id, node=bind_a.node, task_id="A", worker_index=0,
+        done = WorkerExited(command_id=bind_a.command_id, node=bind_a.node, task_id=a, worker_index=0,
                             exit_code=0, exited_at=datetime.now(UTC))  # fmt: skip
         await c.producer.send("gfs.commands.worker-ack", wrap(done, producer="it"))
-        await c.tap.wait(TaskFinished, lambda e: e.task_id == "A")
+        await c.tap.wait(TaskFinished, lambda e: e.task_id == a)
         await asyncio.sleep(1.5)
-        assert len(c.tap.payloads(BindCommand, lambda b: b.task_id == "B")) == 1  # held
-        ack = EvictAck(command_id=evict.command_id, node=evict.node, task_ids=("B",),
+        assert len(c.tap.payloads(BindCommand, lambda x: x.task_id == b)) == 1  # held
+        ack = EvictAck(command_id=evict.command_id, node=evict.node, task_ids=(b,),
                        outcome=EvictOutcome.KILLED, acked_at=datetime.now(UTC))  # fmt: skip
         await c.producer.send("gfs.commands.evict-ack", wrap(ack, producer="it"))
-        (_, again) = await c.bind_of("B", count=2)
+        (_, again) = await c.bind_of(b, count=2)
         assert again.node == c.node(0) and again.attempt == 2 and evict.attempt == 1
-        await c.tap.wait(TaskEvicted, lambda e: e.task_id == "B")
+        await c.tap.wait(TaskEvicted, lambda e: e.task_id == b)
