@@ -26,6 +26,12 @@ from schemas.tasks import EvictionReason, Placement, TaskClass
 
 _CONTRACT = ConfigDict(extra="forbid", frozen=True)
 
+# `attempt` numbers the runs of a task (1, 2, ... per task, docs/attempts.md): a bind starts one
+# attempt, an eviction stops one, and every ack names the attempt it is about, so a late message
+# of an earlier run can never be taken for the current one. It is optional so messages written
+# before it existed still decode; such a message is about whichever run is current. A null
+# `attempt` is left out of the signed bytes (services/platform/signing.py).
+
 
 class EvictOutcome(StrEnum):
     """What the agent did with an eviction command."""
@@ -62,6 +68,9 @@ class BindCommand(BaseModel):
     signature: FreeText = Field(
         default="", max_length=1024, description="HMAC-SHA256 hex of the unsigned command; '' if unsigned."
     )
+    attempt: int | None = Field(
+        default=None, ge=1, description="The run of the task this command is about (docs/attempts.md)."
+    )
 
     _command_without_control = field_validator("command", mode="before")(no_control_in_command)
 
@@ -97,6 +106,11 @@ class EvictCommand(BaseModel):
     signature: FreeText = Field(
         default="", max_length=1024, description="HMAC-SHA256 hex of the unsigned command; '' if unsigned."
     )
+    attempt: int | None = Field(
+        default=None,
+        ge=1,
+        description="The run of the task stopped (docs/attempts.md); only with a single task id.",
+    )
 
     @field_validator("task_ids")
     @classmethod
@@ -104,6 +118,13 @@ class EvictCommand(BaseModel):
         if len(set(value)) != len(value):
             raise ValueError(f"task_ids must be distinct (got {list(value)})")
         return value
+
+    @model_validator(mode="after")
+    def _attempt_of_one_task(self) -> EvictCommand:
+        # An attempt number belongs to one task: a command naming several has no single attempt.
+        if self.attempt is not None and len(self.task_ids) != 1:
+            raise ValueError("attempt may be given only when task_ids names a single task")
+        return self
 
 
 class EvictAck(BaseModel):
@@ -117,3 +138,6 @@ class EvictAck(BaseModel):
     outcome: EvictOutcome = Field(description="What the agent did.")
     acked_at: UtcDatetime = Field(description="When the agent finished handling the command.")
     detail: FreeText = Field(default="", max_length=2000, description="Error text when outcome is FAILED.")
+    attempt: int | None = Field(
+        default=None, ge=1, description="The attempt the command named (echoed; docs/attempts.md)."
+    )

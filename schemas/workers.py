@@ -27,6 +27,9 @@ class WorkerStarted(BaseModel):
     worker_index: int = Field(ge=0, description="The worker (Placement.worker_index).")
     pid: int = Field(ge=1, description="The worker's process id (leader of its process group).")
     started_at: UtcDatetime = Field(description="When the agent started the process.")
+    attempt: int | None = Field(
+        default=None, ge=1, description="The BindCommand's attempt (echoed; docs/attempts.md)."
+    )
 
 
 class WorkerExited(BaseModel):
@@ -46,4 +49,7 @@ class WorkerExited(BaseModel):
     evicted: bool = Field(default=False, description="Stopped by an EvictCommand (not a finish).")
     detail: FreeText = Field(
         default="", max_length=2000, description="Why it could not start, when it could not."
+    )
+    attempt: int | None = Field(
+        default=None, ge=1, description="The BindCommand's attempt (echoed; docs/attempts.md)."
     )

@@ -243,6 +243,7 @@ class NodeAgent(ClockTicks):
                 task_id=command.task_id,
                 worker_index=p.worker_index,
                 task_class=str(command.task_class),
+                attempt=command.attempt,
                 gpu_indices=p.gpu_indices,
                 gpu_fraction=p.gpu_fraction,
                 # One path component per id: a task id such as `../x` stays inside the log folder.
@@ -256,12 +257,17 @@ class NodeAgent(ClockTicks):
         for worker in workers:
             self.journal.state.workers[worker.key] = worker
         self.journal.save()  # "starting": a crash from here on is recoverable (see the module doc)
-        evicted = self.journal.state.evicted_unstarted.get(command.task_id)
+        revoked = self.journal.state.revoked.get(command.task_id, {})
+        if command.attempt is not None and command.attempt in revoked:
+            evicted: tuple[UUID, datetime] | None = revoked[command.attempt]  # this very run revoked
+        else:  # commands without an attempt: an eviction issued after this bind
+            unstarted = self.journal.state.evicted_unstarted.get(command.task_id)
+            evicted = unstarted if unstarted is not None and unstarted[1] >= command.issued_at else None
         with self.tracer.start_as_current_span(
             "agent.spawn", attributes={"gfs.task_id": command.task_id, "gfs.workers": len(workers)}
         ):
             for worker in workers:
-                if evicted is not None and evicted[1] >= command.issued_at:
+                if evicted is not None:
                     # Evicted before this bind arrived: starting it would run a task the
                     # scheduler has already taken off this node.
                     worker.evicting_command = evicted[0]
@@ -348,8 +354,13 @@ class NodeAgent(ClockTicks):
     async def _evict(
         self, command: EvictCommand, headers: list[tuple[str, str]], received_at: datetime
     ) -> None:
+        # An eviction naming an attempt stops that run only: a later run of the same task on this
+        # node (bound after the service saw this run end) is not its business.
         targets = [
-            w for task in command.task_ids for w in self.journal.live_workers(task) if w.pid is not None
+            w
+            for task in command.task_ids
+            for w in self.journal.live_workers(task)
+            if w.pid is not None and (command.attempt is None or w.attempt in (None, command.attempt))
         ]
         entry = CommandEntry(
             command_id=command.command_id,
@@ -358,12 +369,18 @@ class NodeAgent(ClockTicks):
             received_at=received_at,
             trace_headers=headers,
             task_ids=command.task_ids,
+            attempt=command.attempt,
             grace_seconds=command.grace_seconds,
             targets=[w.key for w in targets],
         )
         self.journal.state.commands[str(command.command_id)] = entry
         for task in command.task_ids:
-            if not any(w.task_id == task for w in targets):
+            if command.attempt is not None:  # remembered whether or not the run is here yet
+                self.journal.state.revoked.setdefault(task, {})[command.attempt] = (
+                    command.command_id,
+                    command.issued_at,
+                )
+            elif not any(w.task_id == task for w in targets):
                 self.journal.state.evicted_unstarted[task] = (command.command_id, command.issued_at)
         with self.tracer.start_as_current_span(
             "agent.sigterm", attributes={"gfs.task_ids": list(command.task_ids), "gfs.workers": len(targets)}
@@ -436,6 +453,7 @@ class NodeAgent(ClockTicks):
             outcome=outcome,
             acked_at=self.clock(),
             detail=detail,
+            attempt=entry.attempt,
         )
         entry.state = "done"
         self.journal.mark()  # a crash before the flush resumes the eviction and acks it again
@@ -655,6 +673,7 @@ class NodeAgent(ClockTicks):
             worker_index=worker.worker_index,
             pid=worker.pid,
             started_at=worker.started_at,
+            attempt=worker.attempt,
         )
 
     def _exited_ack(self, worker: WorkerEntry) -> WorkerExited:
@@ -668,6 +687,7 @@ class NodeAgent(ClockTicks):
             exited_at=worker.exited_at,
             evicted=worker.evicting_command is not None,
             detail=worker.exit_detail,
+            attempt=worker.attempt,
         )
 
     @contextlib.contextmanager

@@ -41,6 +41,7 @@ class WorkerEntry(BaseModel):
     task_id: str
     worker_index: int
     task_class: str
+    attempt: int | None = None  # the BindCommand's attempt (None: a command without one)
     gpu_indices: tuple[int, ...]
     gpu_fraction: float = 1.0
     log_path: str
@@ -88,6 +89,7 @@ class CommandEntry(BaseModel):
     trace_headers: list[tuple[str, str]] = Field(default_factory=list)
     # Eviction only.
     task_ids: tuple[str, ...] = ()
+    attempt: int | None = None  # the attempt the eviction stops (None: every run of its tasks)
     grace_seconds: float = 0.0
     targets: list[str] = Field(default_factory=list)  # worker keys running when it arrived
     sigterm_at: datetime | None = None  # the last SIGTERM it sent (the grace runs from there)
@@ -107,6 +109,10 @@ class JournalState(BaseModel):
     # and issued_at. Bind and evict travel on different topics, so a bind issued before the
     # eviction may arrive after it; it must not start (see Agent._bind).
     evicted_unstarted: dict[str, tuple[UUID, datetime]] = Field(default_factory=dict)
+    # Attempts an EvictCommand revoked, per task: attempt -> (the eviction's id, its issued_at).
+    # A bind of a revoked attempt never starts, whatever order the two commands were read in
+    # (docs/attempts.md); the timestamp rule above stays for commands without an attempt.
+    revoked: dict[str, dict[int, tuple[UUID, datetime]]] = Field(default_factory=dict)
 
 
 def worker_key(command_id: UUID, worker_index: int) -> str:
@@ -185,6 +191,14 @@ class Journal:
         for task, (_, issued_at) in list(self.state.evicted_unstarted.items()):
             if issued_at < older_than:  # a bind older than that is rejected as stale anyway
                 del self.state.evicted_unstarted[task]
+        for task, attempts in list(self.state.revoked.items()):
+            for attempt, (_, issued_at) in list(attempts.items()):
+                # The service issues an attempt's eviction after its bind, so a bind of a revoked
+                # attempt is older still, and refused as stale once the revocation is this old.
+                if issued_at < older_than:
+                    del attempts[attempt]
+            if not attempts:
+                del self.state.revoked[task]
         return dropped
 
 

@@ -54,6 +54,8 @@ class VirtualNodes:
         default_factory=dict
     )
     seen: set[UUID] = field(default_factory=set)
+    # (node, task, attempt) an eviction named: a bind of it read later never starts (docs/attempts.md).
+    revoked: set[tuple[str, str, int]] = field(default_factory=set)
     rejected: int = 0
     acted: int = 0
     # Exit reports in flight: held so the loop does not drop (garbage-collect) a pending one.
@@ -95,9 +97,14 @@ class VirtualNodes:
         self.seen.add(command.command_id)
         self.acted += 1
         if isinstance(command, BindCommand):
+            revoked = (command.node, command.task_id, command.attempt or 0) in self.revoked
+            if command.attempt is not None and revoked:
+                await self._exit(command, evicted=True, code=127)  # evicted before it started
+                return
             for p in command.placements:
                 ack = WorkerStarted(command_id=command.command_id, node=command.node, task_id=command.task_id,
-                                    worker_index=p.worker_index, pid=1, started_at=now)  # fmt: skip
+                                    worker_index=p.worker_index, pid=1, started_at=now,
+                                    attempt=command.attempt)  # fmt: skip
                 await self.producer.send("gfs.commands.worker-ack", wrap(ack, producer=PRODUCER))
             seconds = duration_of(command.command)
             handle = None
@@ -106,13 +113,19 @@ class VirtualNodes:
                 handle = loop.call_later(seconds, self._exit_later, command)
             self.running[(command.task_id, command.command_id)] = (command, handle)
             return
+        if command.attempt is not None:
+            self.revoked |= {(command.node, task, command.attempt) for task in command.task_ids}
+        stopped = 0
         for (task, _), (bind, handle) in list(self.running.items()):
-            if task in command.task_ids and bind.node == command.node:
+            same_attempt = command.attempt is None or bind.attempt in (None, command.attempt)
+            if task in command.task_ids and bind.node == command.node and same_attempt:
                 if handle is not None:
                     handle.cancel()
                 await self._exit(bind, evicted=True)
+                stopped += 1
+        outcome = EvictOutcome.CHECKPOINTED if stopped else EvictOutcome.NOT_RUNNING
         done = EvictAck(command_id=command.command_id, node=command.node, task_ids=command.task_ids,
-                        outcome=EvictOutcome.CHECKPOINTED, acked_at=datetime.now(UTC))  # fmt: skip
+                        outcome=outcome, acked_at=datetime.now(UTC), attempt=command.attempt)  # fmt: skip
         await self.producer.send("gfs.commands.evict-ack", wrap(done, producer=PRODUCER))
 
     def _exit_later(self, command: BindCommand) -> None:
@@ -120,12 +133,12 @@ class VirtualNodes:
         self.exiting.add(future)
         future.add_done_callback(self.exiting.discard)
 
-    async def _exit(self, command: BindCommand, *, evicted: bool) -> None:
+    async def _exit(self, command: BindCommand, *, evicted: bool, code: int = 0) -> None:
         self.running.pop((command.task_id, command.command_id), None)
         for p in command.placements:
             ack = WorkerExited(command_id=command.command_id, node=command.node, task_id=command.task_id,
-                               worker_index=p.worker_index, exit_code=0, exited_at=datetime.now(UTC),
-                               evicted=evicted)  # fmt: skip
+                               worker_index=p.worker_index, exit_code=code, exited_at=datetime.now(UTC),
+                               evicted=evicted, attempt=command.attempt)  # fmt: skip
             await self.producer.send("gfs.commands.worker-ack", wrap(ack, producer=PRODUCER))
 
 

@@ -92,7 +92,7 @@ def signing_bytes(command: BindCommand | EvictCommand) -> bytes:
 
 
 # Public: docs/protocol.md lists them (services/platform/protocol_doc.py renders the list).
-ADDED_AFTER_V1 = ("restart_overhead_s",)
+ADDED_AFTER_V1 = ("restart_overhead_s", "attempt")
 
 
 def signature_of(command: BindCommand | EvictCommand, *, key: bytes) -> str:

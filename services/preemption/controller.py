@@ -16,6 +16,16 @@ Rules (docs/services.md, "Preemption service"):
   back, or the grace period plus a margin passed (then the agent has killed them anyway).
 - A task is TaskStarted when every worker reported WorkerStarted, and finished when every worker
   exited on its own (TaskFinished carries the first non-zero exit code).
+- Attempts (docs/attempts.md, `services.preemption.attempts`): every run of a task has a number
+  carried by its bind, evict and ack messages. An eviction does not end a run: its acks and exits
+  do. A run whose every worker exited on its own finished, even with an eviction in flight (no
+  TaskEvicted, no failed guarantee period, the requeue withdrawn); otherwise TaskEvicted and the
+  guarantee periods are reported once every node answered (or at grace + margin).
+- A task's next run is bound only after its previous run ended on every node (its binds are held
+  like a preemptor's), so an agent never holds two runs of one task (docs/decisions.md).
+- Acks are bound to what they acknowledge (`refusal`): command id, task, attempt, worker and node
+  must match the command, and the record must come from that node's key; the shell dead-letters
+  anything else with the reason.
 - Cancel: a queued task is withdrawn; a running one is stopped with reason CANCELLED, never
   requeued.
 - A node whose heartbeat stopped is marked down by the shell (`node_down`): its tasks are stopped
@@ -71,6 +81,7 @@ from services.core.policies.registry import build_policy
 from services.core.pool import PoolState
 from services.core.runtime import PoolRuntime, RuntimeSettings
 from services.core.task import TaskClass, TaskSpec
+from services.preemption.attempts import Attempt, Phase
 from services.preemption.explanations import explanation_dict
 
 # Namespace of the command and event ids the controller derives (uuid5 of pool, salt and counter).
@@ -202,33 +213,60 @@ class _Task:
     submitted: TaskSubmitted
     attempt: int = 0
     binds: dict[uuid.UUID, BindCommand] = field(default_factory=dict)  # current attempt's commands
+    run: Attempt | None = None  # the current attempt's state machine (None: queued)
     started: dict[int, float] = field(default_factory=dict)  # worker -> WorkerStarted time
-    exits: dict[int, int] = field(default_factory=dict)  # worker -> exit code (own exits)
-    workers: int = 0
-    reported_start: bool = False
     periods_closed: int = 0  # guarantee periods of the current run already reported
     evicted: bool = False  # stopped and requeued before: its next start pays the restart overhead
 
 
 @dataclass(slots=True)
 class _Pending:
-    """An HP task's binds, held until its victims' evictions are acknowledged."""
+    """A task's binds, held until its victims' evictions are acknowledged (`waiting`) and its own
+    previous attempt ended (`own`: that attempt's eviction commands)."""
 
     task_id: str
     binds: list[BindCommand]
     waiting: set[uuid.UUID]
     deadline_s: float
+    own: set[uuid.UUID] = field(default_factory=set)
+
+
+@dataclass(frozen=True, slots=True)
+class _Bound:
+    """What a BindCommand addressed: its acks must match it (`PoolController.refusal`)."""
+
+    task_id: str
+    node: str
+    attempt: int
+    workers: frozenset[int]
 
 
 @dataclass(slots=True)
 class _Eviction:
     node: str
     task_ids: tuple[str, ...]
+    attempt: int | None
+    reported: bool = False  # its ack (or, NODE_LOST, the command itself) was recorded
+
+
+@dataclass(slots=True)
+class _Ending:
+    """An evicted attempt whose end is not known yet: what to report once it is (module doc)."""
+
+    task_id: str
+    task_class: WireClass
+    run: Attempt
+    commands: dict[uuid.UUID, str]  # eviction command -> node
     reason: EvictionReason
-    preemptor: str | None
-    lost: dict[str, float]  # task -> lost GPU-seconds since its last checkpoint
+    lost: float  # GPU-seconds since the last checkpoint
     requeued: bool
-    reported: bool = False
+    closes: list[BaseModel]  # the guarantee periods the stop closed (a FAILED one last if any)
+    failed_close: bool
+    deadline_s: float
+    placements: tuple[Placement, ...] = ()
+    started: dict[int, float] = field(default_factory=dict)  # worker -> WorkerStarted time
+    acked_at: dict[str, datetime] = field(default_factory=dict)
+    exited_at: datetime | None = None
 
 
 class PoolController:
@@ -249,7 +287,9 @@ class PoolController:
         self.seen: set[str] = set()  # every task id ever accepted or rejected here (duplicates)
         self.pending: dict[str, _Pending] = {}
         self.evictions: dict[uuid.UUID, _Eviction] = {}
-        self.bind_owner: dict[uuid.UUID, str] = {}
+        self.bound: dict[uuid.UUID, _Bound] = {}  # every bind issued (acks are checked against it)
+        self.ending: dict[str, _Ending] = {}  # task -> its evicted attempt whose end is not known
+        self.refused = 0  # acks refused (`refusal`)
         self.quota_valid_until: float | None = None
         self.quota_frozen = False
         self.quota_version = ""  # "<forecast_version>@<valid_from>" of the SpotQuota in force
@@ -356,11 +396,14 @@ class PoolController:
             why = f"tenant {tenant!r} does not own the task (owner {task.submitted.tenant!r})"
             out.decisions.append(Decision(task_id, "cancel_refused", now, {"why": why}))
             return out
-        self._drop_pending(task_id)
+        # Held binds are dropped by `_stopped`, which must see them to know nothing went out.
         self.dirty = True
         stop = self.runtime.cancel(TaskId(task_id), self._now(now))
         if stop is None:
             del self.tasks[task_id]
+            ending = self.ending.get(task_id)
+            if ending is not None:
+                ending.requeued = False  # withdrawn now: nothing to undo when that attempt ends
             out.events.append(
                 TaskWithdrawn(task_id=task_id, pool=self.pool, withdrawn_at=utc(now), reason=reason)
             )
@@ -418,25 +461,55 @@ class PoolController:
         return out
 
     # ----- acknowledgements -----------------------------------------------------------------------
+    def refusal(
+        self, ack: EvictAck | WorkerStarted | WorkerExited, source_key: str | None = None
+    ) -> str | None:
+        """Why `ack` must not be applied (None: it may). An ack is bound to the command it answers:
+        the command must be one this pool issued, and the ack's node, tasks, worker and attempt must
+        be the command's; `source_key` (the Kafka key the agent published it under, when known)
+        must be that node too. A legitimate late ack of an earlier attempt passes (it is applied as
+        a no-op); only an ack that cannot be what it claims is refused."""
+        if source_key is not None and source_key != ack.node:
+            return f"published under key {source_key!r} but claims node {ack.node!r}"
+        if isinstance(ack, EvictAck):
+            eviction = self.evictions.get(ack.command_id)
+            if eviction is None:
+                return f"no eviction {ack.command_id} was issued in pool {self.pool!r}"
+            if ack.node != eviction.node:
+                return f"node {ack.node!r} answered eviction {ack.command_id}, addressed to {eviction.node!r}"
+            if tuple(ack.task_ids) != eviction.task_ids:
+                return f"tasks {list(ack.task_ids)} differ from the eviction's {list(eviction.task_ids)}"
+            if ack.attempt is not None and ack.attempt != eviction.attempt:
+                return f"attempt {ack.attempt} differs from the eviction's attempt {eviction.attempt}"
+            return None
+        bound = self.bound.get(ack.command_id)
+        if bound is None:
+            return f"no bind {ack.command_id} was issued in pool {self.pool!r}"
+        if ack.node != bound.node:
+            return f"node {ack.node!r} reported on bind {ack.command_id}, addressed to {bound.node!r}"
+        if ack.task_id != bound.task_id:
+            return f"task {ack.task_id!r} differs from the bind's {bound.task_id!r}"
+        if ack.worker_index not in bound.workers:
+            return f"worker {ack.worker_index} is not one of the bind's workers {sorted(bound.workers)}"
+        if ack.attempt is not None and ack.attempt != bound.attempt:
+            return f"attempt {ack.attempt} differs from the bind's attempt {bound.attempt}"
+        return None
+
+    def _refused(self, ack: BaseModel, why: str, now: float) -> Effects:
+        # The shell refuses (dead-letters) such acks before journaling them; this guard keeps a
+        # direct caller from applying one.
+        self.refused += 1
+        detail = {"type": type(ack).__name__, "why": why, "command_id": str(getattr(ack, "command_id", ""))}
+        return Effects(decisions=[Decision(str(getattr(ack, "task_id", "")), "ack_refused", now, detail)])
+
     def evict_ack(self, ack: EvictAck, now: float) -> Effects:
+        why = self.refusal(ack)
+        if why is not None:
+            return self._refused(ack, why, now)
         out = Effects()
-        eviction = self.evictions.get(ack.command_id)
-        if eviction is None:
-            return out
+        eviction = self.evictions[ack.command_id]
         if not eviction.reported:
             eviction.reported = True
-            for tid in eviction.task_ids:
-                out.events.append(
-                    TaskEvicted(
-                        task_id=tid,
-                        node=eviction.node,
-                        command_id=ack.command_id,
-                        reason=eviction.reason,
-                        evicted_at=ack.acked_at,
-                        lost_gpu_seconds=eviction.lost.get(tid, 0.0),
-                        requeued=eviction.requeued,
-                    )  # fmt: skip
-                )
             out.decisions.append(
                 Decision(
                     eviction.task_ids[0],
@@ -447,26 +520,52 @@ class PoolController:
                         "node": ack.node,
                         "outcome": ack.outcome.value,
                         "tasks": list(eviction.task_ids),
+                        "attempt": eviction.attempt,
                     },
                 )  # fmt: skip
             )
+        # The victim's GPUs are free on that node (stopped, or nothing ran): a preemptor may go.
         for pending in list(self.pending.values()):
             if ack.command_id in pending.waiting:
                 pending.waiting.discard(ack.command_id)
-                if not pending.waiting:
+                if not pending.waiting and not pending.own:
                     out.extend(self._release(pending, now, "victims acknowledged"))
+        for tid in eviction.task_ids:
+            ending = self.ending.get(tid)
+            if ending is not None and ack.command_id in ending.commands:
+                ending.acked_at.setdefault(eviction.node, ack.acked_at)
+                phase = ending.run.ack(eviction.node, ack.outcome.value)
+                if phase is not None:
+                    out.extend(self._conclude(ending, phase, now))
         if ack.outcome is EvictOutcome.FAILED:
             out.decisions.append(Decision(eviction.task_ids[0], "evict_failed", now, {"detail": ack.detail}))
         return out
 
     def worker_started(self, ack: WorkerStarted, now: float) -> Effects:
+        why = self.refusal(ack)
+        if why is not None:
+            return self._refused(ack, why, now)
         out = Effects()
-        task = self._current(ack.command_id, ack.task_id)
-        if task is None or ack.worker_index in task.started:
+        bound = self.bound[ack.command_id]
+        ending = self.ending.get(ack.task_id)
+        if ending is not None and ending.run.number == bound.attempt:
+            # Read after the eviction was decided: the run did start (and may finish on its own).
+            ending.started.setdefault(ack.worker_index, ack.started_at.timestamp())
+            if ending.run.start(ack.worker_index):
+                started = TaskStarted(
+                    task_id=ack.task_id, pool=self.pool, task_class=ending.task_class,
+                    placements=ending.placements, started_at=utc(max(ending.started.values())),
+                    attempt=ending.run.number,
+                )  # fmt: skip
+                out.events.append(started)
             return out
-        task.started[ack.worker_index] = ack.started_at.timestamp()
-        if not task.reported_start and len(task.started) == task.workers:
-            task.reported_start = True
+        task = self.tasks.get(ack.task_id)
+        run = None if task is None else task.run
+        if task is None or run is None or run.number != bound.attempt:
+            return out  # an earlier attempt's start: that attempt is over
+        if ack.worker_index not in run.started:
+            task.started[ack.worker_index] = ack.started_at.timestamp()
+        if run.start(ack.worker_index):
             placements = tuple(p for b in task.binds.values() for p in b.placements)
             out.events.append(
                 TaskStarted(
@@ -481,19 +580,31 @@ class PoolController:
         return out
 
     def worker_exited(self, ack: WorkerExited, now: float) -> Effects:
+        why = self.refusal(ack)
+        if why is not None:
+            return self._refused(ack, why, now)
         out = Effects()
-        task = self._current(ack.command_id, ack.task_id)
-        if task is None or ack.evicted or ack.worker_index in task.exits:
-            return out  # an old attempt, or an exit the eviction already accounts for
-        task.exits[ack.worker_index] = ack.exit_code
-        if len(task.exits) < task.workers:
-            return out
+        bound = self.bound[ack.command_id]
         tid = ack.task_id
+        ending = self.ending.get(tid)
+        if ending is not None and ending.run.number == bound.attempt:
+            # A late exit of an attempt being evicted: never dropped, it may say the run finished.
+            ending.exited_at = max(ending.exited_at or ack.exited_at, ack.exited_at)
+            phase = ending.run.exit(ack.worker_index, ack.exit_code, evicted=ack.evicted)
+            if phase is not None:
+                out.extend(self._conclude(ending, phase, now))
+            return out
+        task = self.tasks.get(tid)
+        run = None if task is None else task.run
+        if task is None or run is None or run.number != bound.attempt:
+            return out  # an attempt that already ended
+        if run.exit(ack.worker_index, ack.exit_code, evicted=ack.evicted) is not Phase.FINISHED:
+            return out
         if TaskId(tid) not in self.runtime.state.running:
             return out
         start = self.runtime.run_start(TaskId(tid))
         finished = self.runtime.finish(TaskId(tid), self._now(now))
-        codes = [task.exits[w] for w in sorted(task.exits)]
+        codes = [run.own_exits[w] for w in sorted(run.own_exits)]
         code = next((c for c in codes if c != 0), 0)
         if task.submitted.task_class is WireClass.SPOT and start is not None:
             out.events += self._closes(tid, task, start, now, finished.successes, failed=False)
@@ -502,6 +613,43 @@ class PoolController:
         out.decisions.append(Decision(tid, "finished", now, {"exit_code": code, "run_s": finished.run_s}))
         self._drop_pending(tid)
         del self.tasks[tid]
+        return out
+
+    def _conclude(self, ending: _Ending, phase: Phase, now: float) -> Effects:
+        """The evicted attempt's end is known (docs/attempts.md): report it as what it was."""
+        out = Effects()
+        tid = ending.task_id
+        del self.ending[tid]
+        if phase is Phase.EVICTED:
+            for command_id, node in ending.commands.items():
+                evicted = TaskEvicted(
+                    task_id=tid, node=node, command_id=command_id, reason=ending.reason,
+                    evicted_at=ending.acked_at.get(node, utc(now)), lost_gpu_seconds=ending.lost,
+                    requeued=ending.requeued,
+                )  # fmt: skip
+                out.events.append(evicted)
+            out.events += ending.closes
+            out.decisions.append(Decision(tid, "evict_concluded", now, {"attempt": ending.run.number}))
+            pending = self.pending.get(tid)
+            if pending is not None:
+                pending.own.clear()
+                if not pending.waiting:
+                    out.extend(self._release(pending, now, "its previous attempt ended"))
+            return out
+        # Every worker exited on its own while the eviction was in flight: the run finished. No
+        # TaskEvicted, no failed guarantee period; the requeued task is withdrawn from the runtime
+        # (or its next attempt, whose binds are still held, is dropped).
+        out.events += ending.closes[:-1] if ending.failed_close else ending.closes
+        codes = [ending.run.own_exits[w] for w in sorted(ending.run.own_exits)]
+        code = next((c for c in codes if c != 0), 0)
+        out.events.append(TaskFinished(task_id=tid, exit_code=code, finished_at=ending.exited_at or utc(now)))
+        detail = {"exit_code": code, "attempt": ending.run.number, "during_eviction": True}
+        out.decisions.append(Decision(tid, "finished", now, detail))
+        if ending.requeued and tid in self.tasks:
+            self._drop_pending(tid)
+            self.runtime.cancel(TaskId(tid), self._now(now))
+            del self.tasks[tid]
+            self.dirty = True
         return out
 
     # ----- time -----------------------------------------------------------------------------------
@@ -520,6 +668,12 @@ class PoolController:
                 task.periods_closed += 1
                 out.events.append(self._close(tid, task, period_start, end, GuaranteeOutcome.SUCCEEDED))
                 heapq.heappush(self._periods, (end + GUARANTEE_PERIOD_S, tid, start))
+        # Evicted attempts past grace + margin end first, so a held next attempt is released (or
+        # dropped, when the run turned out finished) by its own rule rather than by the deadline.
+        for ending in [e for e in self.ending.values() if e.deadline_s <= now]:
+            phase = ending.run.expire()
+            if phase is not None:
+                out.extend(self._conclude(ending, phase, now))
         for pending in list(self.pending.values()):
             if pending.deadline_s <= now:
                 out.extend(self._release(pending, now, "grace period passed without every acknowledgement"))
@@ -620,12 +774,6 @@ class PoolController:
         # The wall clock may step back a little (NTP); the runtime's time never does.
         return max(now, self.runtime.now) if math.isfinite(self.runtime.now) else now
 
-    def _current(self, command_id: uuid.UUID, task_id: str) -> _Task | None:
-        task = self.tasks.get(task_id)
-        if task is None or command_id not in task.binds:
-            return None
-        return task
-
     def _started(self, started: Started, now: float, victim_commands: list[uuid.UUID]) -> Effects:
         out = Effects()
         tid = started.task_id
@@ -634,8 +782,6 @@ class PoolController:
         task.attempt += 1
         task.binds.clear()
         task.started.clear()
-        task.exits.clear()
-        task.reported_start = False
         task.periods_closed = 0
         per_node: dict[str, list[Placement]] = {}
         worker = 0
@@ -655,7 +801,9 @@ class PoolController:
                     )
                 )
                 worker += 1
-        task.workers = worker
+        task.run = Attempt(
+            task.attempt, {p.worker_index: node for node, ps in per_node.items() for p in ps}
+        )
         # The start pays the eviction/restart delay when it needed evictions or resumes an evicted
         # run (spec 5.4): the task is told, so a fake task models it the way the simulator does.
         core_spec = self.runtime.state.running[TaskId(tid)].spec
@@ -666,11 +814,13 @@ class PoolController:
                 command_id=self._id(), node=node, task_id=tid, task_class=spec.task_class,
                 placements=tuple(placements), command=spec.command,
                 checkpoint_interval_s=spec.checkpoint_interval_s, restart_overhead_s=overhead,
-                issued_at=utc(now),
+                issued_at=utc(now), attempt=task.attempt,
             )  # fmt: skip
             binds.append(command)
             task.binds[command.command_id] = command
-            self.bind_owner[command.command_id] = tid
+            self.bound[command.command_id] = _Bound(
+                tid, node, task.attempt, frozenset(p.worker_index for p in placements)
+            )
         why = self.runtime.explain(TaskId(tid))
         detail = {
             "attempt": task.attempt,
@@ -684,16 +834,18 @@ class PoolController:
             start = self.runtime.run_start(TaskId(tid))
             if start is not None:
                 heapq.heappush(self._periods, (start + GUARANTEE_PERIOD_S, tid, start))
-        if victim_commands:
+        previous = self.ending.get(tid)
+        own = set() if previous is None else set(previous.commands)
+        if victim_commands or own:
+            # Held until the victims answered and, for a task run again, until its previous
+            # attempt ended on every node (docs/decisions.md, "per-node order").
             deadline = now + self.settings.grace_s + self.settings.ack_margin_s
-            self.pending[tid] = _Pending(tid, binds, set(victim_commands), deadline)
+            if previous is not None:
+                deadline = max(deadline, previous.deadline_s)
+            self.pending[tid] = _Pending(tid, binds, set(victim_commands), deadline, own)
+            waiting = [str(c) for c in [*victim_commands, *sorted(own)]]
             out.decisions.append(
-                Decision(
-                    tid,
-                    "bind_held",
-                    now,
-                    {"waiting_for": [str(c) for c in victim_commands], "deadline_s": deadline},
-                )
+                Decision(tid, "bind_held", now, {"waiting_for": waiting, "deadline_s": deadline})
             )
         else:
             out.commands += binds
@@ -714,7 +866,8 @@ class PoolController:
         self.pending.pop(task_id, None)
 
     def _stopped(self, stop: Stopped, now: float, *, grace_s: float) -> Effects:
-        """A running task lost its GPUs: EvictCommands to every node holding one of its workers."""
+        """A running task lost its GPUs: EvictCommands to every node holding one of its workers.
+        What the attempt turned out to be is reported when its acks and exits say (`_conclude`)."""
         out = Effects()
         tid = stop.task_id
         task = self.tasks[tid]
@@ -726,25 +879,29 @@ class PoolController:
         checkpoint = spec.checkpoint_interval_s
         since_checkpoint = stop.run_s if checkpoint is None else stop.run_s % checkpoint
         lost = since_checkpoint * spec.gpus_per_worker * spec.workers
+        closes: list[BaseModel] = []
         if spec.task_class is WireClass.SPOT:
             start = now - stop.run_s
-            successes = stop.successes
-            out.events += self._closes(tid, task, start, now, successes, failed=stop.failed_period)
+            closes = self._closes(tid, task, start, now, stop.successes, failed=stop.failed_period)
         nodes = sorted({b.node for b in task.binds.values()})
         why = explanation_dict(self.runtime.explain(TaskId(tid)))
-        if held or not nodes:
+        run = task.run
+        task.run = None
+        if held or not nodes or run is None:
+            out.events += closes
             out.decisions.append(
                 Decision(tid, "evicted", now, {"reason": reason.value, "nodes": [], "explanation": why})
             )
         grace = 0.0 if reason is EvictionReason.NODE_LOST else grace_s
-        for node in [] if held else nodes:
+        commands: dict[uuid.UUID, str] = {}
+        for node in nodes if run is not None and not held else []:
+            assert run is not None
             command = EvictCommand(
                 command_id=self._id(), node=node, task_ids=(tid,), reason=reason, grace_seconds=grace,
-                preemptor_task_id=stop.preemptor, issued_at=utc(now),
+                preemptor_task_id=stop.preemptor, issued_at=utc(now), attempt=run.number,
             )  # fmt: skip
-            self.evictions[command.command_id] = _Eviction(
-                node, (tid,), reason, stop.preemptor, {tid: lost}, requeued
-            )
+            self.evictions[command.command_id] = _Eviction(node, (tid,), run.number)
+            commands[command.command_id] = node
             out.commands.append(command)
             out.decisions.append(
                 Decision(
@@ -755,6 +912,7 @@ class PoolController:
                         "reason": reason.value,
                         "node": node,
                         "command_id": str(command.command_id),
+                        "attempt": run.number,
                         "preemptor": stop.preemptor,
                         "lost_gpu_seconds": lost,
                         "run_s": stop.run_s,
@@ -763,25 +921,39 @@ class PoolController:
                     },
                 )  # fmt: skip
             )
-        if reason is EvictionReason.NODE_LOST and nodes and not held:
+        if commands and run is not None and reason is EvictionReason.NODE_LOST:
             # The lost node will not answer: report the eviction now (its command id joins the
             # decision record; a late ack from a node that comes back changes nothing).
-            first = next(c for c in out.commands if isinstance(c, EvictCommand))
-            self.evictions[first.command_id].reported = True
+            run.lose()
+            first = next(iter(commands))
+            self.evictions[first].reported = True
+            out.events += closes
             out.events.append(
                 TaskEvicted(
                     task_id=tid,
-                    node=first.node,
-                    command_id=first.command_id,
+                    node=commands[first],
+                    command_id=first,
                     reason=reason,
                     evicted_at=utc(now),
                     lost_gpu_seconds=lost,
                     requeued=requeued,
                 )  # fmt: skip
             )
+        elif commands and run is not None:
+            deadline = now + grace + self.settings.ack_margin_s
+            placements = tuple(
+                sorted((p for b in task.binds.values() for p in b.placements), key=lambda p: p.worker_index)
+            )
+            ending = _Ending(
+                tid, spec.task_class, run, commands, reason, lost, requeued, closes, stop.failed_period,
+                deadline, placements, dict(task.started),
+            )
+            self.ending[tid] = ending
+            phase = run.evict(set(commands.values()))
+            if phase is not None:
+                out.extend(self._conclude(ending, phase, now))
         task.binds.clear()
         task.started.clear()
-        task.exits.clear()
         task.evicted = True
         if not requeued:
             del self.tasks[tid]

@@ -32,6 +32,10 @@ def register_metrics(meter: Meter, decider: Decider) -> None:
         description="Times a pool's silent nodes were kept, not declared lost, by reason "
         "(input_lag, mass_silence, kill_switch): a stall is not a failure",
     )  # exported as gfs_preemption_node_loss_held_total
+    decider.refused_counter = meter.create_counter(
+        "gfs_preemption_acks_refused",
+        description="Acks that did not match the command they claim to answer (dead-lettered)",
+    )  # exported as gfs_preemption_acks_refused_total
 
     def tasks(_: CallbackOptions) -> list[Observation]:
         out = []

@@ -46,6 +46,9 @@ log = logging.getLogger(__name__)
 
 INBOX_TOPIC = store.INBOX_TOPIC
 SOURCE_HEADER = "gfs-source-topic"
+# The Kafka key the record had on its source topic: an agent keys its acks by its node, and the
+# decider refuses an ack whose claimed node is not that key (controller.refusal).
+SOURCE_KEY_HEADER = "gfs-source-key"
 DUPLICATE_HEADER = "gfs-duplicate"
 ROUTED_TOPICS = (
     "gfs.tasks.submit",
@@ -131,9 +134,11 @@ class Router:
         headers = [
             (k, v)
             for k, v in context.headers
-            if k not in _TRACE_HEADERS and k not in (SOURCE_HEADER, DUPLICATE_HEADER)
+            if k not in _TRACE_HEADERS and k not in (SOURCE_HEADER, DUPLICATE_HEADER, SOURCE_KEY_HEADER)
         ]
         headers.append((SOURCE_HEADER, context.topic.encode()))
+        if context.key is not None:
+            headers.append((SOURCE_KEY_HEADER, context.key))
         if duplicate:
             headers.append((DUPLICATE_HEADER, b"1"))
         sent = await self.producer.send_raw_later(

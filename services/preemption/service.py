@@ -47,11 +47,12 @@ from opentelemetry import propagate, trace
 from pydantic import BaseModel, SecretStr
 
 from schemas.clock import CLOCK_KEY, ClockTick
-from schemas.commands import BindCommand, EvictCommand
+from schemas.commands import BindCommand, EvictAck, EvictCommand
 from schemas.envelope import Envelope, wrap
 from schemas.tasks import TaskEvicted
 from schemas.telemetry import NodeTelemetry
 from schemas.topics import DEAD_LETTER_TOPIC, decode, topic_for_event_type
+from schemas.workers import WorkerExited, WorkerStarted
 from services.platform.clock import Clock, SystemClock, TickClock, check_clock_mode
 from services.platform.kafka.dead_letter import FailedRecord, build_dead_letter
 from services.platform.kafka.producer import EnvelopeProducer
@@ -75,6 +76,7 @@ from services.preemption.router import (
     INBOX_TOPIC,
     ROUTED_TOPICS,
     SOURCE_HEADER,
+    SOURCE_KEY_HEADER,
     Router,
     caught_up_at,
     inbox_spec,
@@ -82,6 +84,8 @@ from services.preemption.router import (
 )
 
 log = logging.getLogger(__name__)
+
+Ack = EvictAck | WorkerStarted | WorkerExited
 
 PRODUCER = "gfs-preemption"
 TRACER = "gfs.preemption"
@@ -178,6 +182,7 @@ class Stats:
     rebuilt: int = 0
     dead_lettered: int = 0
     poisoned: int = 0  # inbox records dead-lettered because they failed to store twice
+    refused_acks: int = 0  # acks that did not match their command (controller.refusal)
     latencies: list[float] = field(default_factory=list)  # inbox record -> committed, seconds (recent)
 
 
@@ -207,6 +212,7 @@ class Decider:
     router_heard: Callable[[], float | None] = lambda: None
     consumer: AIOKafkaConsumer | None = None  # the inbox's (tests pause it to stall the input)
     fatal: Exception | None = None  # a claim that must stop the service (store.ModeConflictError)
+    refused_counter: Any = None
 
     # ----- ownership ------------------------------------------------------------------------------
     def controller(self, state: PartitionState, pool: str) -> PoolController:
@@ -308,6 +314,7 @@ class Decider:
             now = self.clock.now()
             ticked = isinstance(self.clock, TickClock)
             items: list[tuple[str, Entry, uuid.UUID | None, otel_context.Context]] = []
+            acks: dict[int, tuple[ConsumerRecord[bytes, bytes], Ack, str | None]] = {}
             for record in records:
                 if record.offset < state.next_offset:
                     continue  # already committed (a re-seek after a rebuild)
@@ -315,6 +322,10 @@ class Decider:
                 if decoded is None:
                     continue
                 payload, event_id, duplicate, ctx = decoded
+                source_key = next(
+                    (v.decode("utf-8", "replace") for k, v in record.headers or () if k == SOURCE_KEY_HEADER),
+                    None,
+                )
                 pool_name = (record.key or b"").decode()  # the router keyed it by its pool
                 controller = self.controller(state, pool_name)
                 eid: uuid.UUID | None = event_id
@@ -345,6 +356,8 @@ class Decider:
                     carrier: dict[str, str] = {}
                     propagate.inject(carrier, context=ctx)
                     entry[1]["trace"] = carrier
+                if isinstance(payload, EvictAck | WorkerStarted | WorkerExited):
+                    acks[len(items)] = (record, payload, source_key)
                 items.append((pool_name, entry, eid, ctx))
             last_offset = records[-1].offset
             if not items:
@@ -354,10 +367,19 @@ class Decider:
             rows: list[tuple[str, Entry, uuid.UUID | None]] = []
             effects: list[tuple[str, Effects, otel_context.Context | None]] = []
             touched: list[str] = []
-            for pool_name, entry, eid, ctx in items:
+            for index, (pool_name, entry, eid, ctx) in enumerate(items):
                 if eid is not None and eid in seen:
                     self.stats.duplicates += 1
                     continue
+                if index in acks:
+                    # An ack is checked against the command it answers in the state it meets
+                    # (earlier records of the batch applied); one that does not match is
+                    # dead-lettered with the reason and never journaled, so replays never see it.
+                    record, ack, source_key = acks[index]
+                    why = self.controller(state, pool_name).refusal(ack, source_key)
+                    if why is not None:
+                        await self._refuse(record, ack, why)
+                        continue
                 if eid is not None:
                     seen.add(eid)
                 self._remember_context(entry, ctx)
@@ -395,6 +417,20 @@ class Decider:
             failed = FailedRecord(topic=record.topic, partition=record.partition, offset=record.offset,
                                   value=record.value, consumer_group=self.settings.preemption_group)  # fmt: skip
             letter = build_dead_letter(failed, error=exc, failed_at=datetime.now(UTC), producer=PRODUCER)
+            await self.producer.send(DEAD_LETTER_TOPIC, letter)
+
+    async def _refuse(self, record: ConsumerRecord[bytes, bytes], ack: BaseModel, why: str) -> None:
+        self.stats.refused_acks += 1
+        if self.refused_counter is not None:
+            self.refused_counter.add(1, {"type": type(ack).__name__})
+        log.warning("preemption: refused %s %s: %s", type(ack).__name__, getattr(ack, "command_id", ""), why)
+        if self.producer is not None:
+            failed = FailedRecord(
+                topic=record.topic, partition=record.partition, offset=record.offset, value=record.value,
+                consumer_group=self.settings.preemption_group,
+            )  # fmt: skip
+            error = ValueError(f"{type(ack).__name__} refused: {why}")
+            letter = build_dead_letter(failed, error=error, failed_at=datetime.now(UTC), producer=PRODUCER)
             await self.producer.send(DEAD_LETTER_TOPIC, letter)
 
     async def _seen(self, event_ids: list[uuid.UUID]) -> set[uuid.UUID]:

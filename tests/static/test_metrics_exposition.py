@@ -70,11 +70,13 @@ def _preemption() -> bytes:
         latency_hist=None,
         decisions_counter=None,
         held_counter=None,
+        refused_counter=None,
     )
     register_preemption(metrics.meter("test"), decider)
     decider.latency_hist.record(0.004)
     decider.decisions_counter.add(1, {"kind": "accepted"})
     decider.held_counter.add(1, {"reason": "input_lag", "pool": "A100"})
+    decider.refused_counter.add(1, {"type": "EvictAck"})
     return metrics.render()
 
 
@@ -130,6 +132,7 @@ EXPECTED = {
         "gfs_preemption_quota_gpus": "gauge",
         "gfs_preemption_quota_stale": "gauge",
         "gfs_preemption_node_loss_held": "counter",
+        "gfs_preemption_acks_refused": "counter",
     }),
     "quota": (_quota, {
         "gfs_quota_gpus": "gauge",

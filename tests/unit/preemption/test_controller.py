@@ -131,9 +131,8 @@ def test_an_hp_task_evicts_the_cheaper_victim_and_is_bound_only_after_the_ack() 
     assert evict.node == "n1" and evict.task_ids == ("B",) and evict.preemptor_task_id == "H"
     assert evict.reason is EvictionReason.PREEMPTED_BY_HP and evict.grace_seconds == 30.0
     assert not [c for c in out.commands if isinstance(c, BindCommand)]  # held
-    # B's first period was interrupted: one failed period.
-    closed = _one(out.events, GuaranteePeriodClosed)
-    assert isinstance(closed, GuaranteePeriodClosed) and closed.outcome is GuaranteeOutcome.FAILED
+    # B's period is not closed yet: B might have finished on its own meanwhile (docs/attempts.md).
+    assert not [e for e in out.events if isinstance(e, GuaranteePeriodClosed)]
     held = [d for d in out.decisions if d.kind == "evicted"][0]
     assert held.detail["explanation"]["last_eviction"]["plan"]["winner"]["node"] == "n1"
     assert held.detail["explanation"]["last_eviction"]["plan"]["alternatives"][0]["victims"] == ["A"]
@@ -153,6 +152,9 @@ def test_an_hp_task_evicts_the_cheaper_victim_and_is_bound_only_after_the_ack() 
     assert bind_h.issued_at == _at(2005)
     evicted = _one(after.events, TaskEvicted)
     assert isinstance(evicted, TaskEvicted) and evicted.task_id == "B" and evicted.requeued
+    # The ack says B was stopped: its interrupted first period failed.
+    closed = _one(after.events, GuaranteePeriodClosed)
+    assert isinstance(closed, GuaranteePeriodClosed) and closed.outcome is GuaranteeOutcome.FAILED
     # No checkpoint interval declared: all 1,000 s x 2 GPUs are lost.
     assert evicted.lost_gpu_seconds == pytest.approx(2000.0)
     # A repeated ack changes nothing.

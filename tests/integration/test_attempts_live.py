@@ -1,0 +1,222 @@
+"""Issue 22 items 1-3 on the real broker: acks bound to their command, attempts, per-node order.
+
+The preemption service runs for real (Kafka, Postgres) with the test in the node agents' seat
+(as in test_preemption_service); the evict-before-bind race runs against the real node agent."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from live_harness import Tap
+from test_node_agent import (  # noqa: F401  (fixtures)
+    Acks,
+    _agent,
+    _bind,
+    _evict,
+    _publish,
+    _signed,
+    ack_reader,
+    publisher,
+)
+from test_node_agent import _node as _agent_node
+from test_preemption_service import Cluster, _registered, _service, _settings, _until, world  # noqa: F401
+
+from schemas.commands import BindCommand, EvictAck, EvictCommand, EvictOutcome
+from schemas.dead_letter import DeadLetter
+from schemas.envelope import wrap
+from schemas.tasks import (
+    GuaranteeOutcome,
+    GuaranteePeriodClosed,
+    TaskClass,
+    TaskEvicted,
+    TaskFinished,
+    TaskStarted,
+)
+from schemas.topics import DEAD_LETTER_TOPIC
+from schemas.workers import WorkerExited, WorkerStarted
+from services.platform.kafka.producer import EnvelopeProducer
+
+pytestmark = pytest.mark.integration
+
+
+def _ids(c: Cluster) -> tuple[str, str, str]:
+    return f"A-{c.pool}", f"B-{c.pool}", f"H-{c.pool}"
+
+
+async def _victim_world(c: Cluster, decider: object) -> tuple[BindCommand, BindCommand, EvictCommand]:
+    """Two 2-GPU nodes, spot A then B on them, HP H evicts B (the cheaper victim). Task ids carry
+    the pool's name: other runs on the shared broker use the same topics."""
+    a, b, h = _ids(c)
+    await c.telemetry(c.node(0), 2)
+    await c.telemetry(c.node(1), 2)
+    await c.quota(4.0)
+    await _until(_registered(decider, c.pool, 2))
+    await c.submit(a, TaskClass.SPOT)
+    (bind_a,) = await c.bind_of(a)
+    await c.started(bind_a)
+    await c.tap.wait(TaskStarted, lambda e: e.task_id == a)
+    await asyncio.sleep(1.0)
+    await c.submit(b, TaskClass.SPOT)
+    (bind_b,) = await c.bind_of(b)
+    await c.started(bind_b)
+    await c.tap.wait(TaskStarted, lambda e: e.task_id == b)
+    await c.submit(h, TaskClass.HP)
+    (evict,) = await c.tap.wait(EvictCommand, lambda e: e.preemptor_task_id == h)
+    assert evict.task_ids == (b,) and evict.node == bind_b.node
+    return bind_a, bind_b, evict
+
+
+@pytest.mark.asyncio(loop_scope="session")
+async def test_an_evict_ack_from_the_wrong_node_is_refused_and_dead_lettered(
+    world: tuple[Cluster, str],  # noqa: F811 (the fixture)
+    kafka_bootstrap: str,
+) -> None:
+    c, dsn = world
+    _, b, h = _ids(c)
+    settings = _settings(dsn, kafka_bootstrap, c.pool, preemption_grace_s=20.0)
+    async with _service(settings) as (decider, _):
+        bind_a, _, evict = await _victim_world(c, decider)
+        # The real command id of the eviction addressed to B's node, answered by A's node (and
+        # published under A's node's key, as EnvelopeProducer keys acks by `node`).
+        forged = EvictAck(command_id=evict.command_id, node=bind_a.node, task_ids=(b,),
+                          outcome=EvictOutcome.CHECKPOINTED, acked_at=datetime.now(UTC))  # fmt: skip
+        assert forged.node != evict.node
+        letters = await Tap(kafka_bootstrap, (DEAD_LETTER_TOPIC,)).start()
+        try:
+            await c.producer.send("gfs.commands.evict-ack", wrap(forged, producer="it"))
+            found = await letters.wait(DeadLetter, lambda d: "EvictAck refused" in d.error)
+        finally:
+            await letters.stop()
+        assert any(bind_a.node in d.error and evict.node in d.error for d in found), found
+        assert decider.stats.refused_acks == 1
+        await asyncio.sleep(1.0)
+        # Nothing applied: H is not bound onto B's GPUs while B still runs there, B not evicted.
+        assert not c.tap.payloads(BindCommand, lambda x: x.task_id == h)
+        assert not c.tap.payloads(TaskEvicted, lambda e: e.task_id == b)
+
+        # The real node's ack is applied: H bound, B evicted.
+        real = forged.model_copy(update={"node": evict.node})
+        await c.producer.send("gfs.commands.evict-ack", wrap(real, producer="it"))
+        (bind_h,) = await c.bind_of(h)
+        assert bind_h.node == evict.node
+        await c.tap.wait(TaskEvicted, lambda e: e.task_id == b)
+
+
+@pytest.mark.asyncio(loop_scope="session")
+async def test_a_victim_that_exits_0_while_its_eviction_is_in_flight_finished(
+    world: tuple[Cluster, str],  # noqa: F811 (the fixture)
+    kafka_bootstrap: str,
+) -> None:
+    c, dsn = world
+    _, b, h = _ids(c)
+    settings = _settings(dsn, kafka_bootstrap, c.pool, preemption_grace_s=20.0)
+    async with _service(settings) as (decider, _):
+        _, bind_b, evict = await _victim_world(c, decider)
+        # B's worker exited 0 on its own just before the agent read the eviction: the agent
+        # reports the exit, then answers NOT_RUNNING (a message without attempt, as an agent
+        # written before attempts existed would send it).
+        done = WorkerExited(command_id=bind_b.command_id, node=bind_b.node, task_id=b, worker_index=0,
+                            exit_code=0, exited_at=datetime.now(UTC))  # fmt: skip
+        await c.producer.send("gfs.commands.worker-ack", wrap(done, producer="it"))
+        await asyncio.sleep(0.5)
+        ack = EvictAck(command_id=evict.command_id, node=evict.node, task_ids=(b,),
+                       outcome=EvictOutcome.NOT_RUNNING, acked_at=datetime.now(UTC))  # fmt: skip
+        await c.producer.send("gfs.commands.evict-ack", wrap(ack, producer="it"))
+        (finished,) = await c.tap.wait(TaskFinished, lambda e: e.task_id == b)
+        assert finished.exit_code == 0
+        (bind_h,) = await c.bind_of(h)
+        assert bind_h.node == evict.node
+        await asyncio.sleep(1.5)
+        # A normal finish: no TaskEvicted, no failed guarantee period, never bound again.
+        assert not c.tap.payloads(TaskEvicted, lambda e: e.task_id == b)
+        failed = GuaranteeOutcome.FAILED
+        assert not c.tap.payloads(GuaranteePeriodClosed, lambda e: e.task_id == b and e.outcome is failed)
+        assert len(c.tap.payloads(BindCommand, lambda x: x.task_id == b)) == 1
+        assert b not in decider.owned_pools()[c.pool].tasks
+
+
+@pytest.mark.asyncio(loop_scope="session")
+async def test_the_agent_never_starts_an_attempt_it_was_told_to_evict_first(
+    kafka_bootstrap: str,
+    publisher: EnvelopeProducer,  # noqa: F811 (the fixture)
+    ack_reader: Callable[[str], Acks],  # noqa: F811 (the fixture)
+    tmp_path: Path,
+) -> None:
+    node = _agent_node()
+    acks = ack_reader(node)
+    async with _agent(kafka_bootstrap, tmp_path, node):
+        now = datetime.now(UTC)
+        # Attempt 1's eviction is read before its bind (bind and evict travel on different
+        # topics). The bind is stamped after the eviction, as a held bind re-issued on release
+        # is, so only the attempt number can tell that it was revoked.
+        evict_1 = _evict(node, "T", attempt=1, issued_at=now)
+        bind_1 = _bind(node, "T", "--duration", "60", attempt=1, issued_at=now + timedelta(milliseconds=22))
+        await _publish(publisher, _signed(evict_1, node))
+        await acks.until(lambda a: bool(a.of(EvictAck)), "the eviction's ack")
+        (ack_1,) = acks.of(EvictAck)
+        assert (ack_1.outcome, ack_1.attempt) == (EvictOutcome.NOT_RUNNING, 1)
+        await _publish(publisher, _signed(bind_1, node))
+        await acks.until(lambda a: bool(a.of(WorkerExited)), "attempt 1 refused")
+        (refused,) = acks.of(WorkerExited)
+        assert (refused.attempt, refused.evicted, refused.exit_code) == (1, True, 127)
+        assert not acks.of(WorkerStarted)  # attempt 1 never ran
+
+        # Attempt 2 (the service re-bound it after the end of attempt 1) runs; a late copy of
+        # an eviction of attempt 1 does not touch it.
+        bind_2 = _bind(node, "T", "--duration", "60", attempt=2)
+        await _publish(publisher, _signed(bind_2, node))
+        await acks.until(lambda a: bool(a.of(WorkerStarted)), "attempt 2 started")
+        (started,) = acks.of(WorkerStarted)
+        assert started.attempt == 2 and started.command_id == bind_2.command_id
+        late = _evict(node, "T", attempt=1)
+        await _publish(publisher, _signed(late, node))
+        await acks.until(lambda a: len(a.of(EvictAck)) == 2, "the late eviction's ack")
+        assert acks.of(EvictAck)[1].outcome is EvictOutcome.NOT_RUNNING
+        await asyncio.sleep(1.0)
+        assert len(acks.of(WorkerExited)) == 1  # attempt 2 still runs
+
+
+
+@pytest.mark.asyncio(loop_scope="session")
+async def test_a_task_is_not_bound_again_on_a_node_before_that_node_ended_its_previous_attempt(
+    world: tuple[Cluster, str],  # noqa: F811 (the fixture)
+    kafka_bootstrap: str,
+) -> None:
+    c, dsn = world
+    a, b, h = _ids(c)
+    settings = _settings(dsn, kafka_bootstrap, c.pool, preemption_grace_s=20.0)
+    async with _service(settings) as (decider, _):
+        # One 4-GPU node: spot A and B (2 GPUs each); HP H evicts B, the cheaper victim.
+        await c.telemetry(c.node(0), 4)
+        await c.quota(4.0)
+        await _until(_registered(decider, c.pool, 1))
+        await c.submit(a, TaskClass.SPOT)
+        (bind_a,) = await c.bind_of(a)
+        await c.started(bind_a)
+        await c.tap.wait(TaskStarted, lambda e: e.task_id == a)
+        await asyncio.sleep(1.0)
+        await c.submit(b, TaskClass.SPOT)
+        (bind_b,) = await c.bind_of(b)
+        await c.started(bind_b)
+        await c.tap.wait(TaskStarted, lambda e: e.task_id == b)
+        await c.submit(h, TaskClass.HP)
+        (evict,) = await c.tap.wait(EvictCommand, lambda e: e.preemptor_task_id == h)
+        assert evict.task_ids == (b,)
+        # A finishes: its GPUs could take the requeued B at once, on the very node that has not
+        # yet stopped B's first attempt (its agent may read that bind before the eviction).
+        done = WorkerExited(command_id=bind_a.command_id, node=bind_a.node, task_id=a, worker_index=0,
+                            exit_code=0, exited_at=datetime.now(UTC))  # fmt: skip
+        await c.producer.send("gfs.commands.worker-ack", wrap(done, producer="it"))
+        await c.tap.wait(TaskFinished, lambda e: e.task_id == a)
+        await asyncio.sleep(1.5)
+        assert len(c.tap.payloads(BindCommand, lambda x: x.task_id == b)) == 1  # held
+        ack = EvictAck(command_id=evict.command_id, node=evict.node, task_ids=(b,),
+                       outcome=EvictOutcome.KILLED, acked_at=datetime.now(UTC))  # fmt: skip
+        await c.producer.send("gfs.commands.evict-ack", wrap(ack, producer="it"))
+        (_, again) = await c.bind_of(b, count=2)
+        assert again.node == c.node(0) and again.attempt == 2 and evict.attempt == 1
+        await c.tap.wait(TaskEvicted, lambda e: e.task_id == b)
