@@ -15,6 +15,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
+from schemas.clock import ClockAck, ClockTick
 from schemas.commands import BindCommand, EvictAck, EvictCommand
 from schemas.dead_letter import DeadLetter
 from schemas.envelope import SUPPORTED_SCHEMA_VERSIONS, Envelope, envelope_type
@@ -34,7 +35,6 @@ from schemas.tasks import (
 )
 from schemas.telemetry import NodeTelemetry
 from schemas.workers import WorkerExited, WorkerStarted
-from schemas.clock import ClockAck, ClockTick
 
 __all__ = [
     "DEAD_LETTER_TOPIC",
@@ -202,7 +202,9 @@ TOPICS: tuple[TopicSpec, ...] = (
         partitions=1,
         retention_ms=_DAY_MS,
         compacted=False,
-        description="Controllable clock: ticks a driver publishes for reproducible replays (schemas/clock.py).",
+        description=(
+            "Controllable clock: ticks a driver publishes for reproducible replays (schemas/clock.py)."
+        ),
     ),
     TopicSpec(
         name="gfs.control.clock-acks",

@@ -80,7 +80,9 @@ def forecast() -> None:
 
 @app.command("preemption")
 def preemption(
-    policy: str = typer.Option(None, "--policy", help="scheduling policy (default gfs; lease-based ones are refused)"),
+    policy: str = typer.Option(
+        None, "--policy", help="scheduling policy (default gfs; lease-based ones are refused)"
+    ),
     port: int = typer.Option(None, "--port", help="SRE API port (default 8082; 0: none)"),
     dry_run: bool = typer.Option(False, "--dry-run", help="decide and record, publish nothing"),
     instance: str = typer.Option(None, "--instance", help="this instance's name (default host-pid)"),
@@ -183,13 +185,18 @@ def virtual_nodes(
     from services.preemption.service import PreemptionSettings
 
     with open(nodes_csv, newline="") as handle:
-        nodes = {f"{prefix}{r['node_name']}": (r["gpu_model"], int(r["gpu_capacity_num"])) for r in csv.DictReader(handle)}
+        nodes = {
+            f"{prefix}{r['node_name']}": (r["gpu_model"], int(r["gpu_capacity_num"]))
+            for r in csv.DictReader(handle)
+        }
     settings = PlatformSettings()
     _logging(settings, "virtual-nodes")
     secret = PreemptionSettings().master_secret()
 
     async def main(stop: asyncio.Event) -> None:
-        await run_virtual_nodes(nodes, bootstrap=settings.bootstrap_servers, secret=secret, telemetry_s=telemetry_s, stop=stop)
+        await run_virtual_nodes(
+            nodes, bootstrap=settings.bootstrap_servers, secret=secret, telemetry_s=telemetry_s, stop=stop
+        )
 
     _run_until_signalled(main)
 

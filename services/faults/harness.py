@@ -141,15 +141,27 @@ class Report:
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "run": self.run, "plan": asdict(self.plan),
-            "submitted": self.submitted, "submit_failures": dict(self.submit_failures),
-            "accepted": self.accepted, "finished": self.finished, "binds": self.binds, "evictions": self.evictions,
+            "run": self.run,
+            "plan": asdict(self.plan),
+            "submitted": self.submitted,
+            "submit_failures": dict(self.submit_failures),
+            "accepted": self.accepted,
+            "finished": self.finished,
+            "binds": self.binds,
+            "evictions": self.evictions,
             "lost": self.lost,
-            "evicted_twice": self.evicted_twice, "on_two_nodes": self.on_two_nodes,
-            "ledger_missing": self.ledger_missing, "ledger_extra": self.ledger_extra,
-            "not_ready": self.not_ready, "kills": self.kills, "exits": self.exits, "outages": self.outages,
-            "recovery_s": self.recovery_s, "wall_s": round(self.wall_s, 1), "ok": self.ok,
-        }  # fmt: skip
+            "evicted_twice": self.evicted_twice,
+            "on_two_nodes": self.on_two_nodes,
+            "ledger_missing": self.ledger_missing,
+            "ledger_extra": self.ledger_extra,
+            "not_ready": self.not_ready,
+            "kills": self.kills,
+            "exits": self.exits,
+            "outages": self.outages,
+            "recovery_s": self.recovery_s,
+            "wall_s": round(self.wall_s, 1),
+            "ok": self.ok,
+        }
 
 
 def _free_port() -> int:
@@ -174,24 +186,58 @@ async def run_faults(plan: FaultPlan, *, workdir: Path, keep_schema: bool = Fals
     secret = uuid.uuid4().hex * 2
     ports = {"quota": _free_port(), "preemption": _free_port(), "forecast": _free_port()}
     base = os.environ | {
-        "DATABASE_URL": dsn, "KAFKA_BOOTSTRAP_SERVERS": settings.kafka_bootstrap_servers, "GFS_COMMAND_SECRET": secret,
-        "PYTHONUNBUFFERED": "1", "OTEL_EXPORTER_OTLP_ENDPOINT": "",
-    }  # fmt: skip
+        "DATABASE_URL": dsn,
+        "KAFKA_BOOTSTRAP_SERVERS": settings.kafka_bootstrap_servers,
+        "GFS_COMMAND_SECRET": secret,
+        "PYTHONUNBUFFERED": "1",
+        "OTEL_EXPORTER_OTLP_ENDPOINT": "",
+    }
     services = [
-        Supervised("forecast", ["serve", "forecast"], base | {
-            "FORECAST_APP_ID": f"faults-forecast-{run}", "FORECAST_STORE": "memory://",
-            "FORECAST_DATADIR": str(workdir / "faust"), "FORECAST_WEB_PORT": str(ports["forecast"]),
-            "FORECAST_TICK_S": "3600"}, workdir / "forecast.log"),
-        Supervised("quota", ["serve", "quota"], base | {
-            "QUOTA_GROUP": f"faults-quota-{run}", "QUOTA_API_PORT": str(ports["quota"]), "QUOTA_REFRESH_S": "5",
-            "QUOTA_FENCE_KEY": str(rng.getrandbits(48)), "QUOTA_FENCE_POLL_S": "0.5"}, workdir / "quota.log"),
-        Supervised("preemption", ["serve", "preemption"], base | {
-            "PREEMPTION_GROUP": f"faults-pre-{run}", "PREEMPTION_ROUTER_GROUP": f"faults-router-{run}",
-            "PREEMPTION_INBOX_TOPIC": f"faults-inbox-{run}", "PREEMPTION_POOLS": pool,
-            "PREEMPTION_API_PORT": str(ports["preemption"]), "PREEMPTION_STATUS_S": "5",
-            "PREEMPTION_GRACE_S": "2", "PREEMPTION_ACK_MARGIN_S": "5", "PREEMPTION_NODE_TIMEOUT_S": "60",
-            "PREEMPTION_INSTANCE": f"faults-{run}"}, workdir / "preemption.log"),
-    ]  # fmt: skip
+        Supervised(
+            "forecast",
+            ["serve", "forecast"],
+            base
+            | {
+                "FORECAST_APP_ID": f"faults-forecast-{run}",
+                "FORECAST_STORE": "memory://",
+                "FORECAST_DATADIR": str(workdir / "faust"),
+                "FORECAST_WEB_PORT": str(ports["forecast"]),
+                "FORECAST_TICK_S": "3600",
+            },
+            workdir / "forecast.log",
+        ),
+        Supervised(
+            "quota",
+            ["serve", "quota"],
+            base
+            | {
+                "QUOTA_GROUP": f"faults-quota-{run}",
+                "QUOTA_API_PORT": str(ports["quota"]),
+                "QUOTA_REFRESH_S": "5",
+                "QUOTA_FENCE_KEY": str(rng.getrandbits(48)),
+                "QUOTA_FENCE_POLL_S": "0.5",
+            },
+            workdir / "quota.log",
+        ),
+        Supervised(
+            "preemption",
+            ["serve", "preemption"],
+            base
+            | {
+                "PREEMPTION_GROUP": f"faults-pre-{run}",
+                "PREEMPTION_ROUTER_GROUP": f"faults-router-{run}",
+                "PREEMPTION_INBOX_TOPIC": f"faults-inbox-{run}",
+                "PREEMPTION_POOLS": pool,
+                "PREEMPTION_API_PORT": str(ports["preemption"]),
+                "PREEMPTION_STATUS_S": "5",
+                "PREEMPTION_GRACE_S": "2",
+                "PREEMPTION_ACK_MARGIN_S": "5",
+                "PREEMPTION_NODE_TIMEOUT_S": "60",
+                "PREEMPTION_INSTANCE": f"faults-{run}",
+            },
+            workdir / "preemption.log",
+        ),
+    ]
     nodes = [f"flt-{run}-n{i}" for i in range(plan.agents)]
     for node in nodes:
         services.append(Supervised(node, [
@@ -351,8 +397,14 @@ async def _forecast(producer: EnvelopeProducer, pool: str, plan: FaultPlan) -> N
         HourlyDemand(hour_ahead=h, mean=hp, std=1.0, quantiles={"0.5": hp, "0.9": hp + 1.3})
         for h in range(1, 5)
     )
-    forecast = PoolDemandForecast(pool=pool, origin_time=now.replace(minute=0, second=0, microsecond=0), tenants=1,
-                                  model_name="faults", model_version=f"{int(now.timestamp())}", horizon=horizon)  # fmt: skip
+    forecast = PoolDemandForecast(
+        pool=pool,
+        origin_time=now.replace(minute=0, second=0, microsecond=0),
+        tenants=1,
+        model_name="faults",
+        model_version=f"{int(now.timestamp())}",
+        horizon=horizon,
+    )
     await producer.send("gfs.forecasts", wrap(forecast, producer="faults"))
 
 

@@ -144,8 +144,14 @@ async def _bench(
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("wb") as log:
         profiler = ["-m", "cProfile", "-o", str(profile)] if profile is not None else []
-        service = subprocess.Popen([sys.executable, *profiler, "-m", "services", "serve", "preemption"], cwd=REPO, env=env,
-                                   stdout=log, stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+        service = subprocess.Popen(
+            [sys.executable, *profiler, "-m", "services", "serve", "preemption"],
+            cwd=REPO,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     print(f"run {run}: service pid {service.pid}, log {log_path}, schema {schema}")
     print(f"cluster: {len(inventory)} nodes, {state.capacity} GPUs, {len(pools)} pools; fill {fill:.0%}, "
           f"rate {rate:g} events/s for {seconds:g} s, HP share {hp_share:.0%}, seed {seed}")  # fmt: skip
@@ -172,8 +178,15 @@ async def _bench(
                     ),
                 )
             for pool, cap in pools.items():
-                q = SpotQuota(pool=pool, quotas=tuple(GuaranteeQuota(guarantee_hours=h, quota_gpus=0.6 * cap) for h in (1, 2, 4)),
-                              eta=1.0, capacity_gpus=cap, valid_from=now, valid_until=now + timedelta(days=1), forecast_version="bench")  # fmt: skip
+                q = SpotQuota(
+                    pool=pool,
+                    quotas=tuple(GuaranteeQuota(guarantee_hours=h, quota_gpus=0.6 * cap) for h in (1, 2, 4)),
+                    eta=1.0,
+                    capacity_gpus=cap,
+                    valid_from=now,
+                    valid_until=now + timedelta(days=1),
+                    forecast_version="bench",
+                )
                 await producer.send("gfs.quotas", wrap(q, producer="bench"))
             await _until_registered(port, len(inventory))
             print(f"registered {len(inventory)} nodes in {time.perf_counter() - t0:.1f} s")
@@ -192,8 +205,15 @@ async def _bench(
                 workers = 8 if gang else 1
                 cls = cls or (TaskClass.HP if rng.random() < hp_share else TaskClass.SPOT)
                 tid = f"{run}-{uuid.uuid4().hex[:10]}"
-                return TaskSubmitted(task_id=tid, tenant=f"org-{rng.randrange(20)}", gpu_model=pool, gpus_per_worker=g,
-                                     workers=workers, task_class=cls, command=("gfs", "fake-task"))  # fmt: skip
+                return TaskSubmitted(
+                    task_id=tid,
+                    tenant=f"org-{rng.randrange(20)}",
+                    gpu_model=pool,
+                    gpus_per_worker=g,
+                    workers=workers,
+                    task_class=cls,
+                    command=("gfs", "fake-task"),
+                )
 
             async def submit(task: TaskSubmitted) -> None:
                 state.pending[task.task_id] = Running(
@@ -217,14 +237,16 @@ async def _bench(
             for _ in range(20):
                 await submit(new_task(TaskClass.HP, gang=True))
             await asyncio.sleep(3.0)
-            print(f"filled to {state.allocated / state.capacity:.1%} allocated ({len(state.running)} running, "
-                  f"{len(state.pending)} queued) in {time.perf_counter() - t1:.1f} s")  # fmt: skip
+            print(
+                f"filled to {state.allocated / state.capacity:.1%} allocated ({len(state.running)} running, "
+                f"{len(state.pending)} queued) in {time.perf_counter() - t1:.1f} s"
+            )
             state.latency.clear()
             measured_from = datetime.now(UTC)
             start = time.perf_counter()
             offered: Counter[str] = Counter()
             k = 0
-            while (elapsed := time.perf_counter() - start) < seconds:
+            while time.perf_counter() - start < seconds:
                 due = start + k / rate
                 if due > time.perf_counter():
                     await asyncio.sleep(due - time.perf_counter())
@@ -235,8 +257,14 @@ async def _bench(
                     state.allocated -= r.gpus
                     for b in r.binds:
                         for p in b.placements:
-                            ack = WorkerExited(command_id=b.command_id, node=b.node, task_id=tid, worker_index=p.worker_index,
-                                               exit_code=0, exited_at=datetime.now(UTC))  # fmt: skip
+                            ack = WorkerExited(
+                                command_id=b.command_id,
+                                node=b.node,
+                                task_id=tid,
+                                worker_index=p.worker_index,
+                                exit_code=0,
+                                exited_at=datetime.now(UTC),
+                            )
                             await producer.send("gfs.commands.worker-ack", wrap(ack, producer="bench"))
                     offered["finish"] += 1
                 else:
@@ -342,8 +370,13 @@ async def _read(settings: PlatformSettings, state: BenchState, producer: Envelop
                                 state.allocated -= gone.gpus
                                 gone.binds.clear()
                                 state.pending[tid] = gone
-                        ack = EvictAck(command_id=payload.command_id, node=payload.node, task_ids=payload.task_ids,
-                                       outcome=EvictOutcome.CHECKPOINTED, acked_at=datetime.now(UTC))  # fmt: skip
+                        ack = EvictAck(
+                            command_id=payload.command_id,
+                            node=payload.node,
+                            task_ids=payload.task_ids,
+                            outcome=EvictOutcome.CHECKPOINTED,
+                            acked_at=datetime.now(UTC),
+                        )
                         await producer.send("gfs.commands.evict-ack", wrap(ack, producer="bench"))
     finally:
         await consumer.stop()
@@ -355,11 +388,13 @@ async def _report(
     connection = await asyncpg.connect(dsn)
     try:
         rows = await connection.fetch(
-            "SELECT task_id, kind, at, detail FROM preemption_decision WHERE kind IN ('accepted', 'started') AND at >= $1",
+            "SELECT task_id, kind, at, detail FROM preemption_decision "
+            "WHERE kind IN ('accepted', 'started') AND at >= $1",
             since,
         )
         decided = await connection.fetchval(
-            "SELECT count(*) FROM preemption_decision WHERE at >= $1 AND kind IN ('started', 'evicted', 'rejected', 'finished', 'accepted')",
+            "SELECT count(*) FROM preemption_decision WHERE at >= $1 "
+            "AND kind IN ('started', 'evicted', 'rejected', 'finished', 'accepted')",
             since,
         )
         placements = await connection.fetchval(
@@ -398,8 +433,11 @@ async def _report(
         if not values:
             print(f"{name}: none")
             continue
-        print(f"{name}: n={len(values)} submit->BindCommand ms p50 {_percentile(values, 0.5):.1f} "
-              f"p99 {_percentile(values, 0.99):.1f} p99.9 {_percentile(values, 0.999):.1f} max {max(values):.1f}")  # fmt: skip
+        print(
+            f"{name}: n={len(values)} submit->BindCommand ms p50 {_percentile(values, 0.5):.1f} "
+            f"p99 {_percentile(values, 0.99):.1f} p99.9 {_percentile(values, 0.999):.1f} "
+            f"max {max(values):.1f}"
+        )
     edges = [5, 10, 20, 50, 100, 200, 500, 1000, 5000]
     counts = Counter(next((e for e in edges if v <= e), float("inf")) for v in plain)
     print(

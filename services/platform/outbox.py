@@ -150,9 +150,13 @@ class OutboxRelay:
                                 "gfs.outbox.id": row.id},
                 ):  # fmt: skip
                     if later is not None:
-                        acks.append(await later(row.topic, value=row.payload, key=row.key, headers=row.headers))
+                        acks.append(
+                            await later(row.topic, value=row.payload, key=row.key, headers=row.headers)
+                        )
                     else:
-                        await self.sink.send_raw(row.topic, value=row.payload, key=row.key, headers=row.headers)
+                        await self.sink.send_raw(
+                            row.topic, value=row.payload, key=row.key, headers=row.headers
+                        )
             if acks:
                 await asyncio.gather(*acks)
             if rows:

@@ -36,11 +36,15 @@ def build_api(decider: Decider, metrics: Metrics, ready: asyncio.Event) -> web.A
         out = {}
         for name, c in sorted(decider.owned_pools().items()):
             out[name] = {
-                "nodes": len(c.nodes), "down": sorted(c.down), "capacity_gpus": int(c.runtime.state.online_capacity),
+                "nodes": len(c.nodes),
+                "down": sorted(c.down),
+                "capacity_gpus": int(c.runtime.state.online_capacity),
                 "quota_gpus": {str(h): q for h, q in sorted(c.runtime.quota.items())},
-                "quota_version": c.quota_version, "quota_frozen": c.quota_frozen,
-                "pending_binds": sorted(c.pending), **c.running_and_queued(),
-            }  # fmt: skip
+                "quota_version": c.quota_version,
+                "quota_frozen": c.quota_frozen,
+                "pending_binds": sorted(c.pending),
+                **c.running_and_queued(),
+            }
         return web.json_response({"instance": decider.instance, "pools": out})
 
     async def explain(request: web.Request) -> web.Response:

@@ -99,14 +99,15 @@ async def _forecasts(connection: asyncpg.Connection, pools: list[str]) -> dict[s
     """The quota service's latest pool forecast per pool (empty when its tables are elsewhere)."""
     try:
         rows = await connection.fetch(
-            "SELECT pool, as_of, payload FROM quota_input_latest WHERE kind = 'forecast' AND pool = ANY($1::text[])",
+            "SELECT pool, as_of, payload FROM quota_input_latest "
+            "WHERE kind = 'forecast' AND pool = ANY($1::text[])",
             pools,
         )
         quotas = await connection.fetch(
-            "SELECT pool, guarantee_hours, quota_gpus, min_free_gpus, eta, forecast_id, computed_at FROM spot_quota "
-            "WHERE pool = ANY($1::text[])",
+            "SELECT pool, guarantee_hours, quota_gpus, min_free_gpus, eta, forecast_id, computed_at "
+            "FROM spot_quota WHERE pool = ANY($1::text[])",
             pools,
-        )  # fmt: skip
+        )
     except (asyncpg.UndefinedTableError, asyncpg.InsufficientPrivilegeError):
         return {}
     out: dict[str, dict[str, Any]] = {}
@@ -127,9 +128,12 @@ async def _forecasts(connection: asyncpg.Connection, pools: list[str]) -> dict[s
     for r in quotas:
         entry = out.setdefault(r["pool"], {})
         entry.setdefault("quota_service", {})[str(r["guarantee_hours"])] = {
-            "quota_gpus": float(r["quota_gpus"]), "min_free_gpus": int(r["min_free_gpus"]), "eta": float(r["eta"]),
-            "forecast_id": r["forecast_id"], "computed_at": r["computed_at"].isoformat(),
-        }  # fmt: skip
+            "quota_gpus": float(r["quota_gpus"]),
+            "min_free_gpus": int(r["min_free_gpus"]),
+            "eta": float(r["eta"]),
+            "forecast_id": r["forecast_id"],
+            "computed_at": r["computed_at"].isoformat(),
+        }
     return out
 
 
@@ -162,12 +166,16 @@ async def dashboard_data(
     pools: dict[str, Any] = {}
     for name, c in owned.items():
         pools[name] = {
-            "nodes": len(c.nodes), "down": sorted(c.down), "capacity_gpus": int(c.runtime.state.online_capacity),
+            "nodes": len(c.nodes),
+            "down": sorted(c.down),
+            "capacity_gpus": int(c.runtime.state.online_capacity),
             "quota_gpus": {str(h): q for h, q in sorted(c.runtime.quota.items())},
-            "quota_version": c.quota_version, "quota_frozen": c.quota_frozen, "pending_binds": len(c.pending),
+            "quota_version": c.quota_version,
+            "quota_frozen": c.quota_frozen,
+            "pending_binds": len(c.pending),
             **c.running_and_queued(),
             "why_spot_waits": why_spot_waits(c.runtime),
-        }  # fmt: skip
+        }
     async with decider.pool.acquire() as connection:
         forecasts = await _forecasts(connection, list(owned))
         evictions = await _evictions(connection, window_s, bucket_s)
@@ -184,9 +192,13 @@ async def dashboard_data(
             "trace_url": f"{jaeger_ui_url}/trace/{trace_id}" if trace_id else None,
         })  # fmt: skip
     return {
-        "instance": decider.instance, "generated_at": datetime.now(UTC).isoformat(), "jaeger_ui_url": jaeger_ui_url,
-        "pools": pools, "evictions": evictions, "decisions": decisions,
-    }  # fmt: skip
+        "instance": decider.instance,
+        "generated_at": datetime.now(UTC).isoformat(),
+        "jaeger_ui_url": jaeger_ui_url,
+        "pools": pools,
+        "evictions": evictions,
+        "decisions": decisions,
+    }
 
 
 def why_spot_waits(rt: PoolRuntime) -> dict[str, Any]:
@@ -306,8 +318,12 @@ def evictions_svg(data: dict[str, Any]) -> bytes:
         counts = [series.get(b, 0) for b in buckets]
         ax.bar(times, counts, width=width, bottom=bottom, align="edge", label=name)
         bottom = [a + b for a, b in zip(bottom, counts, strict=True)]
-    ax.set_title(f"evictions per {ev['bucket_s'] // 60 or ev['bucket_s']} {'min' if ev['bucket_s'] >= 60 else 's'}"
-                 f" (last {ev['window_s'] / 3600:.3g} h, {ev['total']} in all)", fontsize=9, loc="left")  # fmt: skip
+    ax.set_title(
+        f"evictions per {ev['bucket_s'] // 60 or ev['bucket_s']} {'min' if ev['bucket_s'] >= 60 else 's'}"
+        f" (last {ev['window_s'] / 3600:.3g} h, {ev['total']} in all)",
+        fontsize=9,
+        loc="left",
+    )
     end = datetime.now(UTC) + timedelta(seconds=ev["bucket_s"])
     ax.set_xlim(
         min(times[0], end - timedelta(seconds=ev["window_s"])), end
@@ -375,16 +391,23 @@ def render_page(data: dict[str, Any], query: str = "") -> str:
         reservation = f"{held} on {why['reserved_nodes']} nodes" if held else "-"
         k = f"pool:{name}"
         rows.append(
-            "<tr>" + _cell(f"{k}:name", name) + _cell(f"{k}:nodes", p["nodes"]) + _cell(f"{k}:capacity_gpus", p["capacity_gpus"])
-            + _cell(f"{k}:quota_gpus", quota) + _cell(f"{k}:quota_version", p["quota_version"] or "-")
-            + _cell(f"{k}:forecast", forecast) + _cell(f"{k}:hp_running", p["hp_running"])
-            + _cell(f"{k}:hp_queued", p["hp_queued"]) + _cell(f"{k}:spot_running", p["spot_running"])
-            + _cell(f"{k}:spot_queued", p["spot_queued"]) + _cell(f"{k}:down", len(p["down"]))
+            "<tr>"
+            + _cell(f"{k}:name", name)
+            + _cell(f"{k}:nodes", p["nodes"])
+            + _cell(f"{k}:capacity_gpus", p["capacity_gpus"])
+            + _cell(f"{k}:quota_gpus", quota)
+            + _cell(f"{k}:quota_version", p["quota_version"] or "-")
+            + _cell(f"{k}:forecast", forecast)
+            + _cell(f"{k}:hp_running", p["hp_running"])
+            + _cell(f"{k}:hp_queued", p["hp_queued"])
+            + _cell(f"{k}:spot_running", p["spot_running"])
+            + _cell(f"{k}:spot_queued", p["spot_queued"])
+            + _cell(f"{k}:down", len(p["down"]))
             + _cell(f"{k}:hp_floor", f"{why['hp_placeable_gpus']:g}")
             + _cell(f"{k}:spot_head_held_by", why["spot_head_held_by"] or "-")
             + _cell(f"{k}:reservation", reservation)
             + "</tr>"
-        )  # fmt: skip
+        )
     decisions = []
     for i, d in enumerate(data["decisions"]):
         k = f"decision:{i}"
@@ -392,10 +415,13 @@ def render_page(data: dict[str, Any], query: str = "") -> str:
         if d["trace_id"]:  # Jaeger's own UI may be absent (infra/jaeger): the spans drawn here too
             link += f' <a href="/dashboard/trace/{_e(d["trace_id"])}">spans</a>'
         decisions.append(
-            f'<tr class="kind-{_e(d["kind"])}">' + _cell(f"{k}:at", d["at"][11:23]) + _cell(f"{k}:pool", d["pool"])
-            + _cell(f"{k}:task_id", d["task_id"]) + _cell(f"{k}:kind", d["kind"])
+            f'<tr class="kind-{_e(d["kind"])}">'
+            + _cell(f"{k}:at", d["at"][11:23])
+            + _cell(f"{k}:pool", d["pool"])
+            + _cell(f"{k}:task_id", d["task_id"])
+            + _cell(f"{k}:kind", d["kind"])
             + f'<td class="why" data-k="{k}:explanation">{_e(d["explanation"])}</td><td>{link}</td></tr>'
-        )  # fmt: skip
+        )
     ev = data["evictions"]
     suffix = f"?{_e(query)}" if query else ""
     return f"""<!DOCTYPE html>
@@ -405,18 +431,23 @@ def render_page(data: dict[str, Any], query: str = "") -> str:
 <style>
 body {{ font-family: DejaVu Sans, Helvetica, Arial, sans-serif; margin: 16px; color: #222; font-size: 13px; }}
 h1 {{ font-size: 18px; margin: 0 0 4px; }} h2 {{ font-size: 15px; margin: 18px 0 6px; }}
-table {{ border-collapse: collapse; }} td, th {{ border: 1px solid #ddd; padding: 3px 6px; text-align: left; }}
+table {{ border-collapse: collapse; }} \
+td, th {{ border: 1px solid #ddd; padding: 3px 6px; text-align: left; }}
 th {{ background: #f3f3f3; }} .why {{ max-width: 640px; font-size: 12px; }} .muted {{ color: #777; }}
 tr.kind-evicted td {{ background: #fdecea; }} tr.kind-started td {{ background: #eef7ee; }}
-.plots {{ display: flex; flex-wrap: wrap; gap: 12px; }} .plots img {{ border: 1px solid #eee; max-width: 100%; }}
+.plots {{ display: flex; flex-wrap: wrap; gap: 12px; }} \
+.plots img {{ border: 1px solid #eee; max-width: 100%; }}
 </style></head>
 <body>
 <h1>GFS preemption service <span class="muted">instance {_e(data["instance"])}</span></h1>
-<div class="muted">generated <span data-k="generated_at">{_e(data["generated_at"])}</span>, refreshes every {REFRESH_S} s;
-JSON: <a href="/dashboard/data{suffix}">/dashboard/data</a>; traces: <a href="{_e(data["jaeger_ui_url"])}">Jaeger</a></div>
+<div class="muted">generated <span data-k="generated_at">{_e(data["generated_at"])}</span>, \
+refreshes every {REFRESH_S} s;
+JSON: <a href="/dashboard/data{suffix}">/dashboard/data</a>; \
+traces: <a href="{_e(data["jaeger_ui_url"])}">Jaeger</a></div>
 <h2>Pools: quota against forecast, queues</h2>
 <table id="pools"><tr><th>pool</th><th>nodes</th><th>capacity</th><th>spot quota (guarantee h: GPUs)</th>
-<th>quota version</th><th>HP forecast</th><th>HP running</th><th>HP queued</th><th>spot running</th><th>spot queued</th>
+<th>quota version</th><th>HP forecast</th><th>HP running</th><th>HP queued</th>\
+<th>spot running</th><th>spot queued</th>
 <th>nodes down</th><th>HP floor (GPUs)</th><th>spot head held by</th><th>reservation</th></tr>
 {"".join(rows) or '<tr><td colspan="14">no pool owned by this instance</td></tr>'}
 </table>
@@ -425,9 +456,11 @@ JSON: <a href="/dashboard/data{suffix}">/dashboard/data</a>; traces: <a href="{_
 <div><img id="queues-plot" alt="queue lengths per pool and class" src="/dashboard/queues.svg"><br>
 <img id="evictions-plot" alt="evictions over time" src="/dashboard/evictions.svg{suffix}"></div>
 </div>
-<h2>Evictions: <span data-k="evictions:total">{ev["total"]}</span> in the last {ev["window_s"] / 3600:.3g} h</h2>
+<h2>Evictions: <span data-k="evictions:total">{ev["total"]}</span> \
+in the last {ev["window_s"] / 3600:.3g} h</h2>
 <h2>Latest decisions</h2>
-<table id="decisions"><tr><th>at (UTC)</th><th>pool</th><th>task</th><th>decision</th><th>why</th><th>trace</th></tr>
+<table id="decisions"><tr><th>at (UTC)</th><th>pool</th><th>task</th><th>decision</th>\
+<th>why</th><th>trace</th></tr>
 {"".join(decisions) or '<tr><td colspan="6">no decision yet</td></tr>'}
 </table>
 </body></html>

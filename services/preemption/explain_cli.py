@@ -53,7 +53,10 @@ def render(task_id: str, decisions: list[dict[str, Any]], live: dict[str, Any] |
         head = f"  {d['at']} {d['kind']}"
         if d["kind"] == "evicted":
             by = f" by {detail['preemptor']}" if detail.get("preemptor") else ""
-            head += f" on {detail.get('node', '-')} ({detail['reason']}{by}); lost {detail.get('lost_gpu_seconds', 0):.0f} GPU-s"
+            head += (
+                f" on {detail.get('node', '-')} ({detail['reason']}{by}); "
+                f"lost {detail.get('lost_gpu_seconds', 0):.0f} GPU-s"
+            )
             plan = (detail.get("explanation") or {}).get("last_eviction", {}) or {}
             lines.append(head)
             lines += _plan_lines(plan.get("plan"))
@@ -81,7 +84,8 @@ def _plan_lines(plan: dict[str, Any] | None) -> list[str]:
            + _terms(w) + f" (of {plan['considered']} candidates)"]  # fmt: skip
     for a in plan.get("alternatives", []):
         out.append(
-            f"      alternative {a['node']}: victims {', '.join(a['victims']) or 'none'}, cost {a['cost']:.6g}"
+            f"      alternative {a['node']}: victims {', '.join(a['victims']) or 'none'}, "
+            f"cost {a['cost']:.6g}"
             + _terms(a)
         )
     return out

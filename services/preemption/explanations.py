@@ -16,8 +16,12 @@ def explanation_dict(why: Explanation) -> dict[str, Any]:
 
     out: dict[str, Any] = {"state": why.state, "message": why.message()}
     if why.queued is not None:
-        out["queued"] = {"reason": why.queued.reason.name, "message": why.queued.reason.message,
-                         "blocked_by": why.queued.blocked_by, "since_pass": why.queued.since_pass}  # fmt: skip
+        out["queued"] = {
+            "reason": why.queued.reason.name,
+            "message": why.queued.reason.message,
+            "blocked_by": why.queued.blocked_by,
+            "since_pass": why.queued.since_pass,
+        }
     out["preemptions"] = [
         {
             "winner": candidate(p.winner),

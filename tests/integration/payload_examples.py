@@ -176,8 +176,14 @@ def all_examples() -> dict[str, BaseModel]:
             exited_at=T0 + timedelta(seconds=60),
         ),
         ClockTick(clock="replay-1", at=T0, sequence=7, phase=ClockPhase.PASS),
-        ClockAck(clock="replay-1", component="node-agent/node-1", sequence=6, at=T0, exited=("job-1/0",),
-                 next_exit_at=T0 + timedelta(seconds=600)),  # fmt: skip
+        ClockAck(
+            clock="replay-1",
+            component="node-agent/node-1",
+            sequence=6,
+            at=T0,
+            exited=("job-1/0",),
+            next_exit_at=T0 + timedelta(seconds=600),
+        ),
         DeadLetter(
             original="e30=",  # base64 of "{}"
             error="validation failed: event_type: Field required",

@@ -55,7 +55,8 @@ def _chromium() -> str:
     found = os.environ.get("CHROMIUM_BIN") or shutil.which("chromium") or shutil.which("chromium-browser")
     if not found:
         pytest.fail(
-            "no Chromium for the dashboard test: install Debian's package with `bash infra/chromium/install.sh` "
+            "no Chromium for the dashboard test: install Debian's package with "
+            "`bash infra/chromium/install.sh` "
             "(as root; `make setup` runs it) or point CHROMIUM_BIN at a chromium binary, then re-run.",
             pytrace=False,
         )
@@ -66,8 +67,14 @@ def _run_chromium(binary: str, profile: Path, *args: str) -> subprocess.Complete
     cmd = [binary, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
            f"--user-data-dir={profile}", "--hide-scrollbars", *args]  # fmt: skip
     # Its own session: a timeout kills chromium's helper processes too.
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-                            env=os.environ | {"HOME": str(profile)})  # fmt: skip
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        env=os.environ | {"HOME": str(profile)},
+    )
     try:
         out, err = proc.communicate(timeout=90)
     except subprocess.TimeoutExpired:
@@ -121,23 +128,34 @@ class World:
 
     def start(self) -> None:
         env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")} | {
-            "DATABASE_URL": self.dsn, "KAFKA_BOOTSTRAP_SERVERS": self.kafka, "PYTHONUNBUFFERED": "1",
-            "GFS_COMMAND_SECRET": "it-dash-" + uuid.uuid4().hex, "JAEGER_UI_URL": JAEGER_UI,
-            "PREEMPTION_API_PORT": str(self.port), "PREEMPTION_POOLS": self.pool, "PREEMPTION_INSTANCE": f"dash-{self.run}",
-            "PREEMPTION_GROUP": f"it-dash-pre-{self.run}", "PREEMPTION_ROUTER_GROUP": f"it-dash-router-{self.run}",
-            "PREEMPTION_INBOX_TOPIC": f"it-dash-inbox-{self.run}", "PREEMPTION_INBOX_PARTITIONS": "1",
-            "PREEMPTION_TICK_S": "0.2", "PREEMPTION_GRACE_S": "2", "PREEMPTION_ACK_MARGIN_S": "3",
+            "DATABASE_URL": self.dsn,
+            "KAFKA_BOOTSTRAP_SERVERS": self.kafka,
+            "PYTHONUNBUFFERED": "1",
+            "GFS_COMMAND_SECRET": "it-dash-" + uuid.uuid4().hex,
+            "JAEGER_UI_URL": JAEGER_UI,
+            "PREEMPTION_API_PORT": str(self.port),
+            "PREEMPTION_POOLS": self.pool,
+            "PREEMPTION_INSTANCE": f"dash-{self.run}",
+            "PREEMPTION_GROUP": f"it-dash-pre-{self.run}",
+            "PREEMPTION_ROUTER_GROUP": f"it-dash-router-{self.run}",
+            "PREEMPTION_INBOX_TOPIC": f"it-dash-inbox-{self.run}",
+            "PREEMPTION_INBOX_PARTITIONS": "1",
+            "PREEMPTION_TICK_S": "0.2",
+            "PREEMPTION_GRACE_S": "2",
+            "PREEMPTION_ACK_MARGIN_S": "3",
             "PREEMPTION_NODE_TIMEOUT_S": "600",
-        }  # fmt: skip
+        }
         self.proc = ServiceProcess(["serve", "preemption"], env, self.tmp / "preemption.log").start()
 
     async def get(self, path: str) -> Any:
-        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=20)) as http:
-            async with http.get(f"http://127.0.0.1:{self.port}{path}") as response:
-                assert response.status == 200, (path, response.status, await response.text())
-                if response.content_type == "application/json":
-                    return await response.json()
-                return response.content_type, await response.read()
+        async with (
+            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=20)) as http,
+            http.get(f"http://127.0.0.1:{self.port}{path}") as response,
+        ):
+            assert response.status == 200, (path, response.status, await response.text())
+            if response.content_type == "application/json":
+                return await response.json()
+            return response.content_type, await response.read()
 
 
 @pytest_asyncio.fixture(loop_scope="session")
@@ -173,8 +191,14 @@ async def _ack_like_agents(w: World) -> None:
             now = datetime.now(UTC)
             if isinstance(payload, BindCommand):
                 for p in payload.placements:
-                    ack: Any = WorkerStarted(command_id=payload.command_id, node=payload.node, task_id=payload.task_id,
-                                             worker_index=p.worker_index, pid=4242, started_at=now)  # fmt: skip
+                    ack: Any = WorkerStarted(
+                        command_id=payload.command_id,
+                        node=payload.node,
+                        task_id=payload.task_id,
+                        worker_index=p.worker_index,
+                        pid=4242,
+                        started_at=now,
+                    )
                     await w.producer.send("gfs.commands.worker-ack", wrap(ack, producer="it"))
             else:
                 ack = EvictAck(command_id=payload.command_id, node=payload.node, task_ids=payload.task_ids,
@@ -213,15 +237,22 @@ async def test_dashboard_in_headless_chromium_shows_what_the_api_says(world: Wor
     now = datetime.now(UTC)
     # The quota service's latest pool forecast, as it stores it (same database).
     forecast = PoolDemandForecast(
-        pool=pool, origin_time=now.replace(minute=0, second=0, microsecond=0), tenants=1, model_name="lstm",
-        model_version=f"it-{pool}", horizon=tuple(_hour(h, q) for h, q in ((1, 1.0), (2, 3.0), (3, 2.0), (4, 1.5))),
-    )  # fmt: skip
+        pool=pool,
+        origin_time=now.replace(minute=0, second=0, microsecond=0),
+        tenants=1,
+        model_name="lstm",
+        model_version=f"it-{pool}",
+        horizon=tuple(_hour(h, q) for h, q in ((1, 1.0), (2, 3.0), (3, 2.0), (4, 1.5))),
+    )
     connection = await asyncpg.connect(w.dsn)
     try:
         await connection.execute(
-            "INSERT INTO quota_input_latest (pool, kind, as_of, payload) VALUES ($1, 'forecast', $2, $3::jsonb)",
-            pool, forecast.origin_time, forecast.model_dump_json(),
-        )  # fmt: skip
+            "INSERT INTO quota_input_latest (pool, kind, as_of, payload) "
+            "VALUES ($1, 'forecast', $2, $3::jsonb)",
+            pool,
+            forecast.origin_time,
+            forecast.model_dump_json(),
+        )
     finally:
         await connection.close()
     w.start()
@@ -234,9 +265,15 @@ async def test_dashboard_in_headless_chromium_shows_what_the_api_says(world: Wor
             )
             node = NodeTelemetry(node=f"{pool.lower()}-n{i}", gpu_model=pool, sampled_at=now, gpus=samples)
             await w.producer.send("gfs.nodes.telemetry", wrap(node, producer="it"))
-        quota = SpotQuota(pool=pool, quotas=tuple(GuaranteeQuota(guarantee_hours=h, quota_gpus=4.0) for h in (1, 2, 4)),
-                          eta=1.0, capacity_gpus=4, valid_from=now, valid_until=now + timedelta(hours=1),
-                          forecast_version=f"it-{pool}:1")  # fmt: skip
+        quota = SpotQuota(
+            pool=pool,
+            quotas=tuple(GuaranteeQuota(guarantee_hours=h, quota_gpus=4.0) for h in (1, 2, 4)),
+            eta=1.0,
+            capacity_gpus=4,
+            valid_from=now,
+            valid_until=now + timedelta(hours=1),
+            forecast_version=f"it-{pool}:1",
+        )
         await w.producer.send("gfs.quotas", wrap(quota, producer="it"))
 
         async def ready() -> bool:
@@ -246,10 +283,22 @@ async def test_dashboard_in_headless_chromium_shows_what_the_api_says(world: Wor
 
         await _until(ready, 60, "two nodes and a quota at the service")
         async with GfsClient(bootstrap_servers=w.kafka, producer_name="it-dash") as client:
-            for tid, cls in (("s1", TaskClass.SPOT), ("s2", TaskClass.SPOT), ("h1", TaskClass.HP), ("h2", TaskClass.HP),
-                             ("s3", TaskClass.SPOT)):  # fmt: skip
-                await client.submit_new(task_id=f"{pool}-{tid}", tenant="org-it", gpu_model=pool, gpus_per_worker=2,
-                                        workers=1, task_class=cls, command=("true",))  # fmt: skip
+            for tid, cls in (
+                ("s1", TaskClass.SPOT),
+                ("s2", TaskClass.SPOT),
+                ("h1", TaskClass.HP),
+                ("h2", TaskClass.HP),
+                ("s3", TaskClass.SPOT),
+            ):
+                await client.submit_new(
+                    task_id=f"{pool}-{tid}",
+                    tenant="org-it",
+                    gpu_model=pool,
+                    gpus_per_worker=2,
+                    workers=1,
+                    task_class=cls,
+                    command=("true",),
+                )
                 if tid in ("s1", "s2"):
                     await w.tap.wait(TaskStarted, lambda e, t=tid: e.task_id == f"{pool}-{t}", timeout=30)
         await w.tap.wait(TaskEvicted, lambda e: e.task_id.startswith(pool), count=2, timeout=30)
@@ -311,15 +360,21 @@ async def test_dashboard_in_headless_chromium_shows_what_the_api_says(world: Wor
         for path in ("/dashboard/quota.svg", "/dashboard/queues.svg", f"/dashboard/evictions.svg{bucket}"):
             content_type, body = await w.get(path)
             assert content_type == "image/svg+xml" and b"<svg" in body[:2000], path
-        assert "http://" not in dom.stdout.replace(f"http://127.0.0.1:{w.port}", "").replace(JAEGER_UI, "").replace(
-            "http://www.w3.org", ""
-        ), "the page loads something from elsewhere"  # fmt: skip
+        assert "http://" not in dom.stdout.replace(f"http://127.0.0.1:{w.port}", "").replace(
+            JAEGER_UI, ""
+        ).replace("http://www.w3.org", ""), "the page loads something from elsewhere"
 
         # The screenshot, kept as the test's artifact.
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         shot = ARTIFACTS / f"dashboard-{w.run}.png"
-        out = _run_chromium(chromium, w.tmp / "chromium", f"--screenshot={shot}", "--window-size=1280,1600",
-                            "--virtual-time-budget=5000", f"http://127.0.0.1:{w.port}/dashboard{bucket}")  # fmt: skip
+        out = _run_chromium(
+            chromium,
+            w.tmp / "chromium",
+            f"--screenshot={shot}",
+            "--window-size=1280,1600",
+            "--virtual-time-budget=5000",
+            f"http://127.0.0.1:{w.port}/dashboard{bucket}",
+        )
         assert out.returncode == 0 and shot.exists() and shot.stat().st_size > 20_000, (
             out.returncode,
             out.stderr[-2000:],

@@ -49,8 +49,14 @@ from services.producers.partitioning import partition_for_key
 
 pytestmark = pytest.mark.integration
 
-TAPPED = ("gfs.tasks.submit", "gfs.commands.bind", "gfs.commands.evict", "gfs.commands.evict-ack", "gfs.tasks.lifecycle",
-          "gfs.commands.worker-ack")  # fmt: skip
+TAPPED = (
+    "gfs.tasks.submit",
+    "gfs.commands.bind",
+    "gfs.commands.evict",
+    "gfs.commands.evict-ack",
+    "gfs.tasks.lifecycle",
+    "gfs.commands.worker-ack",
+)
 
 
 def _fake(*args: str) -> tuple[str, ...]:
@@ -90,13 +96,21 @@ class Live:
         self.secret = "e2e-" + uuid.uuid4().hex
         self.procs: list[ServiceProcess] = []
         self.base = os.environ | {
-            "DATABASE_URL": dsn, "KAFKA_BOOTSTRAP_SERVERS": kafka, "GFS_COMMAND_SECRET": self.secret,
-            "PREEMPTION_GROUP": f"e2e-pre-{self.run}", "PREEMPTION_ROUTER_GROUP": f"e2e-router-{self.run}",
-            "PREEMPTION_INBOX_TOPIC": f"e2e-inbox-{self.run}", "PREEMPTION_INBOX_PARTITIONS": "2",
-            "PREEMPTION_TICK_S": "0.2", "PREEMPTION_GRACE_S": "2", "PREEMPTION_ACK_MARGIN_S": "3",
-            "PREEMPTION_NODE_TIMEOUT_S": "4", "PREEMPTION_STATUS_S": "5", "PREEMPTION_SESSION_TIMEOUT_MS": "6000",
+            "DATABASE_URL": dsn,
+            "KAFKA_BOOTSTRAP_SERVERS": kafka,
+            "GFS_COMMAND_SECRET": self.secret,
+            "PREEMPTION_GROUP": f"e2e-pre-{self.run}",
+            "PREEMPTION_ROUTER_GROUP": f"e2e-router-{self.run}",
+            "PREEMPTION_INBOX_TOPIC": f"e2e-inbox-{self.run}",
+            "PREEMPTION_INBOX_PARTITIONS": "2",
+            "PREEMPTION_TICK_S": "0.2",
+            "PREEMPTION_GRACE_S": "2",
+            "PREEMPTION_ACK_MARGIN_S": "3",
+            "PREEMPTION_NODE_TIMEOUT_S": "4",
+            "PREEMPTION_STATUS_S": "5",
+            "PREEMPTION_SESSION_TIMEOUT_MS": "6000",
             "PYTHONUNBUFFERED": "1",
-        }  # fmt: skip
+        }
 
     def preemption(self, name: str, port: int, pools: list[str], **env: str) -> ServiceProcess:
         extra = {
@@ -111,16 +125,35 @@ class Live:
         return proc
 
     def agent(self, node: str, pool: str, gpus: int = 2) -> ServiceProcess:
-        args = ["serve", "node-agent", "--node", node, "--gpu-model", pool, "--gpus", str(gpus), "--fake-gpus",
-                "--telemetry-s", "0.5", "--state-dir", str(self.tmp / node)]  # fmt: skip
+        args = [
+            "serve",
+            "node-agent",
+            "--node",
+            node,
+            "--gpu-model",
+            pool,
+            "--gpus",
+            str(gpus),
+            "--fake-gpus",
+            "--telemetry-s",
+            "0.5",
+            "--state-dir",
+            str(self.tmp / node),
+        ]
         proc = ServiceProcess(args, self.base, self.tmp / f"agent-{node}.log").start()
         self.procs.append(proc)
         return proc
 
     async def quota(self, pool: str, gpus: float, capacity: int) -> None:
-        q = SpotQuota(pool=pool, quotas=tuple(GuaranteeQuota(guarantee_hours=h, quota_gpus=gpus) for h in (1, 2, 4)),
-                      eta=1.0, capacity_gpus=capacity, valid_from=_now(), valid_until=_now() + timedelta(hours=1),
-                      forecast_version="e2e:1")  # fmt: skip
+        q = SpotQuota(
+            pool=pool,
+            quotas=tuple(GuaranteeQuota(guarantee_hours=h, quota_gpus=gpus) for h in (1, 2, 4)),
+            eta=1.0,
+            capacity_gpus=capacity,
+            valid_from=_now(),
+            valid_until=_now() + timedelta(hours=1),
+            forecast_version="e2e:1",
+        )
         await self.producer.send("gfs.quotas", wrap(q, producer="e2e"))
 
     def worker_log(self, node: str, task: str) -> str:
@@ -183,8 +216,15 @@ async def test_agents_run_preempt_finish_and_survive_a_silent_node(live: Live, k
         async with GfsClient(bootstrap_servers=kafka_bootstrap, producer_name="e2e") as client:
 
             async def submit(tid: str, cls: TaskClass, *args: str) -> None:
-                await client.submit_new(task_id=tid, tenant="org-e2e", gpu_model=pool, gpus_per_worker=2, workers=1,
-                                        task_class=cls, command=_fake(*args))  # fmt: skip
+                await client.submit_new(
+                    task_id=tid,
+                    tenant="org-e2e",
+                    gpu_model=pool,
+                    gpus_per_worker=2,
+                    workers=1,
+                    task_class=cls,
+                    command=_fake(*args),
+                )
 
             async def started(tid: str, count: int = 1) -> list[TaskStarted]:
                 found: list[TaskStarted] = await live.tap.wait(
@@ -368,8 +408,15 @@ async def test_two_instances_split_pools_and_fail_over_without_lost_or_duplicate
         submitted: list[str] = []
 
         async def submit(tid: str, pool: str, cls: TaskClass) -> None:
-            task = {"task_id": tid, "tenant": "org-e2e", "gpu_model": pool, "gpus_per_worker": 1, "workers": 1,
-                    "task_class": cls, "command": ("true",)}  # fmt: skip
+            task = {
+                "task_id": tid,
+                "tenant": "org-e2e",
+                "gpu_model": pool,
+                "gpus_per_worker": 1,
+                "workers": 1,
+                "task_class": cls,
+                "command": ("true",),
+            }
             from schemas.tasks import TaskSubmitted
 
             await live.producer.send("gfs.tasks.submit", wrap(TaskSubmitted(**task), producer="e2e"))
@@ -413,8 +460,12 @@ async def test_two_instances_split_pools_and_fail_over_without_lost_or_duplicate
 
         # No lost and no duplicated decision: every task accepted once (one event id, however
         # often the relay published it), bound once per start, one start record per bind.
-        accepted = Counter(e.payload.task_id for e in {env.event_id: env for _, env, _ in live.tap.items
-                                                       if isinstance(env.payload, TaskAccepted)}.values())  # fmt: skip
+        accepted = Counter(
+            e.payload.task_id
+            for e in {
+                env.event_id: env for _, env, _ in live.tap.items if isinstance(env.payload, TaskAccepted)
+            }.values()
+        )
         assert {t: accepted[t] for t in submitted} == dict.fromkeys(submitted, 1)
         binds = Counter(
             b.task_id
@@ -425,10 +476,12 @@ async def test_two_instances_split_pools_and_fail_over_without_lost_or_duplicate
         connection = await asyncpg.connect(live.base["DATABASE_URL"])
         try:
             rows = await connection.fetch(
-                "SELECT task_id, count(*) AS n FROM preemption_decision WHERE kind = 'started' GROUP BY task_id"
+                "SELECT task_id, count(*) AS n FROM preemption_decision "
+                "WHERE kind = 'started' GROUP BY task_id"
             )
             duplicates = await connection.fetchval(
-                "SELECT count(*) - count(DISTINCT event_id) FROM preemption_journal WHERE event_id IS NOT NULL"
+                "SELECT count(*) - count(DISTINCT event_id) FROM preemption_journal "
+                "WHERE event_id IS NOT NULL"
             )
         finally:
             await connection.close()
@@ -468,8 +521,14 @@ async def _ack_like_agents(live: Live) -> None:
             done.add(payload.command_id)
             if isinstance(payload, BindCommand):
                 for p in payload.placements:
-                    ack: Any = WorkerStarted(command_id=payload.command_id, node=payload.node, task_id=payload.task_id,
-                                             worker_index=p.worker_index, pid=1, started_at=_now())  # fmt: skip
+                    ack: Any = WorkerStarted(
+                        command_id=payload.command_id,
+                        node=payload.node,
+                        task_id=payload.task_id,
+                        worker_index=p.worker_index,
+                        pid=1,
+                        started_at=_now(),
+                    )
                     await live.producer.send("gfs.commands.worker-ack", wrap(ack, producer="e2e"))
             elif isinstance(payload, EvictCommand):
                 ack = EvictAck(command_id=payload.command_id, node=payload.node, task_ids=payload.task_ids,

@@ -72,7 +72,8 @@ def _require_free(port: int, what: str) -> None:
             probe.bind(("127.0.0.1", port))
         except OSError as exc:
             pytest.fail(
-                f"127.0.0.1:{port} is taken ({exc}): this test runs {what} there, the port Prometheus scrapes "
+                f"127.0.0.1:{port} is taken ({exc}): this test runs {what} there, "
+                "the port Prometheus scrapes "
                 f"(infra/prometheus/prometheus.yml). Stop whatever listens (`ss -ltnp 'sport = :{port}'`; "
                 "a `gfs serve ...` of the demo or of another run), then re-run.",
                 pytrace=False,
@@ -141,23 +142,41 @@ async def test_prometheus_has_the_decision_latency_histogram_and_the_quota_per_p
     )  # fmt: skip
     services.start(
         ["serve", "preemption"],
-        {"PREEMPTION_API_PORT": str(PREEMPTION_PORT), "PREEMPTION_POOLS": pool, "PREEMPTION_INSTANCE": f"prom-{run}",
-         "PREEMPTION_GROUP": f"it-prom-pre-{run}", "PREEMPTION_ROUTER_GROUP": f"it-prom-router-{run}",
-         "PREEMPTION_INBOX_TOPIC": f"it-prom-inbox-{run}", "PREEMPTION_INBOX_PARTITIONS": "1",
-         "PREEMPTION_TICK_S": "0.2", "PREEMPTION_NODE_TIMEOUT_S": "600"},
+        {
+            "PREEMPTION_API_PORT": str(PREEMPTION_PORT),
+            "PREEMPTION_POOLS": pool,
+            "PREEMPTION_INSTANCE": f"prom-{run}",
+            "PREEMPTION_GROUP": f"it-prom-pre-{run}",
+            "PREEMPTION_ROUTER_GROUP": f"it-prom-router-{run}",
+            "PREEMPTION_INBOX_TOPIC": f"it-prom-inbox-{run}",
+            "PREEMPTION_INBOX_PARTITIONS": "1",
+            "PREEMPTION_TICK_S": "0.2",
+            "PREEMPTION_NODE_TIMEOUT_S": "600",
+        },
         "preemption",
-    )  # fmt: skip
+    )
     now = datetime.now(UTC)
     tap = await Tap(kafka_bootstrap, ("gfs.tasks.lifecycle",)).start()
     try:
         async with EnvelopeProducer(bootstrap_servers=kafka_bootstrap, client_id="it-prom") as producer:
             # The quota service's inputs: 8 GPUs, all idle, a small HP forecast: a positive quota.
-            status = PoolStatus(pool=pool, observed_at=now, capacity_gpus=8, idle_gpus=8, spot_in_use_gpus=0.0,
-                                hp_running_gpus=0.0, hp_queued_gpus=0.0)  # fmt: skip
+            status = PoolStatus(
+                pool=pool,
+                observed_at=now,
+                capacity_gpus=8,
+                idle_gpus=8,
+                spot_in_use_gpus=0.0,
+                hp_running_gpus=0.0,
+                hp_queued_gpus=0.0,
+            )
             forecast = PoolDemandForecast(
-                pool=pool, origin_time=now.replace(minute=0, second=0, microsecond=0), tenants=1, model_name="lstm",
-                model_version=f"it-{pool}", horizon=tuple(_hour(h, 7.0) for h in (1, 2, 3, 4)),
-            )  # fmt: skip
+                pool=pool,
+                origin_time=now.replace(minute=0, second=0, microsecond=0),
+                tenants=1,
+                model_name="lstm",
+                model_version=f"it-{pool}",
+                horizon=tuple(_hour(h, 7.0) for h in (1, 2, 3, 4)),
+            )
             await producer.send("gfs.pools.status", wrap(status, producer="it"))
             await producer.send("gfs.forecasts", wrap(forecast, producer="it"))
             # The preemption service's: one 8-GPU node, then tasks once the quota is in force.
@@ -170,8 +189,15 @@ async def test_prometheus_has_the_decision_latency_histogram_and_the_quota_per_p
             await _pool_has_quota(pool)
             tasks = [(f"{pool}-s{i}", TaskClass.SPOT) for i in range(2)] + [(f"{pool}-h0", TaskClass.HP)]
             for tid, cls in tasks:
-                task = TaskSubmitted(task_id=tid, tenant="org-it", gpu_model=pool, gpus_per_worker=1, workers=1,
-                                     task_class=cls, command=("true",))  # fmt: skip
+                task = TaskSubmitted(
+                    task_id=tid,
+                    tenant="org-it",
+                    gpu_model=pool,
+                    gpus_per_worker=1,
+                    workers=1,
+                    task_class=cls,
+                    command=("true",),
+                )
                 await producer.send("gfs.tasks.submit", wrap(task, producer="it"))
             ids = {t for t, _ in tasks}
             await tap.wait(TaskAccepted, lambda e: e.task_id in ids, count=len(ids), timeout=30)
@@ -251,7 +277,10 @@ async def _scraped(http: aiohttp.ClientSession, pool: str) -> tuple[Any, Any, An
         "quota": f'gfs_quota_gpus{{pool="{pool}"}}',
         "preemption_quota": f'gfs_preemption_quota_gpus{{pool="{pool}"}}',
         "decisions": 'gfs_preemption_decisions_total{job="gfs-preemption"}',
-        "median": 'histogram_quantile(0.5, sum by (le) (gfs_preemption_decision_latency_seconds_bucket{job="gfs-preemption"}))',
+        "median": (
+            "histogram_quantile(0.5, sum by (le) "
+            '(gfs_preemption_decision_latency_seconds_bucket{job="gfs-preemption"}))'
+        ),
     }
     got: dict[str, list[dict[str, Any]]] = {}
     while loop.time() < deadline:
@@ -266,8 +295,9 @@ async def _scraped(http: aiohttp.ClientSession, pool: str) -> tuple[Any, Any, An
         await asyncio.sleep(1.0)
     missing = [f"{name}: {queries[name]}" for name, result in got.items() if not result]
     raise AssertionError(
-        f"Prometheus ({PROMETHEUS_URL}) did not have everything after {FIND_DEADLINE_S:.0f}s; empty: {missing}; "
-        f"got {got}. Status > Targets (or `up`) says whether 127.0.0.1:{QUOTA_PORT} and :{PREEMPTION_PORT} are scraped."
+        f"Prometheus ({PROMETHEUS_URL}) did not have everything after {FIND_DEADLINE_S:.0f}s; "
+        f"empty: {missing}; got {got}. Status > Targets (or `up`) says whether "
+        f"127.0.0.1:{QUOTA_PORT} and :{PREEMPTION_PORT} are scraped."
     )
 
 

@@ -78,7 +78,7 @@ def _evictions_by(c: Cluster, preemptor: str) -> list[EvictCommand]:
 
 @pytest.mark.asyncio(loop_scope="session")
 async def test_writes_need_the_token_and_a_refused_write_changes_nothing(
-    world: tuple[Cluster, str],
+    world: tuple[Cluster, str],  # noqa: F811 (the pytest fixture imported above)
     kafka_bootstrap: str,
 ) -> None:
     c, dsn = world
@@ -103,7 +103,7 @@ async def test_writes_need_the_token_and_a_refused_write_changes_nothing(
 
 @pytest.mark.asyncio(loop_scope="session")
 async def test_the_kill_switch_holds_a_preemption_until_it_is_off(
-    world: tuple[Cluster, str],
+    world: tuple[Cluster, str],  # noqa: F811 (the pytest fixture imported above)
     kafka_bootstrap: str,
 ) -> None:
     c, dsn = world
@@ -132,7 +132,7 @@ async def test_the_kill_switch_holds_a_preemption_until_it_is_off(
 
 @pytest.mark.asyncio(loop_scope="session")
 async def test_a_frozen_quota_ignores_a_new_one_and_an_override_admits_up_to_it(
-    world: tuple[Cluster, str],
+    world: tuple[Cluster, str],  # noqa: F811 (the pytest fixture imported above)
     kafka_bootstrap: str,
 ) -> None:
     c, dsn = world
@@ -186,7 +186,7 @@ async def test_a_frozen_quota_ignores_a_new_one_and_an_override_admits_up_to_it(
 
 @pytest.mark.asyncio(loop_scope="session")
 async def test_an_eviction_cap_of_one_per_hour_lets_one_preemption_through(
-    world: tuple[Cluster, str],
+    world: tuple[Cluster, str],  # noqa: F811 (the pytest fixture imported above)
     kafka_bootstrap: str,
 ) -> None:
     c, dsn = world

@@ -67,8 +67,21 @@ class TracedLive(Live):
         return self.services.setdefault(role, f"gfs-it-{role}-{self.run}")
 
     def agent(self, node: str, pool: str, gpus: int = 2) -> ServiceProcess:
-        args = ["serve", "node-agent", "--node", node, "--gpu-model", pool, "--gpus", str(gpus), "--fake-gpus",
-                "--telemetry-s", "0.5", "--state-dir", str(self.tmp / node)]  # fmt: skip
+        args = [
+            "serve",
+            "node-agent",
+            "--node",
+            node,
+            "--gpu-model",
+            pool,
+            "--gpus",
+            str(gpus),
+            "--fake-gpus",
+            "--telemetry-s",
+            "0.5",
+            "--state-dir",
+            str(self.tmp / node),
+        ]
         env = self.base | {"OTEL_SERVICE_NAME": self.service_name(f"agent-{node}")}
         proc = ServiceProcess(args, env, self.tmp / f"agent-{node}.log").start()
         self.procs.append(proc)
@@ -141,7 +154,8 @@ async def _wait_for_spans(trace_id: str, want: set[tuple[str, str]]) -> dict[str
         await asyncio.sleep(1.0)
     have = sorted(set(_spans(found))) if found else "no trace at all"
     raise AssertionError(
-        f"trace {trace_id} in Jaeger ({JAEGER_QUERY_URL}) lacks {sorted(want - set(_spans(found or {'spans': [], 'processes': {}})))} "
+        f"trace {trace_id} in Jaeger ({JAEGER_QUERY_URL}) lacks "
+        f"{sorted(want - set(_spans(found or {'spans': [], 'processes': {}})))} "
         f"after {FIND_DEADLINE_S:.0f}s; it has {have}"
     )
 
@@ -185,8 +199,15 @@ async def test_preempted_and_preempting_tasks_each_have_one_trace_across_every_p
         ) as client:
 
             async def submit(tid: str, cls: TaskClass) -> None:
-                await client.submit_new(task_id=tid, tenant="org-it", gpu_model=pool, gpus_per_worker=2, workers=1,
-                                        task_class=cls, command=_fake())  # fmt: skip
+                await client.submit_new(
+                    task_id=tid,
+                    tenant="org-it",
+                    gpu_model=pool,
+                    gpus_per_worker=2,
+                    workers=1,
+                    task_class=cls,
+                    command=_fake(),
+                )
 
             await submit("A", TaskClass.SPOT)
             await live.tap.wait(TaskStarted, lambda e: e.task_id == "A", timeout=40)

@@ -8,7 +8,6 @@ callers rely on "send returned" meaning "durable" before they commit their own i
 from __future__ import annotations
 
 import asyncio
-
 from collections.abc import Iterable
 from types import TracebackType
 from typing import Any, Self
