@@ -32,7 +32,9 @@ RECONCILE = {
 
 
 @contextlib.asynccontextmanager
-async def _reporting(c: Cluster, nodes: dict[str, int], running: dict[str, set[tuple[str, int, int]]]) -> AsyncIterator[None]:
+async def _reporting(
+    c: Cluster, nodes: dict[str, int], running: dict[str, set[tuple[str, int, int]]]
+) -> AsyncIterator[None]:
     """Heartbeats every 0.3 s for `nodes` (name -> GPUs), each reporting `running[node]` as it is
     then; a node taken out of `nodes` goes silent."""
 
@@ -44,9 +46,11 @@ async def _reporting(c: Cluster, nodes: dict[str, int], running: dict[str, set[t
                     for i in range(gpus)
                 )
                 report = tuple(
-                    RunningWorker(task_id=t, attempt=a, worker_index=w) for t, a, w in sorted(running.get(node, ()))
+                    RunningWorker(task_id=t, attempt=a, worker_index=w)
+                    for t, a, w in sorted(running.get(node, ()))
                 )
-                telemetry = NodeTelemetry(node=node, gpu_model=c.pool, sampled_at=datetime.now(UTC), gpus=samples,
+                now = datetime.now(UTC)
+                telemetry = NodeTelemetry(node=node, gpu_model=c.pool, sampled_at=now, gpus=samples,
                                           running=report)  # fmt: skip
                 await c.producer.send("gfs.nodes.telemetry", wrap(telemetry, producer="it"))
             await asyncio.sleep(0.3)
@@ -63,8 +67,8 @@ async def _reporting(c: Cluster, nodes: dict[str, int], running: dict[str, set[t
 async def _start(c: Cluster, bind: BindCommand, attempt: int) -> None:
     for p in bind.placements:
         ack = WorkerStarted(command_id=bind.command_id, node=bind.node, task_id=bind.task_id,
-                            worker_index=p.worker_index, pid=5000 + p.worker_index, started_at=datetime.now(UTC),
-                            attempt=attempt)  # fmt: skip
+                            worker_index=p.worker_index, pid=5000 + p.worker_index,
+                            started_at=datetime.now(UTC), attempt=attempt)  # fmt: skip
         await c.producer.send("gfs.commands.worker-ack", wrap(ack, producer="it"))
 
 
@@ -142,8 +146,8 @@ async def test_an_eviction_refused_as_stale_is_issued_again_and_the_hp_bind_wait
         # The agent takes the latest command and stops B: H goes, B's eviction is reported once.
         latest = c.tap.payloads(EvictCommand, lambda e: e.task_ids == (b,))[-1]
         running[evict.node].discard((b, 1, 0))
-        ack = EvictAck(command_id=latest.command_id, node=evict.node, task_ids=(b,), outcome=EvictOutcome.KILLED,
-                       acked_at=datetime.now(UTC), attempt=1)  # fmt: skip
+        ack = EvictAck(command_id=latest.command_id, node=evict.node, task_ids=(b,),
+                       outcome=EvictOutcome.KILLED, acked_at=datetime.now(UTC), attempt=1)  # fmt: skip
         await c.producer.send("gfs.commands.evict-ack", wrap(ack, producer="it"))
         (bind_h,) = await c.bind_of(h)
         assert bind_h.node == evict.node

@@ -21,7 +21,9 @@ async def test_the_heartbeat_reports_each_running_worker_with_its_attempt(harnes
     )
 
 
-async def test_a_bind_issued_again_for_a_running_attempt_does_not_start_it_twice(harness: AgentHarness) -> None:
+async def test_a_bind_issued_again_for_a_running_attempt_does_not_start_it_twice(
+    harness: AgentHarness,
+) -> None:
     first = bind("job-x", "--duration", "30", attempt=2)
     await harness.send(first)
     again = bind("job-x", "--duration", "30", attempt=2)  # a new id: the service saw no start in time

@@ -15,7 +15,9 @@ from services.preemption.reconcile import NodeReport, UnknownWork, bind_lost, wo
 
 
 def _report(w: World, node: str, t: float, *running: tuple[str, int, int]) -> None:
-    w.feed(("node_report", {"node": node, "sampled_at": T0 + t, "running": [list(r) for r in running]}, T0 + t))
+    w.feed(
+        ("node_report", {"node": node, "sampled_at": T0 + t, "running": [list(r) for r in running]}, T0 + t)
+    )
 
 
 def _tick(w: World, t: float, *, reconcile: bool = True) -> list[object]:
@@ -97,7 +99,7 @@ def test_a_bind_the_agent_refused_is_issued_again_with_a_new_id_after_the_timeou
 
 
 def test_no_bind_is_issued_again_for_a_node_that_does_not_report_or_lists_the_worker() -> None:
-    w, bind = _bound_c()
+    w, _ = _bound_c()
     assert _tick(w, 500) == []  # an older agent: no report, no reconciliation
     _report(w, "n0", 20, ("C", 1, 0))  # it runs; only its WorkerStarted is late
     assert _tick(w, 500) == []
@@ -153,7 +155,7 @@ def test_the_kill_switch_stops_re_issued_evictions_and_the_hp_bind_keeps_waiting
 
 # ----- unknown work ------------------------------------------------------------------------------
 def test_a_node_back_from_a_long_partition_is_told_to_stop_the_attempt_rerun_elsewhere() -> None:
-    w, _, bind_b = _spot_world()
+    w, _, _ = _spot_world()
     _report(w, "n1", 1500, ("B", 1, 0))
     w.feed(("node_down", {"node": "n1"}, T0 + 1600))  # B's attempt 1 ended (NODE_LOST)
     w.node("n2", 2, 1700)
