@@ -9,17 +9,25 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import signal
+import sys
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
+from live_harness import Tap
 from test_preemption_service import Cluster, _registered, _service, _settings, _until, world  # noqa: F401
 
 from schemas.commands import BindCommand, EvictAck, EvictCommand, EvictOutcome
 from schemas.envelope import wrap
-from schemas.tasks import EvictionReason, TaskClass, TaskEvicted, TaskStarted
+from schemas.tasks import EvictionReason, TaskClass, TaskEvicted, TaskStarted, TaskSubmitted
 from schemas.telemetry import GpuSample, NodeTelemetry, RunningWorker
-from schemas.workers import WorkerStarted
+from schemas.workers import WorkerExited, WorkerStarted
+from services.node_agent import procs
+from services.node_agent.journal import Journal
+from services.node_agent.service import AgentOptions, run_node_agent
+from services.node_agent.settings import NodeAgentSettings
 
 pytestmark = pytest.mark.integration
 
@@ -203,3 +211,95 @@ async def test_a_node_back_after_a_long_partition_is_told_to_stop_the_attempt_re
         assert not c.tap.payloads(EvictCommand, lambda e: e.node == n0)
         assert len(c.tap.payloads(EvictCommand, lambda e: e.task_ids == (b,))) == 2
         assert decider.owned_pools()[c.pool].tasks[b].run.number == 2  # type: ignore[union-attr]
+
+
+AGENT_SECRET = "it-reconcile-master-secret-0123456789"
+
+
+@contextlib.asynccontextmanager
+async def _real_agent(settings: NodeAgentSettings, options: AgentOptions) -> AsyncIterator[None]:
+    """The project's node agent in-process; stopping it leaves its workers running (as a partition or
+    a crash of the agent would)."""
+    stop, ready = asyncio.Event(), asyncio.Event()
+    task = asyncio.create_task(run_node_agent(settings, options, stop, ready=ready))
+    waiter = asyncio.create_task(ready.wait())
+    await asyncio.wait([task, waiter], timeout=40, return_when=asyncio.FIRST_COMPLETED)
+    if task.done():
+        task.result()
+    assert ready.is_set(), "the agent did not become ready"
+    try:
+        yield
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 40)
+
+
+@pytest.mark.asyncio(loop_scope="session")
+async def test_the_real_agent_back_after_a_partition_stops_the_attempt_rerun_elsewhere(
+    world: tuple[Cluster, str],  # noqa: F811 (the fixture)
+    kafka_bootstrap: str,
+    tmp_path: Path,
+) -> None:
+    c, dsn = world
+    b = f"B-{c.pool}"
+    n0, n1 = c.node(0), c.node(1)
+    nodes: dict[str, int] = {}
+    running: dict[str, set[tuple[str, int, int]]] = {n0: set()}
+    settings = _settings(
+        dsn,
+        kafka_bootstrap,
+        c.pool,
+        preemption_node_timeout_s=3.0,
+        gfs_command_secret=AGENT_SECRET,
+        **RECONCILE,
+    )
+    # The agent refuses commands older than 4 s: its partition below lasts longer than that.
+    agent_settings = NodeAgentSettings(
+        kafka_bootstrap_servers=kafka_bootstrap, gfs_command_secret=AGENT_SECRET,  # type: ignore[arg-type]
+        agent_state_root=tmp_path, agent_kill_wait_s=3.0, agent_command_max_age_s=4.0,
+    )  # fmt: skip
+    options = AgentOptions(
+        node=n1, gpu_model=c.pool, gpus=2, fake_gpus=True, telemetry_s=0.5, state_dir=tmp_path / n1
+    )
+    acks = await Tap(kafka_bootstrap, ("gfs.commands.evict-ack", "gfs.commands.worker-ack")).start()
+    try:
+        async with _service(settings) as (decider, _), _reporting(c, nodes, running):
+            async with _real_agent(agent_settings, options):
+                await c.quota(4.0)
+                await _until(_registered(decider, c.pool, 1))
+                argv = (sys.executable, "-m", "services.node_agent.fake_task", "--duration", "300")
+                task = TaskSubmitted(task_id=b, tenant="org-it", gpu_model=c.pool, gpus_per_worker=2,
+                                     workers=1, task_class=TaskClass.SPOT, command=argv)  # fmt: skip
+                await c.producer.send("gfs.tasks.submit", wrap(task, producer="it"))
+                (bind_1,) = await c.bind_of(b)
+                assert (bind_1.node, bind_1.attempt) == (n1, 1)
+                await c.tap.wait(TaskStarted, lambda e: e.task_id == b)
+            # n1's agent is cut off (its worker keeps running); n0 joins. n1 is declared lost and B
+            # runs again on n0 as attempt 2.
+            nodes[n0] = 2
+            (lost,) = await c.tap.wait(EvictCommand, lambda e: e.task_ids == (b,), timeout=30.0)
+            assert (lost.node, lost.reason) == (n1, EvictionReason.NODE_LOST)
+            bind_2 = (await c.bind_of(b, count=2))[1]
+            assert (bind_2.node, bind_2.attempt) == (n0, 2)
+            running[n0].add((b, 2, 0))
+            await _start(c, bind_2, 2)
+            await asyncio.sleep(5.0)  # the NODE_LOST eviction is now older than the agent accepts
+            async with _real_agent(agent_settings, options):
+                # Back: the agent refuses the stale eviction, re-adopts attempt 1's worker and reports
+                # it; the service tells it to stop that attempt, and it does.
+                stops = await c.tap.wait(EvictCommand, lambda e: e.task_ids == (b,), count=2, timeout=30.0)
+                stop = stops[1]
+                assert (stop.node, stop.attempt, stop.grace_seconds) == (n1, 1, 0.0)
+                assert stop.issued_at > lost.issued_at
+                (ack,) = await acks.wait(EvictAck, lambda a: a.command_id == stop.command_id, timeout=30.0)
+                assert ack.outcome in (EvictOutcome.KILLED, EvictOutcome.CHECKPOINTED)
+                await acks.wait(WorkerExited, lambda e: e.task_id == b and e.attempt == 1 and e.evicted)
+                assert not acks.payloads(EvictAck, lambda a: a.command_id == lost.command_id)  # refused
+            assert decider.owned_pools()[c.pool].tasks[b].run.number == 2  # type: ignore[union-attr]
+            assert not c.tap.payloads(EvictCommand, lambda e: e.node == n0)
+    finally:
+        await acks.stop()
+        journal = Journal.open(tmp_path / n1 / "journal.json", node=n1)
+        for worker in journal.state.workers.values():
+            if worker.pid is not None and worker.start_ticks is not None:
+                procs.signal_group(worker.pid, worker.start_ticks, signal.SIGKILL)
