@@ -57,6 +57,16 @@ class GpuSample(BaseModel):
         return self
 
 
+class RunningWorker(BaseModel):
+    """One worker the agent runs now (reconciliation, docs/attempts.md): which run of which task."""
+
+    model_config = _CONTRACT
+
+    task_id: TaskId = Field(description="The task.")
+    attempt: int | None = Field(default=None, ge=1, description="The run (the BindCommand's attempt).")
+    worker_index: int = Field(ge=0, description="The worker of that run.")
+
+
 class NodeTelemetry(BaseModel):
     """A node's sample of all its GPUs. Keyed by `node` on gfs.nodes.telemetry."""
 
@@ -66,6 +76,14 @@ class NodeTelemetry(BaseModel):
     gpu_model: GpuModel = Field(description="The node's GPU model (its pool).")
     sampled_at: UtcDatetime = Field(description="When the sample was taken on the node.")
     gpus: tuple[GpuSample, ...] = Field(min_length=1, description="One sample per GPU on the node.")
+    running: tuple[RunningWorker, ...] | None = Field(
+        default=None,
+        max_length=4096,
+        description=(
+            "Every worker the agent runs at `sampled_at` (its report for reconciliation); null: the "
+            "agent does not report, and the service does not reconcile its node."
+        ),
+    )
 
     @field_validator("gpus")
     @classmethod

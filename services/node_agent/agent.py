@@ -41,7 +41,7 @@ from opentelemetry.metrics import Counter, Histogram, Meter
 from schemas.commands import BindCommand, EvictAck, EvictCommand, EvictOutcome
 from schemas.envelope import Envelope, wrap
 from schemas.fields import scrub_text
-from schemas.telemetry import GpuAllocation, GpuProcess, GpuSample, NodeTelemetry
+from schemas.telemetry import GpuAllocation, GpuProcess, GpuSample, NodeTelemetry, RunningWorker
 from schemas.workers import WorkerExited, WorkerStarted
 from services.node_agent import procs
 from services.node_agent.clock_ticks import ClockTicks
@@ -237,6 +237,14 @@ class NodeAgent(ClockTicks):
             received_at=received_at,
             trace_headers=headers,
         )
+        # A bind the service issued again (reconciliation: it saw no start in time) may meet the
+        # run it stands for, when the first one was only late: a worker of the same attempt that
+        # already runs here is not started twice; its WorkerStarted is published again instead.
+        running = {
+            w.worker_index: w
+            for w in self.journal.live_workers(command.task_id)
+            if command.attempt is not None and w.attempt == command.attempt
+        }
         workers = [
             WorkerEntry(
                 command_id=command.command_id,
@@ -252,6 +260,7 @@ class NodeAgent(ClockTicks):
                 ),
             )
             for p in command.placements
+            if p.worker_index not in running
         ]
         self.journal.state.commands[str(command.command_id)] = entry
         for worker in workers:
@@ -278,6 +287,10 @@ class NodeAgent(ClockTicks):
         # The pids reach the disk at the reader's flush before it commits; a crash before that is
         # covered by the environment marker (see `recover`).
         self.journal.mark()
+        wanted = {p.worker_index for p in command.placements}
+        for worker in running.values():
+            if worker.pid is not None and worker.worker_index in wanted:
+                await self._publish(ACK_TOPIC, self._started(worker), entry)
         for worker in workers:
             if worker.pid is not None:
                 await self._publish(ACK_TOPIC, self._started(worker), entry)
@@ -652,9 +665,18 @@ class NodeAgent(ClockTicks):
                     allocations=tuple(allocations),
                 )
             )
-        return NodeTelemetry(
-            node=self.node, gpu_model=self.gpu_model, sampled_at=self.wall_clock(), gpus=tuple(samples)
+        # The report of what runs here (reconciliation, services/preemption/reconcile.py): every
+        # live worker with its attempt, also one still starting.
+        running = tuple(
+            RunningWorker(task_id=w.task_id, attempt=w.attempt, worker_index=w.worker_index)
+            for w in sorted(
+                self.journal.live_workers(), key=lambda w: (w.task_id, w.attempt or 0, w.worker_index)
+            )
         )
+        return NodeTelemetry(
+            node=self.node, gpu_model=self.gpu_model, sampled_at=self.wall_clock(), gpus=tuple(samples),
+            running=running,
+        )  # fmt: skip
 
     async def publish_telemetry(self) -> None:
         # The heartbeat stays on the wall clock in topic mode: it says the node is alive now.

@@ -83,6 +83,7 @@ from services.core.runtime import PoolRuntime, RuntimeSettings
 from services.core.task import TaskClass, TaskSpec
 from services.preemption.attempts import Attempt, Phase
 from services.preemption.explanations import explanation_dict
+from services.preemption.reconcile import NodeReport, UnknownWork, bind_lost
 
 # Namespace of the command and event ids the controller derives (uuid5 of pool, salt and counter).
 ID_NAMESPACE = uuid.UUID("6a1f4c52-2d0e-4f1b-9a57-0c9e3b8d7e11")
@@ -129,6 +130,11 @@ class ControllerSettings:
     cost_weight: float = 5.0
     grace_s: float = 30.0  # EvictCommand.grace_seconds for preemptions
     ack_margin_s: float = 10.0  # after the grace period, held binds go out even without an ack
+    # Reconciliation (services/preemption/reconcile.py), for nodes whose agent reports its workers:
+    # a bind none of whose workers started this long after it was issued is issued again, and a
+    # worker of an attempt the service does not hold there, reported this long, is stopped.
+    bind_start_timeout_s: float = 120.0
+    unknown_after_s: float = 60.0
 
     def __post_init__(self) -> None:
         if self.policy in LEASE_POLICIES:
@@ -139,6 +145,8 @@ class ControllerSettings:
         build_policy(self.policy)  # unknown names raise here, at start-up, with the known names
         if self.grace_s < 0 or self.ack_margin_s < 0:
             raise ValueError("grace_s and ack_margin_s must not be negative")
+        if self.bind_start_timeout_s <= 0 or self.unknown_after_s < 0:
+            raise ValueError("bind_start_timeout_s must be positive and unknown_after_s not negative")
 
 
 QUOTA_MODES = ("freeze", "override")
@@ -267,6 +275,7 @@ class _Ending:
     started: dict[int, float] = field(default_factory=dict)  # worker -> WorkerStarted time
     acked_at: dict[str, datetime] = field(default_factory=dict)
     exited_at: datetime | None = None
+    preemptor: str | None = None  # the HP task that needed the GPUs (a re-issued eviction names it)
 
 
 class PoolController:
@@ -290,6 +299,11 @@ class PoolController:
         self.bound: dict[uuid.UUID, _Bound] = {}  # every bind issued (acks are checked against it)
         self.ending: dict[str, _Ending] = {}  # task -> its evicted attempt whose end is not known
         self.refused = 0  # acks refused (`refusal`)
+        # Reconciliation (reconcile.py): each reporting node's last journaled report, the unknown
+        # attempts seen there, and re-issued evictions -> the eviction they stand for.
+        self.reports: dict[str, NodeReport] = {}
+        self.unknown = UnknownWork(self.settings.unknown_after_s)
+        self.aliases: dict[uuid.UUID, uuid.UUID] = {}
         self.quota_valid_until: float | None = None
         self.quota_frozen = False
         self.quota_version = ""  # "<forecast_version>@<valid_from>" of the SpotQuota in force
@@ -334,6 +348,8 @@ class PoolController:
             return out
         self.down.add(name)
         self.dirty = True
+        self.reports.pop(name, None)  # what it ran is known again from its first report back
+        self.unknown.forget(name)
         stops = self.runtime.node_down(index, self._now(now))
         out.decisions.append(
             Decision("", "node_down", now, {"node": name, "stopped": [s.task_id for s in stops]})
@@ -525,14 +541,16 @@ class PoolController:
                 )  # fmt: skip
             )
         # The victim's GPUs are free on that node (stopped, or nothing ran): a preemptor may go.
+        # A re-issued eviction's ack answers the eviction it stands for (reconcile.py).
+        original = self.aliases.get(ack.command_id, ack.command_id)
         for pending in list(self.pending.values()):
-            if ack.command_id in pending.waiting:
-                pending.waiting.discard(ack.command_id)
+            if original in pending.waiting:
+                pending.waiting.discard(original)
                 if not pending.waiting and not pending.own:
                     out.extend(self._release(pending, now, "victims acknowledged"))
         for tid in eviction.task_ids:
             ending = self.ending.get(tid)
-            if ending is not None and ack.command_id in ending.commands:
+            if ending is not None and original in ending.commands:
                 ending.acked_at.setdefault(eviction.node, ack.acked_at)
                 phase = ending.run.ack(eviction.node, ack.outcome.value)
                 if phase is not None:
@@ -653,11 +671,14 @@ class PoolController:
         return out
 
     # ----- time -----------------------------------------------------------------------------------
-    def tick(self, now: float) -> Effects:
+    def tick(self, now: float, *, reconcile: bool = False) -> Effects:
         """Timers due at `now`: guarantee periods that closed, held binds past their deadline, an
-        expired quota."""
+        expired quota. `reconcile`: the shell's input is current, so lost binds and evictions may
+        be issued again and unknown work stopped (reconcile.py); the waits never depend on it."""
         out = Effects()
         now = self._now(now)
+        if reconcile:
+            out.extend(self._reconcile(now))
         while self._periods and self._periods[0][0] <= now:
             end, tid, start = heapq.heappop(self._periods)
             task = self.tasks.get(tid)
@@ -671,11 +692,13 @@ class PoolController:
         # Evicted attempts past grace + margin end first, so a held next attempt is released (or
         # dropped, when the run turned out finished) by its own rule rather than by the deadline.
         for ending in [e for e in self.ending.values() if e.deadline_s <= now]:
+            if self._still_running(ending):
+                continue  # its node says the attempt still runs: wait for a real end (reconcile.py)
             phase = ending.run.expire()
             if phase is not None:
                 out.extend(self._conclude(ending, phase, now))
         for pending in list(self.pending.values()):
-            if pending.deadline_s <= now:
+            if pending.deadline_s <= now and not any(self._eviction_runs(c) for c in pending.waiting):
                 out.extend(self._release(pending, now, "grace period passed without every acknowledgement"))
         until = self.quota_valid_until
         if until is not None and now > until and not self.quota_frozen and self.controls.quota_mode is None:
@@ -684,6 +707,116 @@ class PoolController:
             frozen = dict.fromkeys(self.runtime.quota, in_use)
             self.dirty |= self.runtime.update_quota(frozen, self.runtime.eta)
             out.decisions.append(Decision("", "quota_expired", now, {"frozen_at_gpus": in_use}))
+        return out
+
+    # ----- reconciliation (reconcile.py) -------------------------------------------------------
+    def node_report(self, node: str, report: NodeReport, now: float) -> Effects:
+        """A node's report of the workers it runs (journaled when new, reconcile.worth_journaling)."""
+        last = self.reports.get(node)
+        if node not in self.nodes or (last is not None and report.sampled_at < last.sampled_at):
+            return Effects()
+        self.reports[node] = report
+        self.unknown.observe(node, report, lambda task, attempt: self._holds(node, task, attempt))
+        return Effects()
+
+    def _holds(self, node: str, task_id: str, attempt: int) -> bool:
+        """Whether the service holds `attempt` of `task_id` on `node` (running, or being evicted)."""
+        ending = self.ending.get(task_id)
+        if ending is not None and ending.run.number == attempt and node in ending.commands.values():
+            return True
+        task = self.tasks.get(task_id)
+        run = None if task is None else task.run
+        if run is None or run.number != attempt or task_id in self.pending:
+            return False
+        return node in run.workers.values()
+
+    def _runs_on(self, node: str, task_id: str, attempt: int | None) -> bool:
+        """The node's last report lists the attempt (a node that does not report, or is down, never)."""
+        report = self.reports.get(node)
+        if report is None or attempt is None or node in self.down:
+            return False
+        return report.lists(task_id, attempt)
+
+    def _still_running(self, ending: _Ending) -> bool:
+        tid, number = ending.task_id, ending.run.number
+        nodes = [n for n in ending.commands.values() if n not in ending.run.acks]
+        return any(self._runs_on(node, tid, number) for node in nodes)
+
+    def _eviction_runs(self, command_id: uuid.UUID) -> bool:
+        eviction = self.evictions.get(command_id)
+        if eviction is None or eviction.reported:
+            return False
+        return any(self._runs_on(eviction.node, t, eviction.attempt) for t in eviction.task_ids)
+
+    def _reconcile(self, now: float) -> Effects:
+        out = Effects()
+        # Lost binds: issued again with a new id and a fresh issued_at.
+        for tid, task in self.tasks.items():
+            run = task.run
+            if run is None or run.phase is not Phase.BOUND or tid in self.pending:
+                continue
+            for cid, bind in list(task.binds.items()):
+                workers = {p.worker_index for p in bind.placements}
+                if workers & (run.started | run.stopped | set(run.own_exits)):
+                    continue
+                report = None if bind.node in self.down else self.reports.get(bind.node)
+                lost = bind_lost(
+                    issued_at=bind.issued_at.timestamp(), now=now,
+                    timeout_s=self.settings.bind_start_timeout_s, report=report, task_id=tid,
+                    attempt=run.number, workers=workers,
+                )  # fmt: skip
+                if not lost:
+                    continue
+                fresh = bind.model_copy(update={"command_id": self._id(), "issued_at": utc(now)})
+                del task.binds[cid]
+                task.binds[fresh.command_id] = fresh
+                self.bound[fresh.command_id] = _Bound(tid, bind.node, run.number, frozenset(workers))
+                out.commands.append(fresh)
+                detail = {"node": bind.node, "attempt": run.number, "replaces": str(cid),
+                          "command_id": str(fresh.command_id)}  # fmt: skip
+                out.decisions.append(Decision(tid, "bind_reissued", now, detail))
+        if self.controls.kill_switch:
+            return out  # no eviction command of any kind while the switch is on
+        # Lost evictions: past grace + margin, unanswered, and the node still lists the attempt.
+        for ending in list(self.ending.values()):
+            if ending.deadline_s > now:
+                continue
+            tid, number = ending.task_id, ending.run.number
+            reissued = False
+            for original, node in list(ending.commands.items()):
+                if node in ending.run.acks or not self._runs_on(node, tid, number):
+                    continue
+                command = EvictCommand(
+                    command_id=self._id(), node=node, task_ids=(tid,), reason=ending.reason,
+                    grace_seconds=self.settings.grace_s, preemptor_task_id=ending.preemptor,
+                    issued_at=utc(now), attempt=number,
+                )  # fmt: skip
+                self.evictions[command.command_id] = _Eviction(node, (tid,), number)
+                self.aliases[command.command_id] = original
+                out.commands.append(command)
+                detail = {"node": node, "attempt": number, "replaces": str(original),
+                          "command_id": str(command.command_id)}  # fmt: skip
+                out.decisions.append(Decision(tid, "evict_reissued", now, detail))
+                reissued = True
+            if reissued:  # the re-issued command gets its own grace period and margin
+                ending.deadline_s = now + self.settings.grace_s + self.settings.ack_margin_s
+        # Unknown work: an attempt the service does not hold on that node, reported long enough.
+        for node, report in sorted(self.reports.items()):
+            if node in self.down:
+                continue
+            for tid, number in self.unknown.due(node, report):
+                if self._holds(node, tid, number):
+                    continue
+                command = EvictCommand(
+                    command_id=self._id(), node=node, task_ids=(tid,),
+                    reason=EvictionReason.NODE_LOST, grace_seconds=0.0, issued_at=utc(now), attempt=number,
+                )  # fmt: skip
+                self.evictions[command.command_id] = _Eviction(node, (tid,), number, reported=True)
+                self.unknown.mark_stopped(node, tid, number, report.sampled_at)
+                out.commands.append(command)
+                why = "unknown work: the service does not hold this attempt on this node"
+                detail = {"node": node, "attempt": number, "command_id": str(command.command_id), "why": why}
+                out.decisions.append(Decision(tid, "unknown_stopped", now, detail))
         return out
 
     def schedule(self, now: float, *, preemption: bool = True) -> Effects:
@@ -946,7 +1079,7 @@ class PoolController:
             )
             ending = _Ending(
                 tid, spec.task_class, run, commands, reason, lost, requeued, closes, stop.failed_period,
-                deadline, placements, dict(task.started),
+                deadline, placements, dict(task.started), preemptor=stop.preemptor,
             )
             self.ending[tid] = ending
             phase = run.evict(set(commands.values()))

@@ -20,6 +20,7 @@ from schemas.tasks import TaskCancelled, TaskClass, TaskSubmitted
 from schemas.telemetry import NodeTelemetry
 from schemas.workers import WorkerExited, WorkerStarted
 from services.preemption.controller import Controls, Effects, PoolController
+from services.preemption.reconcile import NodeReport
 
 Entry = tuple[str, dict[str, Any], float]
 
@@ -90,8 +91,10 @@ def apply(controller: PoolController, entry: Entry) -> Effects:
         return controller.node_seen(str(data["node"]), int(data["gpus"]), at)
     if kind == "node_down":
         return controller.node_down(str(data["node"]), at)
+    if kind == "node_report":  # reconciliation (reconcile.py); built by the shell, not entry_for
+        return controller.node_report(str(data["node"]), NodeReport.from_data(data), at)
     if kind == "tick":
-        effects = controller.tick(at)
+        effects = controller.tick(at, reconcile=bool(data.get("reconcile", False)))
         effects.extend(controller.schedule(at, preemption=bool(data.get("preemption", True))))
         return effects
     if kind == "schedule":

@@ -63,7 +63,7 @@ from services.platform.postgres import open_pool
 from services.platform.settings import PlatformSettings
 from services.platform.signing import node_key, sign
 from services.platform.tracing import extract_context, inject_headers
-from services.preemption import controls, liveness, store
+from services.preemption import controls, liveness, reconcile, store
 from services.preemption.api import build_api
 from services.preemption.controller import ControllerSettings, Effects, PoolController, id_salt
 from services.preemption.dashboard import with_trace_id
@@ -105,6 +105,12 @@ class PreemptionSettings(PlatformSettings):
     # above which none of them is declared lost (a pipeline or network fault, not node deaths).
     preemption_max_clock_skew_s: float = 10.0
     preemption_mass_silence_share: float = 0.55
+    # Reconciliation (reconcile.py; docs/operations.md): a bind none of whose workers started this
+    # long after it was issued is issued again; an attempt a node runs that the service does not
+    # hold there is stopped once reported this long; a node's unchanged report is journaled this often.
+    preemption_bind_start_timeout_s: float = 120.0
+    preemption_unknown_work_after_s: float = 60.0
+    preemption_report_every_s: float = 60.0
     preemption_group: str = "gfs-preemption"
     preemption_router_group: str = "gfs-preemption-router"
     preemption_inbox_partitions: int = 6
@@ -136,6 +142,8 @@ class PreemptionSettings(PlatformSettings):
         return ControllerSettings(
             policy=self.preemption_policy, t_win_s=self.preemption_t_win_s, cost_weight=self.preemption_cost_weight,
             grace_s=self.preemption_grace_s, ack_margin_s=self.preemption_ack_margin_s,
+            bind_start_timeout_s=self.preemption_bind_start_timeout_s,
+            unknown_after_s=self.preemption_unknown_work_after_s,
         )  # fmt: skip
 
     @property
@@ -340,6 +348,7 @@ class Decider:
                     eid = None
                 if record.timestamp > 0:
                     state.newest = max(state.newest, record.timestamp / 1000)
+                report: reconcile.NodeReport | None = None
                 if isinstance(payload, NodeTelemetry):
                     fresh = now
                     if not ticked:  # on the controllable clock heartbeats never time out
@@ -347,8 +356,21 @@ class Decider:
                         skew = self.settings.preemption_max_clock_skew_s
                         fresh = liveness.freshness(payload.sampled_at.timestamp(), received, skew)
                     state.last_seen[payload.node] = max(fresh, state.last_seen.get(payload.node, fresh))
+                    if not ticked and payload.running is not None:
+                        # The agent's report of its workers (reconcile.py): journaled when new.
+                        report = reconcile.report_of(
+                            payload.sampled_at.timestamp(),
+                            ((w.task_id, w.attempt, w.worker_index) for w in payload.running),
+                        )
+                        last = controller.reports.get(payload.node)
+                        every = self.settings.preemption_report_every_s
+                        if not reconcile.worth_journaling(last, report, every):
+                            report = None
                     if payload.node in controller.nodes and payload.node not in controller.down:
-                        continue  # a heartbeat: nothing durable changes
+                        if report is not None:
+                            data = {"node": payload.node, **report.as_data()}
+                            items.append((pool_name, ("node_report", data, now), None, ctx))
+                        continue  # a heartbeat: nothing else durable changes
                 entry = entry_for(payload, now, duplicate=duplicate)
                 if entry is None:
                     continue
@@ -359,6 +381,9 @@ class Decider:
                 if isinstance(payload, EvictAck | WorkerStarted | WorkerExited):
                     acks[len(items)] = (record, payload, source_key)
                 items.append((pool_name, entry, eid, ctx))
+                if isinstance(payload, NodeTelemetry) and report is not None:  # after node_seen
+                    data = {"node": payload.node, **report.as_data()}
+                    items.append((pool_name, ("node_report", data, now), None, ctx))
             last_offset = records[-1].offset
             if not items:
                 await self._advance(state, last_offset + 1)
@@ -517,8 +542,12 @@ class Decider:
                     rows.append((pool_name, entry, None))
                     silent = now - state.last_seen[node]
                     log.warning("preemption: node %s silent for %.0fs: marked down", node, silent)
+                # Reconciliation acts only while the input is current: a lagging input holds acks
+                # and reports not read yet, so a command would look lost when it is not.
+                heard = self._heard(state)
+                current = heard is not None and now - heard <= self.settings.preemption_node_timeout_s
                 for pool_name, controller in state.controllers.items():
-                    entry = ("tick", {}, now)
+                    entry = ("tick", {"reconcile": current} if current else {}, now)
                     out = apply(controller, entry)
                     if out:
                         effects.append((pool_name, out, None))

@@ -1,0 +1,305 @@
+"""Issue 22 item 7 on the real broker: reconciliation after commands refused as stale.
+
+The preemption service runs for real (Kafka, Postgres) with the test in the node agents' seat (as
+in test_preemption_service): the "agents" publish heartbeats that report what they run
+(`NodeTelemetry.running`) and refuse the commands the scenario says they refused as stale (they
+never answer them, which is all a refusal looks like to the service)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import sys
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from live_harness import Tap
+from test_preemption_service import Cluster, _registered, _service, _settings, _until, world  # noqa: F401
+
+from schemas.commands import BindCommand, EvictAck, EvictCommand, EvictOutcome
+from schemas.envelope import wrap
+from schemas.tasks import EvictionReason, TaskClass, TaskEvicted, TaskStarted, TaskSubmitted
+from schemas.telemetry import GpuSample, NodeTelemetry, RunningWorker
+from schemas.workers import WorkerExited, WorkerStarted
+from services.node_agent import procs
+from services.node_agent.journal import Journal
+from services.node_agent.service import AgentOptions, run_node_agent
+from services.node_agent.settings import NodeAgentSettings
+
+pytestmark = pytest.mark.integration
+
+# Short reconciliation timers, so each scenario takes seconds (the defaults are 120 s and 60 s).
+RECONCILE = {
+    "preemption_bind_start_timeout_s": 3.0,
+    "preemption_unknown_work_after_s": 1.5,
+    "preemption_report_every_s": 0.5,
+}
+
+
+@contextlib.asynccontextmanager
+async def _reporting(
+    c: Cluster, nodes: dict[str, int], running: dict[str, set[tuple[str, int, int]]]
+) -> AsyncIterator[None]:
+    """Heartbeats every 0.3 s for `nodes` (name -> GPUs), each reporting `running[node]` as it is
+    then; a node taken out of `nodes` goes silent."""
+
+    async def beat() -> None:
+        while True:
+            for node, gpus in list(nodes.items()):
+                samples = tuple(
+                    GpuSample(index=i, utilisation_pct=0, memory_used_mib=0, memory_total_mib=80_000)
+                    for i in range(gpus)
+                )
+                report = tuple(
+                    RunningWorker(task_id=t, attempt=a, worker_index=w)
+                    for t, a, w in sorted(running.get(node, ()))
+                )
+                now = datetime.now(UTC)
+                telemetry = NodeTelemetry(node=node, gpu_model=c.pool, sampled_at=now, gpus=samples,
+                                          running=report)  # fmt: skip
+                await c.producer.send("gfs.nodes.telemetry", wrap(telemetry, producer="it"))
+            await asyncio.sleep(0.3)
+
+    task = asyncio.create_task(beat())
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def _start(c: Cluster, bind: BindCommand, attempt: int) -> None:
+    for p in bind.placements:
+        ack = WorkerStarted(command_id=bind.command_id, node=bind.node, task_id=bind.task_id,
+                            worker_index=p.worker_index, pid=5000 + p.worker_index,
+                            started_at=datetime.now(UTC), attempt=attempt)  # fmt: skip
+        await c.producer.send("gfs.commands.worker-ack", wrap(ack, producer="it"))
+
+
+@pytest.mark.asyncio(loop_scope="session")
+async def test_a_bind_the_agent_refused_as_stale_is_issued_again_and_the_task_starts(
+    world: tuple[Cluster, str],  # noqa: F811 (the fixture)
+    kafka_bootstrap: str,
+) -> None:
+    c, dsn = world
+    tid = f"S-{c.pool}"
+    node = c.node(0)
+    nodes, running = {node: 2}, {node: set[tuple[str, int, int]]()}
+    settings = _settings(dsn, kafka_bootstrap, c.pool, **RECONCILE)
+    async with _service(settings) as (decider, _), _reporting(c, nodes, running):
+        await c.quota(4.0)
+        await _until(_registered(decider, c.pool, 1))
+        await c.submit(tid, TaskClass.SPOT)
+        (first,) = await c.bind_of(tid)
+        # The agent refused it as stale: no WorkerStarted, its reports list nothing. Within the
+        # bind-start timeout (3 s) plus a tick and a report, the service issues it again.
+        again = await c.tap.wait(BindCommand, lambda b: b.task_id == tid, count=2, timeout=15.0)
+        fresh = again[1]
+        assert fresh.command_id != first.command_id and fresh.issued_at > first.issued_at
+        assert (fresh.node, fresh.attempt, fresh.placements) == (first.node, first.attempt, first.placements)
+        waited = (fresh.issued_at - first.issued_at).total_seconds()
+        assert 3.0 <= waited < 10.0, waited
+        # The agent accepts the fresh command: the task starts (it does not stay bound for ever).
+        running[node].add((tid, 1, 0))
+        await _start(c, fresh, 1)
+        (started,) = await c.tap.wait(TaskStarted, lambda e: e.task_id == tid)
+        assert started.attempt == 1
+        await asyncio.sleep(4.0)
+        assert len(c.tap.payloads(BindCommand, lambda b: b.task_id == tid)) == 2  # not issued again
+
+
+@pytest.mark.asyncio(loop_scope="session")
+async def test_an_eviction_refused_as_stale_is_issued_again_and_the_hp_bind_waits_for_its_end(
+    world: tuple[Cluster, str],  # noqa: F811 (the fixture)
+    kafka_bootstrap: str,
+) -> None:
+    c, dsn = world
+    a, b, h = f"A-{c.pool}", f"B-{c.pool}", f"H-{c.pool}"
+    n0, n1 = c.node(0), c.node(1)
+    nodes = {n0: 2, n1: 2}
+    running: dict[str, set[tuple[str, int, int]]] = {n0: set(), n1: set()}
+    # grace 2 s + margin 1 s: on today's main H is bound at 3 s, onto B's GPUs.
+    settings = _settings(dsn, kafka_bootstrap, c.pool, **RECONCILE)
+    async with _service(settings) as (decider, _), _reporting(c, nodes, running):
+        await c.quota(4.0)
+        await _until(_registered(decider, c.pool, 2))
+        await c.submit(a, TaskClass.SPOT)
+        (bind_a,) = await c.bind_of(a)
+        running[bind_a.node].add((a, 1, 0))
+        await _start(c, bind_a, 1)
+        await c.tap.wait(TaskStarted, lambda e: e.task_id == a)
+        await asyncio.sleep(1.0)
+        await c.submit(b, TaskClass.SPOT)
+        (bind_b,) = await c.bind_of(b)
+        running[bind_b.node].add((b, 1, 0))
+        await _start(c, bind_b, 1)
+        await c.tap.wait(TaskStarted, lambda e: e.task_id == b)
+        await c.submit(h, TaskClass.HP)
+        (evict,) = await c.tap.wait(EvictCommand, lambda e: e.preemptor_task_id == h)
+        assert evict.task_ids == (b,) and evict.node == bind_b.node
+        # The agent refused it as stale: no ack, B still runs. After grace + margin the eviction is
+        # issued again (a new id, a fresh issued_at), and H is not bound while B runs.
+        both = await c.tap.wait(EvictCommand, lambda e: e.task_ids == (b,), count=2, timeout=15.0)
+        fresh = both[1]
+        assert fresh.command_id != evict.command_id and fresh.issued_at > evict.issued_at
+        assert (fresh.node, fresh.attempt, fresh.preemptor_task_id) == (evict.node, 1, h)
+        assert (fresh.issued_at - evict.issued_at).total_seconds() >= 3.0
+        await asyncio.sleep(4.0)  # more than another grace + margin
+        assert not c.tap.payloads(BindCommand, lambda x: x.task_id == h)
+        assert not c.tap.payloads(TaskEvicted, lambda e: e.task_id == b)
+        # The agent takes the latest command and stops B: H goes, B's eviction is reported once.
+        latest = c.tap.payloads(EvictCommand, lambda e: e.task_ids == (b,))[-1]
+        running[evict.node].discard((b, 1, 0))
+        ack = EvictAck(command_id=latest.command_id, node=evict.node, task_ids=(b,),
+                       outcome=EvictOutcome.KILLED, acked_at=datetime.now(UTC), attempt=1)  # fmt: skip
+        await c.producer.send("gfs.commands.evict-ack", wrap(ack, producer="it"))
+        (bind_h,) = await c.bind_of(h)
+        assert bind_h.node == evict.node
+        (evicted,) = await c.tap.wait(TaskEvicted, lambda e: e.task_id == b)
+        assert evicted.command_id == evict.command_id
+        assert decider.stats.refused_acks == 0
+
+
+@pytest.mark.asyncio(loop_scope="session")
+async def test_a_node_back_after_a_long_partition_is_told_to_stop_the_attempt_rerun_elsewhere(
+    world: tuple[Cluster, str],  # noqa: F811 (the fixture)
+    kafka_bootstrap: str,
+) -> None:
+    c, dsn = world
+    b = f"B-{c.pool}"
+    n0, n1 = c.node(0), c.node(1)
+    nodes = {n1: 2}
+    running: dict[str, set[tuple[str, int, int]]] = {n0: set(), n1: set()}
+    settings = _settings(dsn, kafka_bootstrap, c.pool, preemption_node_timeout_s=3.0, **RECONCILE)
+    async with _service(settings) as (decider, _), _reporting(c, nodes, running):
+        await c.quota(4.0)
+        await _until(_registered(decider, c.pool, 1))
+        await c.submit(b, TaskClass.SPOT)
+        (bind_1,) = await c.bind_of(b)
+        assert bind_1.node == n1
+        running[n1].add((b, 1, 0))
+        await _start(c, bind_1, 1)
+        await c.tap.wait(TaskStarted, lambda e: e.task_id == b)
+        # n0 joins; n1 is cut off: declared lost, B runs again on n0 as attempt 2. The NODE_LOST
+        # eviction never reaches n1 in time (its agent refuses it as stale when it comes back).
+        nodes[n0] = 2
+        await _until(_registered(decider, c.pool, 2))
+        del nodes[n1]
+        (lost,) = await c.tap.wait(EvictCommand, lambda e: e.task_ids == (b,), timeout=20.0)
+        assert lost.reason is EvictionReason.NODE_LOST
+        bind_2 = (await c.bind_of(b, count=2))[1]
+        assert (bind_2.node, bind_2.attempt) == (n0, 2)
+        running[n0].add((b, 2, 0))
+        await _start(c, bind_2, 2)
+        await c.tap.wait(TaskStarted, lambda e: e.task_id == b and e.attempt == 2)
+        # n1 comes back, still running attempt 1: it is told to stop that attempt (and only it).
+        nodes[n1] = 2
+        stops = await c.tap.wait(EvictCommand, lambda e: e.task_ids == (b,), count=2, timeout=20.0)
+        stop = stops[1]
+        assert stop.command_id != lost.command_id and stop.issued_at > lost.issued_at
+        assert (stop.node, stop.attempt, stop.grace_seconds) == (n1, 1, 0.0)
+        running[n1].discard((b, 1, 0))
+        ack = EvictAck(command_id=stop.command_id, node=n1, task_ids=(b,), outcome=EvictOutcome.KILLED,
+                       acked_at=datetime.now(UTC), attempt=1)  # fmt: skip
+        await c.producer.send("gfs.commands.evict-ack", wrap(ack, producer="it"))
+        await asyncio.sleep(3.0)
+        # Attempt 2 on n0 is untouched: never told to stop, never reported evicted after its start.
+        assert not c.tap.payloads(EvictCommand, lambda e: e.node == n0)
+        assert len(c.tap.payloads(EvictCommand, lambda e: e.task_ids == (b,))) == 2
+        assert decider.owned_pools()[c.pool].tasks[b].run.number == 2  # type: ignore[union-attr]
+
+
+AGENT_SECRET = "it-reconcile-master-secret-0123456789"
+
+
+@contextlib.asynccontextmanager
+async def _real_agent(settings: NodeAgentSettings, options: AgentOptions) -> AsyncIterator[None]:
+    """The project's node agent in-process; stopping it leaves its workers running (as a partition or
+    a crash of the agent would)."""
+    stop, ready = asyncio.Event(), asyncio.Event()
+    task = asyncio.create_task(run_node_agent(settings, options, stop, ready=ready))
+    waiter = asyncio.create_task(ready.wait())
+    await asyncio.wait([task, waiter], timeout=40, return_when=asyncio.FIRST_COMPLETED)
+    if task.done():
+        task.result()
+    assert ready.is_set(), "the agent did not become ready"
+    try:
+        yield
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 40)
+
+
+@pytest.mark.asyncio(loop_scope="session")
+async def test_the_real_agent_back_after_a_partition_stops_the_attempt_rerun_elsewhere(
+    world: tuple[Cluster, str],  # noqa: F811 (the fixture)
+    kafka_bootstrap: str,
+    tmp_path: Path,
+) -> None:
+    c, dsn = world
+    b = f"B-{c.pool}"
+    n0, n1 = c.node(0), c.node(1)
+    nodes: dict[str, int] = {}
+    running: dict[str, set[tuple[str, int, int]]] = {n0: set()}
+    settings = _settings(
+        dsn,
+        kafka_bootstrap,
+        c.pool,
+        preemption_node_timeout_s=3.0,
+        gfs_command_secret=AGENT_SECRET,
+        **RECONCILE,
+    )
+    # The agent refuses commands older than 4 s: its partition below lasts longer than that.
+    agent_settings = NodeAgentSettings(
+        kafka_bootstrap_servers=kafka_bootstrap, gfs_command_secret=AGENT_SECRET,  # type: ignore[arg-type]
+        agent_state_root=tmp_path, agent_kill_wait_s=3.0, agent_command_max_age_s=4.0,
+    )  # fmt: skip
+    options = AgentOptions(
+        node=n1, gpu_model=c.pool, gpus=2, fake_gpus=True, telemetry_s=0.5, state_dir=tmp_path / n1
+    )
+    acks = await Tap(kafka_bootstrap, ("gfs.commands.evict-ack", "gfs.commands.worker-ack")).start()
+    try:
+        async with _service(settings) as (decider, _), _reporting(c, nodes, running):
+            async with _real_agent(agent_settings, options):
+                await c.quota(4.0)
+                await _until(_registered(decider, c.pool, 1))
+                argv = (sys.executable, "-m", "services.node_agent.fake_task", "--duration", "300")
+                task = TaskSubmitted(task_id=b, tenant="org-it", gpu_model=c.pool, gpus_per_worker=2,
+                                     workers=1, task_class=TaskClass.SPOT, command=argv)  # fmt: skip
+                await c.producer.send("gfs.tasks.submit", wrap(task, producer="it"))
+                (bind_1,) = await c.bind_of(b)
+                assert (bind_1.node, bind_1.attempt) == (n1, 1)
+                await c.tap.wait(TaskStarted, lambda e: e.task_id == b)
+            # n1's agent is cut off (its worker keeps running); n0 joins. n1 is declared lost and B
+            # runs again on n0 as attempt 2.
+            nodes[n0] = 2
+            (lost,) = await c.tap.wait(EvictCommand, lambda e: e.task_ids == (b,), timeout=30.0)
+            assert (lost.node, lost.reason) == (n1, EvictionReason.NODE_LOST)
+            bind_2 = (await c.bind_of(b, count=2))[1]
+            assert (bind_2.node, bind_2.attempt) == (n0, 2)
+            running[n0].add((b, 2, 0))
+            await _start(c, bind_2, 2)
+            await asyncio.sleep(5.0)  # the NODE_LOST eviction is now older than the agent accepts
+            async with _real_agent(agent_settings, options):
+                # Back: the agent refuses the stale eviction, re-adopts attempt 1's worker and reports
+                # it; the service tells it to stop that attempt, and it does.
+                stops = await c.tap.wait(EvictCommand, lambda e: e.task_ids == (b,), count=2, timeout=30.0)
+                stop = stops[1]
+                assert (stop.node, stop.attempt, stop.grace_seconds) == (n1, 1, 0.0)
+                assert stop.issued_at > lost.issued_at
+                (ack,) = await acks.wait(EvictAck, lambda a: a.command_id == stop.command_id, timeout=30.0)
+                assert ack.outcome in (EvictOutcome.KILLED, EvictOutcome.CHECKPOINTED)
+                await acks.wait(WorkerExited, lambda e: e.task_id == b and e.attempt == 1 and e.evicted)
+                assert not acks.payloads(EvictAck, lambda a: a.command_id == lost.command_id)  # refused
+            assert decider.owned_pools()[c.pool].tasks[b].run.number == 2  # type: ignore[union-attr]
+            assert not c.tap.payloads(EvictCommand, lambda e: e.node == n0)
+    finally:
+        await acks.stop()
+        journal = Journal.open(tmp_path / n1 / "journal.json", node=n1)
+        for worker in journal.state.workers.values():
+            if worker.pid is not None and worker.start_ticks is not None:
+                procs.signal_group(worker.pid, worker.start_ticks, signal.SIGKILL)
