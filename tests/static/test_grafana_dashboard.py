@@ -5,7 +5,7 @@ issue 26 asks for, every query parses (`promtool check rules` on a file of recor
 of them), reads only series the services export (test_metrics_exposition.EXPECTED, so a renamed
 metric breaks this test, not the dashboard silently), and reads counters only through `rate()`
 or `increase()`. The same holds for the alert rules' expressions. Against the stack's
-Prometheus: tests/integration/test_grafana_dashboard.py and test_metrics_in_prometheus.py.
+Prometheus: tests/integration/test_grafana_dashboard_live.py and test_metrics_in_prometheus.py.
 """
 
 from __future__ import annotations
