@@ -43,6 +43,7 @@ from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 
+from services.node_agent.worker_env import DEFAULT_ALLOW
 from services.platform.migrations import migrated_schema
 from services.platform.settings import REPO_ROOT, PlatformSettings
 
@@ -178,7 +179,15 @@ async def run_demo(
     workdir.mkdir(parents=True, exist_ok=True)
     schema = f"demo_{run}"
     dsn = await migrated_schema(settings.database_url, schema)
-    base = os.environ | {"DATABASE_URL": dsn, "PYTHONUNBUFFERED": "1", "GFS_DEMO_RUN": run}
+    # The agents' workers keep the run's marker (their environment is an allowlist otherwise), so
+    # the demo finds and stops every process it started, workers included, when it ends.
+    worker_env_allow = ",".join((*DEFAULT_ALLOW, "GFS_DEMO_RUN"))
+    base = os.environ | {
+        "DATABASE_URL": dsn,
+        "PYTHONUNBUFFERED": "1",
+        "GFS_DEMO_RUN": run,
+        "AGENT_WORKER_ENV_ALLOW": worker_env_allow,
+    }
     rows = list(csv.DictReader((DEMO_DIR / "cluster.csv").open()))
     agents = [r for r in rows if r["node_name"].startswith("agent-")]
     virtual = workdir / "virtual.csv"

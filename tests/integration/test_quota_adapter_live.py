@@ -87,7 +87,10 @@ async def test_dry_run_prints_the_patch_for_each_quota_change(
 
         try:
             assert await next_limit() == 12  # 12.7 GPUs promised for 1 h -> 12 whole GPUs
-            later = now + timedelta(seconds=1)
+            # Each quota is newer than the one before (a later valid_from; the adapter ignores an
+            # older one). Real time has moved on since `now`: the adapter started in between.
+            later = datetime.now(UTC)
+            assert later > now
             await producer.send(
                 "gfs.quotas",
                 wrap(_quota(pool, 3.2, valid_from=later, valid_for=timedelta(minutes=10)), producer="it"),
