@@ -472,7 +472,7 @@ class PoolController:
                     "version": self.quota_version,
                     "changed": changed,
                 },
-            )  # fmt: skip
+            )
         )
         return out
 
@@ -538,7 +538,7 @@ class PoolController:
                         "tasks": list(eviction.task_ids),
                         "attempt": eviction.attempt,
                     },
-                )  # fmt: skip
+                )
             )
         # The victim's GPUs are free on that node (stopped, or nothing ran): a preemptor may go.
         # A re-issued eviction's ack answers the eviction it stands for (reconcile.py).
@@ -593,7 +593,7 @@ class PoolController:
                     placements=tuple(sorted(placements, key=lambda p: p.worker_index)),
                     started_at=utc(max(task.started.values())),
                     attempt=task.attempt,
-                )  # fmt: skip
+                )
             )
         return out
 
@@ -1052,7 +1052,7 @@ class PoolController:
                         "quota_version": self.quota_version,
                         "explanation": why,
                     },
-                )  # fmt: skip
+                )
             )
         if commands and run is not None and reason is EvictionReason.NODE_LOST:
             # The lost node will not answer: report the eviction now (its command id joins the
@@ -1070,7 +1070,7 @@ class PoolController:
                     evicted_at=utc(now),
                     lost_gpu_seconds=lost,
                     requeued=requeued,
-                )  # fmt: skip
+                )
             )
         elif commands and run is not None:
             deadline = now + grace + self.settings.ack_margin_s

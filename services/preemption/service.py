@@ -18,8 +18,8 @@ Shape (docs/services.md, "Preemption service"):
 - A timer (every `preemption_tick_s`) runs the controllers' periodic work (guarantee periods,
   held binds past their deadline, an expired quota, a scheduling pass) and marks nodes whose
   heartbeat stopped as down (by the rules of liveness.py: silence counts only while the service
-  can hear, and a mass silence or the kill switch holds it), journaled the same way; every `preemption_status_s` it publishes each
-  owned pool's PoolStatus for the quota service.
+  can hear, and a mass silence or the kill switch holds it), journaled the same way; every
+  `preemption_status_s` it publishes each owned pool's PoolStatus for the quota service.
 - Dry run: everything is decided and recorded, nothing is published; it refuses a Postgres schema
   where a live deployment keeps its state (store.refuse_live_schema). Ownership and the journal are
   keyed by (inbox topic, partition), so deployments with their own inbox topics never fence each other.
@@ -140,8 +140,9 @@ class PreemptionSettings(PlatformSettings):
 
     def controller_settings(self) -> ControllerSettings:
         return ControllerSettings(
-            policy=self.preemption_policy, t_win_s=self.preemption_t_win_s, cost_weight=self.preemption_cost_weight,
-            grace_s=self.preemption_grace_s, ack_margin_s=self.preemption_ack_margin_s,
+            policy=self.preemption_policy, t_win_s=self.preemption_t_win_s,
+            cost_weight=self.preemption_cost_weight, grace_s=self.preemption_grace_s,
+            ack_margin_s=self.preemption_ack_margin_s,
             bind_start_timeout_s=self.preemption_bind_start_timeout_s,
             unknown_after_s=self.preemption_unknown_work_after_s,
         )  # fmt: skip
@@ -439,8 +440,10 @@ class Decider:
         self.stats.dead_lettered += 1
         log.error("preemption: dead-lettered inbox record %d@%d: %r", record.partition, record.offset, exc)
         if self.producer is not None:
-            failed = FailedRecord(topic=record.topic, partition=record.partition, offset=record.offset,
-                                  value=record.value, consumer_group=self.settings.preemption_group)  # fmt: skip
+            failed = FailedRecord(
+                topic=record.topic, partition=record.partition, offset=record.offset,
+                value=record.value, consumer_group=self.settings.preemption_group,
+            )  # fmt: skip
             letter = build_dead_letter(failed, error=exc, failed_at=datetime.now(UTC), producer=PRODUCER)
             await self.producer.send(DEAD_LETTER_TOPIC, letter)
 
@@ -638,7 +641,7 @@ class Decider:
         """Sign a command, wrap it, and carry the trace of its task (a span of that trace)."""
         task_id = _task_of(message)
         parent = self.contexts.get(task_id, ctx) if task_id else ctx
-        if isinstance(message, BindCommand):  # two branches: `sign` keeps the command's own type
+        if isinstance(message, BindCommand):  # noqa: SIM114 (`sign` keeps each command's own type)
             message = sign(message, key=self._key(message.node))
         elif isinstance(message, EvictCommand):
             message = sign(message, key=self._key(message.node))
@@ -811,7 +814,7 @@ async def run_preemption_service(
                         stop=stop,
                         offset_reset=settings.preemption_router_offset_reset,
                         topics=(*ROUTED_TOPICS, CLOCK_TOPIC) if settings.topic_clock else ROUTED_TOPICS,
-                    )  # fmt: skip
+                    )
                 ),
                 asyncio.create_task(relay.run(stop)),
             ]

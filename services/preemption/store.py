@@ -159,7 +159,8 @@ async def record_decisions(
     if not decisions:
         return
     await connection.executemany(
-        "INSERT INTO preemption_decision (pool, task_id, kind, at, dry_run, detail) VALUES ($1, $2, $3, $4, $5, $6::jsonb)",
+        "INSERT INTO preemption_decision (pool, task_id, kind, at, dry_run, detail) "
+        "VALUES ($1, $2, $3, $4, $5, $6::jsonb)",
         [
             (
                 pool,

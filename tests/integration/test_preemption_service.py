@@ -77,14 +77,14 @@ class Cluster:
         )
 
     async def quota(self, gpus: float) -> None:
-        q = SpotQuota(pool=self.pool, quotas=tuple(GuaranteeQuota(guarantee_hours=h, quota_gpus=gpus) for h in (1, 2, 4)),
-                      eta=1.0, capacity_gpus=4, valid_from=_now(), valid_until=_now() + timedelta(hours=1),
-                      forecast_version="it:1")  # fmt: skip
+        quotas = tuple(GuaranteeQuota(guarantee_hours=h, quota_gpus=gpus) for h in (1, 2, 4))
+        q = SpotQuota(pool=self.pool, quotas=quotas, eta=1.0, capacity_gpus=4, valid_from=_now(),
+                      valid_until=_now() + timedelta(hours=1), forecast_version="it:1")  # fmt: skip
         await self.producer.send("gfs.quotas", wrap(q, producer="it"))
 
     async def submit(self, tid: str, cls: TaskClass, gpus: float = 2, workers: int = 1) -> None:
-        task = TaskSubmitted(task_id=tid, tenant="org-it", gpu_model=self.pool, gpus_per_worker=gpus, workers=workers,
-                             task_class=cls, command=("gfs", "fake-task"))  # fmt: skip
+        task = TaskSubmitted(task_id=tid, tenant="org-it", gpu_model=self.pool, gpus_per_worker=gpus,
+                             workers=workers, task_class=cls, command=("gfs", "fake-task"))  # fmt: skip
         await self.producer.send("gfs.tasks.submit", wrap(task, producer="it"))
 
     async def bind_of(self, tid: str, count: int = 1) -> list[BindCommand]:
@@ -93,7 +93,8 @@ class Cluster:
     async def started(self, bind: BindCommand) -> None:
         for p in bind.placements:
             ack = WorkerStarted(command_id=bind.command_id, node=bind.node, task_id=bind.task_id,
-                                worker_index=p.worker_index, pid=4000 + p.worker_index, started_at=_now())  # fmt: skip
+                                worker_index=p.worker_index, pid=4000 + p.worker_index,
+                                started_at=_now())  # fmt: skip
             await self.producer.send("gfs.commands.worker-ack", wrap(ack, producer="it"))
 
 
@@ -260,9 +261,11 @@ async def test_hp_evicts_then_binds_after_the_ack_signed_and_explained(
         assert status[-1].capacity_gpus == 4
 
         # The SRE API explains B's eviction: victims, the alternative and the costs.
-        async with aiohttp.ClientSession() as http:
-            async with http.get(f"http://127.0.0.1:{port}/explain/B") as response:
-                body = await response.json()
+        async with (
+            aiohttp.ClientSession() as http,
+            http.get(f"http://127.0.0.1:{port}/explain/B") as response,
+        ):
+            body = await response.json()
         evictions = [
             d for d in body["decisions"] if d["kind"] == "evicted" and d["detail"].get("preemptor") == "H"
         ]

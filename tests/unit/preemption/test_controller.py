@@ -123,7 +123,7 @@ def _spot_world() -> tuple[World, BindCommand, BindCommand]:
 
 
 def test_an_hp_task_evicts_the_cheaper_victim_and_is_bound_only_after_the_ack() -> None:
-    w, _, bind_b = _spot_world()
+    w, _, _bind_b = _spot_world()
     out = w.event(_task("H", TaskClass.HP), 2000)
     evict = _one(out.commands, EvictCommand)
     assert isinstance(evict, EvictCommand)
@@ -133,7 +133,7 @@ def test_an_hp_task_evicts_the_cheaper_victim_and_is_bound_only_after_the_ack() 
     assert not [c for c in out.commands if isinstance(c, BindCommand)]  # held
     # B's period is not closed yet: B might have finished on its own meanwhile (docs/attempts.md).
     assert not [e for e in out.events if isinstance(e, GuaranteePeriodClosed)]
-    held = [d for d in out.decisions if d.kind == "evicted"][0]
+    held = next(d for d in out.decisions if d.kind == "evicted")
     assert held.detail["explanation"]["last_eviction"]["plan"]["winner"]["node"] == "n1"
     assert held.detail["explanation"]["last_eviction"]["plan"]["alternatives"][0]["victims"] == ["A"]
 
@@ -199,7 +199,7 @@ def test_rejections_name_the_reason() -> None:
 
 
 def test_cancel_withdraws_a_queued_task_and_stops_a_running_one_without_requeue() -> None:
-    w, bind_a, _ = _spot_world()
+    w, _bind_a, _ = _spot_world()
     w.event(_task("Q", TaskClass.SPOT), 1100)
     from schemas.tasks import TaskCancelled
 
