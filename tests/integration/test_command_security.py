@@ -147,7 +147,15 @@ class Agent:
         # Fail at once if the agent died (e.g. its metrics port was taken meanwhile), rather than
         # trusting whichever process answers on that port: its /metrics must name this node.
         assert self.proc.proc is not None and self.proc.proc.poll() is None, self.proc.tail(40)
-        return await self.metrics() is not None
+        # /metrics answers before the consumer has its partitions: a fresh group starts at their end,
+        # so a command published in between is never read. Ready = the agent logged that it consumes.
+        return await self.metrics() is not None and self.consuming()
+
+    def consuming(self) -> bool:
+        try:
+            return f"node agent {self.node} ready" in self.proc.log.read_text(errors="replace")
+        except OSError:
+            return False
 
     async def metrics(self) -> dict[str, float] | None:
         try:
