@@ -20,9 +20,7 @@ from datetime import UTC, datetime
 
 import pytest
 import pytest_asyncio
-from live_harness import Tap
-from test_preemption_service import Cluster, _registered, _service, _settings, _until
-from test_quota_service import _migrated
+from test_preemption_service import Cluster, _registered, _service, _settings, _until, cluster_world
 
 from schemas.envelope import wrap
 from schemas.tasks import TaskAccepted, TaskClass, TaskRejected, TaskSubmitted
@@ -30,7 +28,6 @@ from schemas.topics import encode
 from services.platform.dead_letters import REPLAY_HEADER
 from services.platform.deadletter_cli import read_letters
 from services.platform.kafka.dead_letter import FailedRecord, build_dead_letter
-from services.platform.kafka.producer import EnvelopeProducer
 from services.platform.kafka.topic_admin import TopicsReport
 
 pytestmark = pytest.mark.integration
@@ -42,13 +39,8 @@ TAPPED = ("gfs.tasks.lifecycle", "gfs.tasks.submit", "gfs.commands.bind", "gfs.p
 async def world(
     database_url: str, kafka_bootstrap: str, registry_topics: TopicsReport, scratch_schema: str
 ) -> AsyncIterator[tuple[Cluster, str]]:
-    dsn = await _migrated(database_url, scratch_schema)
-    tap = await Tap(kafka_bootstrap, TAPPED).start()
-    async with EnvelopeProducer(bootstrap_servers=kafka_bootstrap, client_id="it-deadletter") as producer:
-        try:
-            yield Cluster(producer, tap), dsn
-        finally:
-            await tap.stop()
+    async with cluster_world(database_url, kafka_bootstrap, scratch_schema, TAPPED) as found:
+        yield found
 
 
 async def _cli(kafka_bootstrap: str, *args: str) -> tuple[int, str]:

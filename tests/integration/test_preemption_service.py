@@ -132,17 +132,26 @@ async def _service(settings: PreemptionSettings) -> AsyncIterator[tuple[Decider,
             await asyncio.wait_for(task, timeout=20)
 
 
-@pytest_asyncio.fixture(loop_scope="session")
-async def world(
-    database_url: str, kafka_bootstrap: str, registry_topics: TopicsReport, scratch_schema: str
+@contextlib.asynccontextmanager
+async def cluster_world(
+    database_url: str, kafka_bootstrap: str, schema: str, tapped: tuple[str, ...] = TAPPED
 ) -> AsyncIterator[tuple[Cluster, str]]:
-    dsn = await _migrated(database_url, scratch_schema)
-    tap = await Tap(kafka_bootstrap, TAPPED).start()
+    """A migrated scratch schema, a tap on `tapped` and a producer: the test in the agents' seat."""
+    dsn = await _migrated(database_url, schema)
+    tap = await Tap(kafka_bootstrap, tapped).start()
     async with EnvelopeProducer(bootstrap_servers=kafka_bootstrap, client_id="it-preemption") as producer:
         try:
             yield Cluster(producer, tap), dsn
         finally:
             await tap.stop()
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def world(
+    database_url: str, kafka_bootstrap: str, registry_topics: TopicsReport, scratch_schema: str
+) -> AsyncIterator[tuple[Cluster, str]]:
+    async with cluster_world(database_url, kafka_bootstrap, scratch_schema) as found:
+        yield found
 
 
 async def _until(check: Any, timeout: float = 30.0) -> None:

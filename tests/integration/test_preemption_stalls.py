@@ -11,39 +11,29 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
 import pytest
-import pytest_asyncio
-from live_harness import Tap
-from test_preemption_service import TAPPED, Cluster, _registered, _sample, _service, _settings, _until
-from test_quota_service import _free_port, _migrated
+from test_preemption_service import (
+    Cluster,
+    _registered,
+    _sample,
+    _service,
+    _settings,
+    _until,
+    world,  # noqa: F401 (the pytest fixture the tests take)
+)
+from test_quota_service import _free_port
 
 from schemas.commands import EvictCommand
 from schemas.tasks import EvictionReason, TaskClass, TaskEvicted, TaskStarted
-from services.platform.kafka.producer import EnvelopeProducer
-from services.platform.kafka.topic_admin import TopicsReport
 from services.preemption.service import Decider
 
 pytestmark = pytest.mark.integration
 
 TIMEOUT_S = 5.0
 STALL_S = 12.0
-
-
-@pytest_asyncio.fixture(loop_scope="session")
-async def world(
-    database_url: str, kafka_bootstrap: str, registry_topics: TopicsReport, scratch_schema: str
-) -> AsyncIterator[tuple[Cluster, str]]:
-    dsn = await _migrated(database_url, scratch_schema)
-    tap = await Tap(kafka_bootstrap, TAPPED).start()
-    async with EnvelopeProducer(bootstrap_servers=kafka_bootstrap, client_id="it-stalls") as producer:
-        try:
-            yield Cluster(producer, tap), dsn
-        finally:
-            await tap.stop()
 
 
 class Heartbeats:
@@ -87,7 +77,8 @@ async def _held(port: int, pool: str, reason: str) -> float:
 
 @pytest.mark.asyncio(loop_scope="session")
 async def test_an_input_stall_longer_than_the_node_timeout_evicts_nothing(
-    world: tuple[Cluster, str], kafka_bootstrap: str
+    world: tuple[Cluster, str],  # noqa: F811 (the pytest fixture imported above)
+    kafka_bootstrap: str,
 ) -> None:
     c, dsn = world
     port = _free_port()
