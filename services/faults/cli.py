@@ -19,6 +19,9 @@ def run(
         int, typer.Option(help="kill -9 per service (forecast, quota, preemption, an agent)")
     ] = 5,
     outage_s: Annotated[float, typer.Option(help="broker and Postgres outage length (0: none)")] = 30.0,
+    outage_of: Annotated[
+        list[str], typer.Option(help="what goes down, one after the other: broker, postgres (repeatable)")
+    ] = ["broker", "postgres"],  # noqa: B006 (typer reads the default; it is never mutated)
     load_s: Annotated[float, typer.Option(help="length of the loaded window the faults fall in")] = 300.0,
     rate: Annotated[float, typer.Option(help="task submissions per second")] = 0.4,
     agents: Annotated[int, typer.Option(help="node agents (fake GPUs)")] = 3,
@@ -28,8 +31,17 @@ def run(
     """The full fault run (defaults: 5 kills per service, 30-s outages, 5 minutes of load)."""
     from services.faults.harness import FaultPlan, run_faults
 
+    unknown = set(outage_of) - {"broker", "postgres"}
+    if unknown:
+        raise typer.BadParameter(f"--outage-of takes broker or postgres, not {sorted(unknown)}")
     plan = FaultPlan(
-        kills_per_service=kills, outage_s=outage_s, load_s=load_s, rate=rate, agents=agents, seed=seed
+        kills_per_service=kills,
+        outage_s=outage_s,
+        outage_of=tuple(outage_of),
+        load_s=load_s,
+        rate=rate,
+        agents=agents,
+        seed=seed,
     )
     report = asyncio.run(run_faults(plan, workdir=workdir))
     text = json.dumps(report.as_dict(), indent=2, default=str)

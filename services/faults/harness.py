@@ -64,6 +64,7 @@ class FaultPlan:
     agents: int = 3
     gpus_per_agent: int = 4
     outage_s: float = 10.0
+    outage_of: tuple[str, ...] = ("broker", "postgres")  # which parts of the stack go down
     load_s: float = 120.0
     rate: float = 0.4  # task submissions per second (about 3/4 of the GPUs busy on average)
     settle_s: float = 40.0
@@ -122,6 +123,9 @@ class Report:
     finished: int = 0
     binds: int = 0
     evictions: int = 0
+    # Why the evictions happened (EvictCommand.reason): a preemption by HP is the scheduler doing
+    # its job; a NODE_LOST during an outage would be a stall taken for a failure.
+    evictions_by_reason: Counter[str] = field(default_factory=Counter)
     lost: list[str] = field(default_factory=list)
     evicted_twice: list[str] = field(default_factory=list)
     on_two_nodes: list[str] = field(default_factory=list)
@@ -149,6 +153,7 @@ class Report:
             "finished": self.finished,
             "binds": self.binds,
             "evictions": self.evictions,
+            "evictions_by_reason": dict(self.evictions_by_reason),
             "lost": self.lost,
             "evicted_twice": self.evicted_twice,
             "on_two_nodes": self.on_two_nodes,
@@ -267,8 +272,8 @@ async def run_faults(plan: FaultPlan, *, workdir: Path, keep_schema: bool = Fals
                     (rng.uniform(5.0, kill_window), f"kill:{s.name}") for _ in range(plan.kills_per_service)
                 ]
             if plan.outage_s > 0:  # 0: kills only (the shared stack stays up)
-                events.append((plan.load_s * 0.5, "broker"))
-                events.append((plan.load_s * 0.5 + plan.outage_s + 15.0, "postgres"))
+                for i, part in enumerate(p for p in ("broker", "postgres") if p in plan.outage_of):
+                    events.append((plan.load_s * 0.5 + i * (plan.outage_s + 15.0), part))
             t0 = time.monotonic()
             for at, what in sorted(events):
                 await asyncio.sleep(max(0.0, t0 + at - time.monotonic()))
@@ -503,6 +508,8 @@ async def _check(
     evict_ids = {e.payload.command_id for e in mine if isinstance(e.payload, EvictCommand)}
     report.binds = len({b.command_id for bs in binds.values() for b in bs})
     report.evictions = len(evict_ids)
+    by_id = {e.payload.command_id: e.payload for e in mine if isinstance(e.payload, EvictCommand)}
+    report.evictions_by_reason = Counter(c.reason.name for c in by_id.values())
     # From the agents' journals: a worker targeted by two eviction commands was evicted twice; the
     # live workers of a task must all come from its latest attempt.
     latest: dict[str, set[str]] = {}
