@@ -39,6 +39,7 @@ from opentelemetry import trace
 
 from services.preemption import store
 from services.preemption.controller import Decision
+from services.preemption.decision_text import describe
 from services.preemption.trace_view import register_trace_view
 
 if TYPE_CHECKING:
@@ -72,29 +73,6 @@ def with_trace_id(decision: Decision, contexts: dict[str, otel_context.Context])
 
 
 # ----- data ---------------------------------------------------------------------------------------
-def _explain(detail: dict[str, Any]) -> str:
-    """One line of why, from a decision's detail."""
-    why = detail.get("explanation")
-    if isinstance(why, dict):
-        parts = [str(why.get("message", ""))]
-        last = why.get("last_eviction")
-        if isinstance(last, dict):
-            plan = last.get("plan") or {}
-            winner = plan.get("winner") or {}
-            text = f"{last.get('reason', '')} by {last.get('preemptor') or '-'} on {last.get('node', '')}"
-            if winner:
-                text += f"; victims {', '.join(winner.get('victims', []))} cost {winner.get('cost', 0):.3g}"
-                text += f"; {len(plan.get('alternatives', []))} alternatives"
-            parts.append(text)
-        return " | ".join(p for p in parts if p)
-    for key in ("message", "why", "reason", "detail"):
-        if detail.get(key):
-            return str(detail[key])
-    shown = {k: v for k, v in detail.items() if k not in ("trace_id",)}
-    text = json.dumps(shown, default=str, sort_keys=True)
-    return text if len(text) <= 200 else text[:197] + "..."
-
-
 async def _forecasts(connection: asyncpg.Connection, pools: list[str]) -> dict[str, dict[str, Any]]:
     """The quota service's latest pool forecast per pool (empty when its tables are elsewhere)."""
     try:
@@ -188,7 +166,8 @@ async def dashboard_data(
         trace_id = detail.get("trace_id") or trace_id_of(decider.contexts, row["task_id"])
         decisions.append({
             "pool": row["pool"], "task_id": row["task_id"], "kind": row["kind"], "at": row["at"],
-            "dry_run": row["dry_run"], "explanation": _explain(detail), "trace_id": trace_id,
+            "dry_run": row["dry_run"], "explanation": describe(row["kind"], row["task_id"], detail),
+            "trace_id": trace_id,
             "trace_url": f"{jaeger_ui_url}/trace/{trace_id}" if trace_id else None,
         })  # fmt: skip
     return {
@@ -411,9 +390,14 @@ def render_page(data: dict[str, Any], query: str = "") -> str:
     decisions = []
     for i, d in enumerate(data["decisions"]):
         k = f"decision:{i}"
-        link = f'<a data-k="{k}:trace" href="{_e(d["trace_url"])}">trace</a>' if d["trace_url"] else "-"
+        links = []
+        if d["task_id"]:  # the task's whole story as the service tells it (`gfs explain` as JSON)
+            links.append(f'<a data-k="{k}:explain" href="/explain/{_e(d["task_id"])}">why</a>')
+        if d["trace_url"]:
+            links.append(f'<a data-k="{k}:trace" href="{_e(d["trace_url"])}">trace</a>')
         if d["trace_id"]:  # Jaeger's own UI may be absent (infra/jaeger): the spans drawn here too
-            link += f' <a href="/dashboard/trace/{_e(d["trace_id"])}">spans</a>'
+            links.append(f'<a href="/dashboard/trace/{_e(d["trace_id"])}">spans</a>')
+        link = " ".join(links) or "-"
         decisions.append(
             f'<tr class="kind-{_e(d["kind"])}">'
             + _cell(f"{k}:at", d["at"][11:23])

@@ -347,7 +347,11 @@ async def test_dashboard_in_headless_chromium_shows_what_the_api_says(world: Wor
                 assert d["detail"]["trace_id"] == traces[d["task_id"]], d  # recorded with the decision
                 assert page.links[f"decision:{i}:trace"] == f"{JAEGER_UI}/trace/{traces[d['task_id']]}"
         evicted = next(i for i, d in enumerate(decisions_after) if d["kind"] == "evicted")
-        assert "PREEMPTED_BY_HP" in v[f"decision:{evicted}:explanation"], v[f"decision:{evicted}:explanation"]
+        # In words: who was evicted, where, for whom, and how it compared (decision_text.py).
+        shown_why, ev = v[f"decision:{evicted}:explanation"], decisions_after[evicted]
+        said = f"evicted {ev['task_id']} from {ev['detail']['node']} for HP {ev['detail']['preemptor']}: "
+        assert shown_why.startswith(said) and "cost" in shown_why, shown_why
+        assert page.links[f"decision:{evicted}:explain"] == f"/explain/{ev['task_id']}"
         assert int(v["evictions:total"]) == 2
 
         # The JSON behind it and the plots (server-side SVG, nothing from a CDN).
