@@ -49,7 +49,7 @@ from pydantic import BaseModel, SecretStr
 from schemas.clock import CLOCK_KEY, ClockTick
 from schemas.commands import BindCommand, EvictAck, EvictCommand
 from schemas.envelope import Envelope, wrap
-from schemas.tasks import TaskEvicted
+from schemas.tasks import TaskClass, TaskEvicted
 from schemas.telemetry import NodeTelemetry
 from schemas.topics import DEAD_LETTER_TOPIC, decode, topic_for_event_type
 from schemas.workers import WorkerExited, WorkerStarted
@@ -209,6 +209,10 @@ class Decider:
     # up to it, records are decided one per transaction (`handle_inbox`).
     suspects: dict[int, int] = field(default_factory=dict)
     contexts: dict[str, otel_context.Context] = field(default_factory=dict)  # task -> its trace
+    # pool -> the span of the quota in force (the quota service's `quota.persist`, carried by the
+    # SpotQuota record): a spot bind links to it, so a task's trace shows the quota that admitted
+    # it. Memory only: after a rebuild the link returns with the pool's next quota.
+    quota_spans: dict[str, trace.SpanContext] = field(default_factory=dict)
     on_committed: Callable[[], None] = lambda: None
     producer: EnvelopeProducer | None = None  # dead letters
     keys: dict[str, bytes] = field(default_factory=dict)
@@ -409,6 +413,10 @@ class Decider:
                 if eid is not None:
                     seen.add(eid)
                 self._remember_context(entry, ctx)
+                if entry[0] == "quota" and ctx is not None:
+                    quota_span = trace.get_current_span(ctx).get_span_context()
+                    if quota_span.is_valid:
+                        self.quota_spans[pool_name] = quota_span
                 effects.append((pool_name, apply(self.controller(state, pool_name), entry), ctx))
                 rows.append((pool_name, entry, eid))
                 if pool_name not in touched:
@@ -604,9 +612,12 @@ class Decider:
                     ],
                     dry_run=dry,
                 )
-                for _, out, ctx in effects:
+                for pool_name, out, ctx in effects:
                     if not dry:
-                        outgoing += [self._outgoing(tracer, m, ctx) for m in [*out.events, *out.commands]]
+                        quota = self.quota_spans.get(pool_name)
+                        outgoing += [
+                            self._outgoing(tracer, m, ctx, quota) for m in [*out.events, *out.commands]
+                        ]
                 if outgoing:
                     await enqueue_many(connection, outgoing)
         except store.FencedError:
@@ -636,9 +647,14 @@ class Decider:
         self.on_committed()
 
     def _outgoing(
-        self, tracer: trace.Tracer, message: BaseModel, ctx: otel_context.Context | None
+        self,
+        tracer: trace.Tracer,
+        message: BaseModel,
+        ctx: otel_context.Context | None,
+        quota: trace.SpanContext | None = None,
     ) -> tuple[str, Envelope[Any], list[tuple[str, bytes]]]:
-        """Sign a command, wrap it, and carry the trace of its task (a span of that trace)."""
+        """Sign a command, wrap it, and carry the trace of its task (a span of that trace); a spot
+        bind's span links to the span of the quota in force (`quota`), which admitted it."""
         task_id = _task_of(message)
         parent = self.contexts.get(task_id, ctx) if task_id else ctx
         if isinstance(message, BindCommand):  # noqa: SIM114 (`sign` keeps each command's own type)
@@ -647,8 +663,10 @@ class Decider:
             message = sign(message, key=self._key(message.node))
         if isinstance(message, BindCommand | EvictCommand):
             # A span per command (the decision SREs follow); events carry the task's trace as is.
+            spot = isinstance(message, BindCommand) and message.task_class is TaskClass.SPOT
+            links = [trace.Link(quota, {"gfs.link": "admitted by the spot quota"})] if spot and quota else []
             with tracer.start_as_current_span(
-                f"decide {type(message).__name__}", context=parent,
+                f"decide {type(message).__name__}", context=parent, links=links,
                 attributes={"gfs.task_id": task_id, "gfs.node": message.node},
             ):  # fmt: skip
                 headers = inject_headers()

@@ -187,7 +187,17 @@ async def test_preempted_and_preempting_tasks_each_have_one_trace_across_every_p
     live.preemption("pre-jaeger", port, [pool], OTEL_SERVICE_NAME=preemption)
     for node in nodes:
         live.agent(node, pool)
-    await live.quota(pool, 4.0, 4)
+    # The quota, published inside a span as the quota service publishes it (`quota.persist`): the
+    # spot binds' decision spans link to it (services/preemption/service.py, `quota_spans`).
+    quota_provider = build_tracer_provider(
+        PlatformSettings(
+            otel_exporter_otlp_endpoint=JAEGER_OTLP_ENDPOINT, otel_service_name=live.service_name("quota")
+        )
+    )
+    with quota_provider.get_tracer("it").start_as_current_span("quota.persist") as quota_span:
+        await live.quota(pool, 4.0, 4)
+    quota_ctx = quota_span.get_span_context()
+    await asyncio.to_thread(quota_provider.shutdown)
     client_name = live.service_name("client")
     provider = build_tracer_provider(
         PlatformSettings(otel_exporter_otlp_endpoint=JAEGER_OTLP_ENDPOINT, otel_service_name=client_name)
@@ -275,6 +285,14 @@ async def test_preempted_and_preempting_tasks_each_have_one_trace_across_every_p
     tags = {t["key"]: t["value"] for s in trace_b["spans"] if s["operationName"] == "decide EvictCommand"
             for t in s.get("tags", [])}  # fmt: skip
     assert tags.get("gfs.task_id") == "B" and tags.get("gfs.node") == node_b, tags
+    # The spot task's trace shows the quota that admitted it: its bind decision links (FOLLOWS_FROM)
+    # to the quota's span; the HP task's bind does not (HP is not admitted by the spot quota).
+    # (The link names the span that published the quota record, a span of the quota's trace.)
+    (bind_b,) = [s for s in trace_b["spans"] if s["operationName"] == "decide BindCommand"]
+    linked = {r["traceID"] for r in bind_b.get("references", []) if r["refType"] == "FOLLOWS_FROM"}
+    assert linked == {format(quota_ctx.trace_id, "032x")}, bind_b.get("references")
+    (bind_h,) = [s for s in trace_h["spans"] if s["operationName"] == "decide BindCommand"]
+    assert all(r["refType"] == "CHILD_OF" for r in bind_h.get("references", [])), bind_h.get("references")
     print(f"\nJaeger traces: B {JAEGER_QUERY_URL}/api/traces/{b_id} ({len(trace_b['spans'])} spans), "
           f"H {JAEGER_QUERY_URL}/api/traces/{h_id} ({len(trace_h['spans'])} spans)")  # fmt: skip
     # The dashboard's trace page draws the same trace from the real Jaeger (its own UI is a
