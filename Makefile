@@ -50,8 +50,9 @@ test: up
 	$(STACK_ENV); mkdir -p .stack; rc=0; $(VENV)/bin/python -m pytest -q $(PYTEST_ARGS) || rc=$$?; \
 	  echo $$rc > .stack/pytest.rc; exit $$rc
 
+# The demo is traced: every process it starts exports its spans to the stack's Jaeger.
 demo: up
-	$(STACK_ENV); bash scripts/demo.sh
+	eval "$$(bash $(STACK) env --traces)"; bash scripts/demo.sh
 
 demo-sim: up
 	$(STACK_ENV); bash scripts/demo-sim.sh
