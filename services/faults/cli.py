@@ -22,6 +22,10 @@ def run(
     outage_of: Annotated[
         list[str], typer.Option(help="what goes down, one after the other: broker, postgres (repeatable)")
     ] = ["broker", "postgres"],  # noqa: B006 (typer reads the default; it is never mutated)
+    node_timeout_s: Annotated[
+        float,
+        typer.Option(help="the preemption service's node timeout (an outage longer than it evicts nothing)"),
+    ] = 60.0,
     load_s: Annotated[float, typer.Option(help="length of the loaded window the faults fall in")] = 300.0,
     rate: Annotated[float, typer.Option(help="task submissions per second")] = 0.4,
     agents: Annotated[int, typer.Option(help="node agents (fake GPUs)")] = 3,
@@ -38,6 +42,7 @@ def run(
         kills_per_service=kills,
         outage_s=outage_s,
         outage_of=tuple(outage_of),
+        node_timeout_s=node_timeout_s,
         load_s=load_s,
         rate=rate,
         agents=agents,

@@ -65,6 +65,7 @@ class FaultPlan:
     gpus_per_agent: int = 4
     outage_s: float = 10.0
     outage_of: tuple[str, ...] = ("broker", "postgres")  # which parts of the stack go down
+    node_timeout_s: float = 60.0  # the preemption service's: an outage longer than it must evict nothing
     load_s: float = 120.0
     rate: float = 0.4  # task submissions per second (about 3/4 of the GPUs busy on average)
     settle_s: float = 40.0
@@ -237,7 +238,7 @@ async def run_faults(plan: FaultPlan, *, workdir: Path, keep_schema: bool = Fals
                 "PREEMPTION_STATUS_S": "5",
                 "PREEMPTION_GRACE_S": "2",
                 "PREEMPTION_ACK_MARGIN_S": "5",
-                "PREEMPTION_NODE_TIMEOUT_S": "60",
+                "PREEMPTION_NODE_TIMEOUT_S": f"{plan.node_timeout_s:g}",
                 "PREEMPTION_INSTANCE": f"faults-{run}",
             },
             workdir / "preemption.log",
