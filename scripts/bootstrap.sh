@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Creates .venv (Python >= 3.11) and installs the project editable with its dev and ml extras.
+# Creates .venv (Python >= 3.11) and installs the project editable with every extra (all: services, ml, nvml) and dev.
 # Idempotent: .venv/.gfs-install-stamp holds the hash of pyproject.toml; same hash = nothing to do.
 set -euo pipefail
 REPO_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -20,8 +20,8 @@ if [[ ! -x "$VENV/bin/python" ]]; then
   echo "bootstrap: creating $VENV with $("$py" --version)"
   "$py" -m venv "$VENV"
 fi
-echo "bootstrap: pip install -e '.[dev,ml]' (first time takes minutes: torch)"
+echo "bootstrap: pip install -e '.[all,dev]' (first time takes minutes: torch)"
 "$VENV/bin/python" -m pip install -q --disable-pip-version-check --upgrade pip
-"$VENV/bin/python" -m pip install -q --disable-pip-version-check -e "${REPO_DIR}[dev,ml]"
+"$VENV/bin/python" -m pip install -q --disable-pip-version-check -e "${REPO_DIR}[all,dev]"
 echo "$want" >"$STAMP"
 echo "bootstrap: done"

@@ -1,5 +1,5 @@
 """`python -m services ...` is `gfs ...` (tests start services this way with the venv's python)."""
 
-from services.cli import main
+from services.entry import main
 
 main()

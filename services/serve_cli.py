@@ -139,6 +139,12 @@ def node_agent(
     from services.node_agent.service import AgentOptions, default_node_name, run_node_agent
     from services.node_agent.settings import MissingKeyError, NodeAgentSettings
 
+    if not fake_gpus:
+        from services.node_agent.gpu import NVML_MISSING, nvml_installed
+
+        if not nvml_installed():
+            typer.echo(f"error: {NVML_MISSING}", err=True)
+            raise typer.Exit(2)
     settings = NodeAgentSettings()
     options = AgentOptions(
         node=node or default_node_name(),

@@ -60,6 +60,25 @@ class FakeGpuBackend:
 _MIB = 1024 * 1024
 
 
+NVML_MISSING = (
+    "the node agent reads real GPUs through NVML, which needs the 'nvml' extra (nvidia-ml-py): "
+    "pip install 'gfs[nvml]'; on a machine without GPUs run it with --fake-gpus"
+)
+
+
+def nvml_installed() -> bool:
+    """Whether the NVML bindings can be imported (checked before an agent starts)."""
+    try:
+        import pynvml  # noqa: F401 (the import is the check)
+    except ModuleNotFoundError:
+        return False
+    return True
+
+
+class NvmlMissingError(RuntimeError):
+    """The NVML bindings are not installed (the `nvml` extra)."""
+
+
 class NvmlBackend:
     """The node's real GPUs through NVML (the `nvml` extra: nvidia-ml-py).
 
@@ -68,7 +87,10 @@ class NvmlBackend:
     """
 
     def __init__(self) -> None:
-        import pynvml
+        try:
+            import pynvml
+        except ModuleNotFoundError as exc:
+            raise NvmlMissingError(NVML_MISSING) from exc
 
         self._nvml: Any = pynvml
         pynvml.nvmlInit()
