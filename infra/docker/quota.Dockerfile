@@ -16,7 +16,7 @@ WORKDIR /app
 COPY pyproject.toml README.md ./
 RUN mkdir -p schemas services ml \
  && touch schemas/__init__.py services/__init__.py ml/__init__.py \
- && pip install "." \
+ && pip install ".[services]" \
  && pip uninstall -y gfs \
  && rm -rf schemas services ml build *.egg-info
 
