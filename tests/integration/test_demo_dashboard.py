@@ -409,6 +409,13 @@ async def test_demo_dashboard_in_headless_chromium_then_ctrl_c(
         raise AssertionError(f"the demo did not exit within 90 s of SIGINT\n{demo.logs()}") from None
     assert rc == 0, f"exit code {rc}\n{demo.logs()}"
     assert "final report" in demo.output(), demo.logs()
+    # The side-by-side table: the live run first, then the simulator's FIFO, k8s-priority and GFS on
+    # the same sample (services/demo/side_by_side.py; its measures are unit-tested by hand).
+    side = json.loads((demo.workdir / "report.json").read_text())["side_by_side"]
+    simulated = ["simulated fifo", "simulated k8s-priority", "simulated gfs"]
+    assert [r["name"] for r in side][1:] == simulated, side
+    assert side[0]["name"].startswith("live gfs") and side[0]["spot_evictions"] > 0, side
+    assert all(r["tasks"] == 610 for r in side[1:]) and 0 < side[0]["tasks"] <= 610, side
     left = {name: pid for name, pid in pids.items() if _alive(pid, marker)}
     assert not left, f"processes the demo started still run: {left}"
     stray = {pid: _cmdline(pid) for pid in run_processes(demo.run)}

@@ -1,0 +1,123 @@
+"""The demo's closing table: the live run beside the simulator's policies on the same sample.
+
+The simulator replays the sample (`gfs simulate` with its defaults: persistence forecast, the
+whole sample inside the evaluation window, drained to the end) under FIFO, k8s-priority and GFS.
+The live run is measured from its own decision journal (`preemption_decision`), in the sample's
+time: a wall second of a replay at `speed`x is `speed` seconds of the sample. The measures follow
+the simulator's definitions (services/core/metrics.py):
+
+- spot evictions: evictions of spot tasks to make room for HP;
+- spot / HP queueing: per task, the wait from acceptance to its first start plus every wait from
+  an eviction to the next start, averaged over the class's tasks; a task still waiting when the run
+  stops counts its wait up to then (censored, as the simulator does at its stop);
+- spot GPU-hours completed: GPUs x the work the sample gives each spot task that finished.
+
+The live run stops soon after the replay ends while the simulator drains every task, so live
+columns cover less work; the table says how many tasks each row finished. Decision-for-decision
+equality with the simulator holds on the controllable clock (`gfs parity run`, docs/parity.md);
+on wall time the live service decides at the instants its inputs arrive, so its numbers differ.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from services.simulator.traces.records import Trace
+
+SIM_POLICIES = ("fifo", "k8s-priority", "gfs")
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One line of the table; times in seconds of the sample."""
+
+    name: str
+    spot_evictions: int
+    spot_queue_mean_s: float
+    hp_queue_mean_s: float
+    spot_gpu_hours_completed: float
+    finished: int
+    tasks: int
+
+
+def simulated(sample: Path, policies: Sequence[str] = SIM_POLICIES) -> list[Row]:
+    """The simulator's rows on `sample` (a few seconds for the bundled one)."""
+    from services.simulator.runner import RunSettings, run_policies
+    from services.simulator.traces.gfs_format import load_gfs_trace
+
+    result = run_policies(load_gfs_trace(sample), policies, RunSettings())
+    rows = []
+    for name in policies:
+        m = result.policies[name].metrics
+        rows.append(
+            Row(
+                f"simulated {name}",
+                int(m["evictions"]),
+                float(m["lp_queue_delay_mean_s"]),
+                float(m["hp_queue_delay_mean_s"]),
+                float(m["lp_gpu_hours_completed"]),
+                int(m["tasks_finished"]),
+                int(m["lp_tasks"] + m["hp_tasks"]),
+            )
+        )
+    return rows
+
+
+def live(
+    decisions: Iterable[Mapping[str, Any]], trace: Trace, *, prefix: str, speed: float, stopped_at: datetime
+) -> Row:
+    """The live run's row from its decision records (task_id, kind, at, detail), for the tasks of
+    `trace` named `prefix + job name` (the replay's names)."""
+    jobs = {f"{prefix}{j.name}": j for j in trace.jobs}
+    events: dict[str, list[tuple[datetime, str]]] = defaultdict(list)
+    evictions = 0
+    for d in decisions:
+        tid, kind = str(d["task_id"]), str(d["kind"])
+        if tid not in jobs or kind not in ("accepted", "started", "evicted", "finished"):
+            continue
+        events[tid].append((d["at"], kind))
+        reason = (d.get("detail") or {}).get("reason")
+        if kind == "evicted" and reason == "PREEMPTED_BY_HP" and jobs[tid].job_class == "SPOT":
+            evictions += 1
+    waits: dict[str, list[float]] = {"SPOT": [], "HP": []}
+    finished, gpu_hours = 0, 0.0
+    for tid, seen in events.items():
+        job = jobs[tid]
+        waited, since, done = 0.0, None, False
+        for at, kind in sorted(seen, key=lambda e: (e[0], _ORDER[e[1]])):
+            if kind in ("accepted", "evicted"):
+                since = at
+            elif kind == "started" and since is not None:
+                waited += (at - since).total_seconds()
+                since = None
+            elif kind == "finished":
+                done = True
+        if since is not None:  # still waiting when the run stopped
+            waited += max(0.0, (stopped_at - since).total_seconds())
+        waits[job.job_class].append(waited * speed)
+        if done:
+            finished += 1
+            if job.job_class == "SPOT":
+                gpu_hours += job.gpus_per_worker * job.workers * job.duration_s / 3600.0
+    return Row(
+        f"live gfs ({speed:g}x wall time)",
+        evictions,
+        _mean(waits["SPOT"]),
+        _mean(waits["HP"]),
+        gpu_hours,
+        finished,
+        len(events),
+    )
+
+
+# Same instant: an acceptance comes before a start, an eviction before the restart it allows.
+_ORDER = {"accepted": 0, "evicted": 1, "started": 2, "finished": 3}
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values) if values else 0.0
