@@ -365,6 +365,12 @@ def render_page(data: dict[str, Any], query: str = "") -> str:
             else f"p{f.get('quantile', '')} peak {peak:g} GPUs over {len(f['hours_ahead'])} h"
         )
         quota = ", ".join(f"{h} h: {q:g}" for h, q in p["quota_gpus"].items()) or "none"
+        # The quota's own inputs, as the quota service stored them for the shortest guarantee:
+        # eta (the eviction feedback) and the spare GPUs the forecast leaves before eta.
+        computed = f.get("quota_service") or {}
+        shortest = computed[min(computed, key=int)] if computed else None
+        eta = "-" if shortest is None else f"{shortest['eta']:.2f}"
+        spare = "-" if shortest is None else str(shortest["min_free_gpus"])
         why = p["why_spot_waits"]
         held = why["reserved_task_id"]
         reservation = f"{held} on {why['reserved_nodes']} nodes" if held else "-"
@@ -377,6 +383,8 @@ def render_page(data: dict[str, Any], query: str = "") -> str:
             + _cell(f"{k}:quota_gpus", quota)
             + _cell(f"{k}:quota_version", p["quota_version"] or "-")
             + _cell(f"{k}:forecast", forecast)
+            + _cell(f"{k}:spare", spare)
+            + _cell(f"{k}:eta", eta)
             + _cell(f"{k}:hp_running", p["hp_running"])
             + _cell(f"{k}:hp_queued", p["hp_queued"])
             + _cell(f"{k}:spot_running", p["spot_running"])
@@ -430,7 +438,8 @@ JSON: <a href="/dashboard/data{suffix}">/dashboard/data</a>; \
 traces: <a href="{_e(data["jaeger_ui_url"])}">Jaeger</a></div>
 <h2>Pools: quota against forecast, queues</h2>
 <table id="pools"><tr><th>pool</th><th>nodes</th><th>capacity</th><th>spot quota (guarantee h: GPUs)</th>
-<th>quota version</th><th>HP forecast</th><th>HP running</th><th>HP queued</th>\
+<th>quota version</th><th>HP forecast</th><th>spare before eta (GPUs)</th><th>eta</th>\
+<th>HP running</th><th>HP queued</th>\
 <th>spot running</th><th>spot queued</th>
 <th>nodes down</th><th>HP floor (GPUs)</th><th>spot head held by</th><th>reservation</th></tr>
 {"".join(rows) or '<tr><td colspan="14">no pool owned by this instance</td></tr>'}

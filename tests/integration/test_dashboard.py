@@ -253,6 +253,15 @@ async def test_dashboard_in_headless_chromium_shows_what_the_api_says(world: Wor
             forecast.origin_time,
             forecast.model_dump_json(),
         )
+        # The quota service's stored inputs for 1 h and 2 h (the page shows the shortest's).
+        await connection.execute(
+            "INSERT INTO quota_pool (pool, capacity_gpus, eta) VALUES ($1, 4, 0.5)", pool
+        )
+        await connection.executemany(
+            "INSERT INTO spot_quota (pool, guarantee_hours, quota_gpus, min_free_gpus, eta, pool_version, "
+            "computed_at) VALUES ($1, $2, $3, $4, 0.5, 1, now())",
+            [(pool, 1, 1.5, 3), (pool, 2, 0.5, 1)],
+        )
     finally:
         await connection.close()
     w.start()
@@ -333,6 +342,7 @@ async def test_dashboard_in_headless_chromium_shows_what_the_api_says(world: Wor
         assert v[f"{k}:quota_version"] == api["quota_version"]
         assert v[f"{k}:quota_gpus"] == ", ".join(f"{h} h: {q:g}" for h, q in api["quota_gpus"].items())
         assert v[f"{k}:forecast"] == "p0.9 peak 3 GPUs over 4 h", v[f"{k}:forecast"]
+        assert (v[f"{k}:spare"], v[f"{k}:eta"]) == ("3", "0.50"), (v[f"{k}:spare"], v[f"{k}:eta"])
         assert (api["hp_running"], api["spot_running"], api["spot_queued"]) == (2, 0, 3)
 
         # The latest decisions, in order, as /decisions has them; links to each task's trace.
