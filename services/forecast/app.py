@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import time
 from datetime import UTC, datetime
@@ -48,11 +49,13 @@ from schemas.envelope import wrap
 from schemas.forecast import DemandForecast, PoolDemandForecast
 from schemas.topics import DEAD_LETTER_TOPIC, decode, encode, key_of
 from services.forecast import pipeline
+from services.forecast.api_spec import API
 from services.forecast.forecasting import HOUR, PoolHistory, StreamForecaster
 from services.forecast.metrics import register_metrics
 from services.forecast.pipeline import Delta, PoolDemand, TaskRecord, apply_task_event
 from services.platform.kafka.dead_letter import FailedRecord, build_dead_letter, describe_error
 from services.platform.metrics import configure_metrics
+from services.platform.openapi import render
 from services.platform.settings import PlatformSettings
 from services.platform.tracing import extract_context, inject_headers
 
@@ -313,6 +316,12 @@ def make_app(settings: ForecastServiceSettings, forecaster: StreamForecaster | N
     @app.page("/healthz")
     async def healthz_page(web: Any, request: Any) -> Any:
         return web.json({"status": "alive"})
+
+    document = json.loads(render(API))  # api_spec.py: the contract of these pages
+
+    @app.page("/openapi.json")
+    async def openapi_page(web: Any, request: Any) -> Any:
+        return web.json(document)
 
     @app.page("/readyz")
     async def readyz_page(web: Any, request: Any) -> Any:
