@@ -148,7 +148,7 @@ def node_agent(
         telemetry_s=telemetry_s,
         state_dir=Path(state_dir).resolve() if state_dir else None,
         metrics_port=metrics_port,
-        metrics_host=settings.agent_metrics_host,
+        metrics_host=settings.bind_host(settings.agent_metrics_host),
     )
     _logging(settings, "node-agent")
     try:

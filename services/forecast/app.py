@@ -91,7 +91,7 @@ class ForecastServiceSettings(PlatformSettings):
     # of gfs.forecasts (the quota service) until the broker times the transaction out.
     forecast_processing_guarantee: str = "at_least_once"
     forecast_web_port: int = 6066  # /metrics, /healthz, /readyz (Faust's web server); 0: none
-    forecast_web_host: str = "127.0.0.1"
+    forecast_web_host: str | None = None  # None: GFS_HTTP_HOST (loopback by default)
     # "wall": the timer ticks pools on the host's clock. "topic": ClockTick ADVANCEs on
     # gfs.control.clock are the only ticks (sim/live parity). Env GFS_FORECAST_CLOCK.
     forecast_clock: Literal["wall", "topic"] = Field(
@@ -146,8 +146,8 @@ def make_app(settings: ForecastServiceSettings, forecaster: StreamForecaster | N
         topic_replication_factor=1,
         web_enabled=settings.forecast_web_port > 0,
         web_port=settings.forecast_web_port or 6066,
-        web_bind=settings.forecast_web_host,
-        web_host=settings.forecast_web_host,
+        web_bind=settings.bind_host(settings.forecast_web_host),
+        web_host=settings.bind_host(settings.forecast_web_host),
         producer_acks=-1,
         processing_guarantee=settings.forecast_processing_guarantee,
         broker_commit_interval=settings.commit_interval_s,

@@ -64,9 +64,10 @@ class NodeAgentSettings(PlatformSettings):
         default=None, validation_alias=AliasChoices("agent_checkpoint_root", "gfs_agent_checkpoint_root")
     )
 
-    # Where --metrics-port listens (/metrics, /healthz): loopback by default; 0.0.0.0 in a pod,
-    # where the kubelet's probes and Prometheus come from outside (infra/k8s). Env AGENT_METRICS_HOST.
-    agent_metrics_host: str = "127.0.0.1"
+    # Where --metrics-port listens (/metrics, /healthz): GFS_HTTP_HOST (loopback) unless set;
+    # 0.0.0.0 in a pod, where the kubelet's probes and Prometheus come from outside (infra/k8s).
+    # Env AGENT_METRICS_HOST.
+    agent_metrics_host: str | None = None
 
     @field_validator("agent_state_root", mode="after")
     @classmethod

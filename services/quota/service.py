@@ -72,7 +72,7 @@ TRACER = "gfs.quota"
 class QuotaServiceSettings(PlatformSettings):
     quota_refresh_s: float = 300.0
     quota_group: str = "gfs-quota"
-    quota_api_host: str = "127.0.0.1"
+    quota_api_host: str | None = None  # None: GFS_HTTP_HOST (loopback by default)
     quota_api_port: int = 8081  # 0: no API
     quota_fence_poll_s: float = 1.0
     # The fence is a lease (services/platform/fence.py): a dead or hung holder loses it within
@@ -390,7 +390,9 @@ async def run_quota_service(
             if settings.quota_api_port:
                 runner = web.AppRunner(build_api(service, metrics, ready))
                 await runner.setup()
-                await web.TCPSite(runner, settings.quota_api_host, settings.quota_api_port).start()
+                await web.TCPSite(
+                    runner, settings.bind_host(settings.quota_api_host), settings.quota_api_port
+                ).start()
             if not await fence.acquire(stop):
                 return stats
             await service.load()
