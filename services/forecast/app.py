@@ -56,6 +56,7 @@ from services.forecast.pipeline import Delta, PoolDemand, TaskRecord, apply_task
 from services.platform.kafka.dead_letter import FailedRecord, build_dead_letter, describe_error
 from services.platform.metrics import configure_metrics
 from services.platform.openapi import render
+from services.platform.paths import state_dir
 from services.platform.settings import PlatformSettings
 from services.platform.tracing import extract_context, inject_headers
 
@@ -75,7 +76,9 @@ class ForecastServiceSettings(PlatformSettings):
     forecast_app_id: str = "gfs-forecast"
     forecast_artifact: Path | None = SHIPPED_ARTIFACT  # None: persistence only (flagged)
     forecast_store: str = "rocksdb://"  # durable tables; "memory://" keeps them in the changelog only
-    forecast_datadir: Path = Path(".stack/forecast")
+    # Faust's RocksDB tables (rebuilt from their changelog topics when lost). Default: <state>/forecast,
+    # the per-user state folder (services/platform/paths.py), not the checkout. Env FORECAST_DATADIR.
+    forecast_datadir: Path = Field(default_factory=lambda: state_dir("forecast"))
     forecast_tick_s: float = 60.0
     forecast_history_hours: int = 14 * 24
     forecast_torch_threads: int = 1

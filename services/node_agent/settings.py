@@ -9,6 +9,7 @@ from pydantic import AliasChoices, Field, SecretStr, field_validator
 
 from services.node_agent.paths import path_part
 from services.node_agent.worker_env import DEFAULT_ALLOW
+from services.platform.paths import state_dir
 from services.platform.settings import REPO_ROOT, PlatformSettings
 from services.platform.signing import MIN_KEY_BYTES, node_key
 
@@ -34,8 +35,9 @@ class NodeAgentSettings(PlatformSettings):
     # and DATABASE_URL never pass (worker_env.py). Env AGENT_WORKER_ENV_ALLOW.
     agent_worker_env_allow: str = ",".join(DEFAULT_ALLOW)
     # Journals and worker logs: <agent_state_root>/<node>/ unless --state-dir says otherwise.
-    # Relative paths resolve against the repository root, like the stack's own `.stack/`.
-    agent_state_root: Path = Path(".stack/agents")
+    # Default: <state>/agents, the per-user state folder (services/platform/paths.py), not the
+    # checkout. An explicit relative path resolves against the repository root, as it did.
+    agent_state_root: Path = Field(default_factory=lambda: state_dir("agents"))
     # How often the agent polls its workers for exit.
     agent_watch_s: float = Field(default=0.05, gt=0)
     # After SIGKILL, how long to wait for the process to go before the eviction is FAILED.
