@@ -41,7 +41,7 @@ API = Api(
             "/readyz",
             "Readiness: tables recovered, no rebalance in progress",
             Ready,
-            errors={503: "recovering or rebalancing"},
+            errors={503: ("recovering or rebalancing (ready false)", Ready)},
             strict_query=False,
             tag="probes",
         ),

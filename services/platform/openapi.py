@@ -103,7 +103,8 @@ class Operation:
     media_type: str = JSON
     query: tuple[QueryParam, ...] = ()
     body: Any = None
-    errors: Mapping[int, str] = field(default_factory=dict)
+    # status -> why, or (why, the model of its body) when it is not the `Error` body
+    errors: Mapping[int, str | tuple[str, Any]] = field(default_factory=dict)
     tag: str = ""
     # Its handler reads the query through `Api.query` (so an unknown parameter is a 400); off for
     # the pages other tools fetch as they like (/metrics, /openapi.json).
@@ -188,14 +189,13 @@ def document(title: str, version: str, description: str, operations: Iterable[Op
         else:
             content = {op.media_type: {"schema": {"type": "string"}}}
         responses: dict[str, Any] = {"200": {"description": "OK", "content": content}}
-        errors = dict(op.errors)
+        errors: dict[int, str | tuple[str, Any]] = dict(op.errors)
         if op.strict_query or op.body is not None or op.path_params():
             errors.setdefault(400, "invalid parameter or body (the body says which and why)")
-        for status, why in sorted(errors.items()):
-            responses[str(status)] = {
-                "description": why,
-                "content": {JSON: {"schema": {"$ref": "#/components/schemas/Error"}}},
-            }
+        for status, error in sorted(errors.items()):
+            why, body = error if isinstance(error, tuple) else (error, None)
+            schema = {"$ref": "#/components/schemas/Error"} if body is None else _schema(body, components)
+            responses[str(status)] = {"description": why, "content": {JSON: {"schema": schema}}}
         entry: dict[str, Any] = {
             "summary": op.summary,
             "operationId": _operation_id(op),

@@ -178,7 +178,7 @@ API = Api(
             "/readyz",
             "Readiness: partitions owned and read up to",
             Ready,
-            errors={503: "not ready yet (same body, ready false)"},
+            errors={503: ("not ready yet (ready false)", Ready)},
             tag="probes",
         ),
         Operation("GET", "/pools", "The pools this instance owns: nodes, quota, queues", Pools, tag="state"),

@@ -76,7 +76,7 @@ API = Api(
             "/readyz",
             "Readiness: the fence is held and state loaded",
             Ready,
-            errors={503: "not ready (standby or loading)"},
+            errors={503: ("not ready: standby or loading (ready false)", Ready)},
             tag="probes",
         ),
         Operation(
