@@ -17,6 +17,7 @@ _SUBAPPS: tuple[tuple[str, str, str], ...] = (
     ("stack", "services.platform.stack_cli", "app"),
     ("db", "services.platform.db_cli", "app"),
     ("deadletter", "services.platform.deadletter_cli", "app"),
+    ("quota", "services.quota.quota_cli", "app"),
     ("trace", "services.simulator.trace_cli", "app"),
     ("bench", "services.simulator.bench_cli", "app"),
     ("forecast", "ml.cli", "app"),

@@ -29,6 +29,7 @@ READ_COMMANDS = (
     ("deadletter", "list"),
     ("deadletter", "show"),
     ("explain",),
+    ("quota", "show"),
 )
 # Defaults that do point into the checkout, on purpose: a command whose job is to regenerate a
 # checked-in file, and inputs the command only reads.
@@ -160,13 +161,46 @@ class _Explain(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:  # http.server's name
         data = json.dumps(self.body).encode()
-        self.send_response(200 if self.path == "/explain/T" else 404)
+        self.send_response(200 if self.path == self.path_ok else 404)
         self.send_header("Content-Type", "application/json")
         self.end_headers()
         self.wfile.write(data)
 
+    path_ok = "/explain/T"
+
     def log_message(self, *args: object) -> None:
         pass
+
+
+class _Quotas(_Explain):
+    body: ClassVar[dict[str, Any]] = {
+        "A100": {"quota_gpus": {"1": 45.0, "2": 40.0, "4": 40.0}, "eta": 1.0, "version": 7,
+                 "capacity_gpus": 100, "valid_until": "2026-01-01T01:00:00+00:00",
+                 "forecast": {"version": "lstm:3", "fallback": True}},
+        "H800": {"quota_gpus": {"1": 3.0}, "eta": 0.5, "version": 2, "capacity_gpus": 8,
+                 "valid_until": "2026-01-01T01:00:00+00:00", "forecast": None},
+    }  # fmt: skip
+    path_ok = "/quotas"
+
+
+def test_quota_show_prints_the_apis_quotas_as_a_table_or_json() -> None:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Quotas)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        api = f"http://127.0.0.1:{server.server_address[1]}"
+        assert _stdout_json(["quota", "show", "--api", api, "-o", "json"]) == _Quotas.body
+        only = _stdout_json(["quota", "show", "--api", api, "--pool", "H800", "-o", "json"])
+        assert only == {"H800": _Quotas.body["H800"]}
+        table = CliRunner().invoke(build_app(), ["quota", "show", "--api", api], env={"COLUMNS": "200"})
+        assert table.exit_code == 0, table.output
+        a100 = next(line for line in table.stdout.splitlines() if "A100" in line)
+        assert "1h: 45, 2h: 40, 4h: 40" in a100 and "lstm:3 (fallback)" in a100
+        assert "none (idle fallback)" in next(line for line in table.stdout.splitlines() if "H800" in line)
+    finally:
+        server.shutdown()
+        server.server_close()
+    down = CliRunner().invoke(build_app(), ["quota", "show", "--api", api])
+    assert down.exit_code == 1 and "did not answer" in down.output
 
 
 def test_explain_output_json_is_the_apis_answer() -> None:
