@@ -25,6 +25,7 @@ from test_preemption_service import Cluster, _registered, _service, _settings, _
 from test_quota_service import READY_S, _free_port, _hour, _migrated, _start_at_the_end
 from test_quota_service import _settings as _quota_settings
 
+from schemas.commands import BindCommand
 from schemas.envelope import wrap
 from schemas.forecast import PoolDemandForecast
 from schemas.pool_status import PoolStatus
@@ -32,6 +33,7 @@ from schemas.tasks import TaskClass
 from services.api_docs import DOCS_DIR
 from services.platform.kafka.producer import EnvelopeProducer
 from services.platform.kafka.topic_admin import TopicsReport
+from services.preemption.router import ROUTED_TOPICS
 from services.quota.service import TOPICS, run_quota_service
 
 pytestmark = pytest.mark.integration
@@ -91,6 +93,9 @@ async def test_every_preemption_route_answers_its_document(
     c, dsn = world
     port = _free_port()
     settings = _settings(dsn, kafka_bootstrap, c.pool, preemption_api_port=port, preemption_admin_token=TOKEN)
+    # The router reads only what this test publishes: on a long-lived stack, reading the shared
+    # topics from their start took minutes before the test's node and quota were registered.
+    await _start_at_the_end(kafka_bootstrap, settings.preemption_router_group, ROUTED_TOPICS)
     async with _service(settings) as (decider, _), aiohttp.ClientSession() as http:
         base = f"http://127.0.0.1:{port}"
         doc = await _served_document(http, base, "preemption")
@@ -98,9 +103,9 @@ async def test_every_preemption_route_answers_its_document(
         api.called.add(("GET", "/openapi.json"))
         await c.telemetry(c.node(0), 2)
         await c.quota(2.0)
-        await _until(_registered(decider, c.pool, 1))
+        await _until(_registered(decider, c.pool, 1), timeout=60)
         await c.submit("S", TaskClass.SPOT)
-        (bind,) = await c.bind_of("S")  # a decision recorded, a bind pending its workers' start
+        (bind,) = await c.tap.wait(BindCommand, lambda b: b.task_id == "S", timeout=120)  # decided
         assert bind.task_id == "S"
         auth = {"Authorization": f"Bearer {TOKEN}"}
         await api.call("GET", "/healthz", "/healthz")
@@ -110,7 +115,7 @@ async def test_every_preemption_route_answers_its_document(
         explained = await api.call("GET", "/explain/{task_id}", "/explain/S")
         assert explained["decisions"] and {d["task_id"] for d in explained["decisions"]} == {"S"}
         await c.submit("Q", TaskClass.SPOT)  # no room left: queued, with a live explanation
-        await _until(lambda: "Q" in decider.owned_pools()[c.pool].seen)
+        await _until(lambda: "Q" in decider.owned_pools()[c.pool].seen, timeout=120)
         queued = await api.call("GET", "/explain/{task_id}", "/explain/Q")
         assert queued["live"] is not None
         assert (await api.call("GET", "/decisions", "/decisions?limit=5"))[0]["pool"] == c.pool
