@@ -102,6 +102,9 @@ def coverage(
     json_out: Annotated[Path | None, typer.Option("--json", help="write the reports here")] = None,
     markdown_out: Annotated[Path | None, typer.Option("--markdown", help="write the tables here")] = None,
     threads: ThreadsOpt = 1,
+    output: Annotated[
+        str, typer.Option("--output", "-o", help="table (for people) or json (one document on stdout)")
+    ] = "table",
 ) -> None:
     """P90 coverage per pool and per tenant, seen vs unseen by the artifact, before/after online
     recalibration. The models stay frozen; every hour from START_HOUR on is forecast at 1-4 h."""
@@ -113,6 +116,9 @@ def coverage(
     from ml.inference import load_forecaster
     from ml.online import DEFAULT_ONLINE
 
+    # The --output convention of services/platform/cli_output.py (ml imports nothing of services).
+    if output not in ("table", "json"):
+        raise typer.BadParameter(f"--output must be table or json (got {output!r})")
     modes = {"both": (False, True), "on": (True,), "off": (False,)}.get(online)
     if modes is None:
         raise typer.BadParameter("--online must be both, on or off")
@@ -140,16 +146,16 @@ def coverage(
             )
             label = f"{name} + online" if on else name
             reports[label] = coverage_report(g, data, start, lambda t, s=seen_names: t in s)  # type: ignore[misc]
-            typer.echo(f"{label}: done")
+            typer.echo(f"{label}: done", err=output == "json")  # stdout holds only the JSON then
     text = markdown(reports)
-    typer.echo(text)
+    payload = {
+        "series": str(series),
+        "artifact": str(artifact),
+        "online": str(DEFAULT_ONLINE),
+        "reports": reports,
+    }
+    typer.echo(json.dumps(payload, indent=2, sort_keys=True) if output == "json" else text)
     if json_out:
-        payload = {
-            "series": str(series),
-            "artifact": str(artifact),
-            "online": str(DEFAULT_ONLINE),
-            "reports": reports,
-        }
         json_out.parent.mkdir(parents=True, exist_ok=True)
         json_out.write_text(json.dumps(payload, indent=2, sort_keys=True))
     if markdown_out:

@@ -17,6 +17,7 @@ _SUBAPPS: tuple[tuple[str, str, str], ...] = (
     ("stack", "services.platform.stack_cli", "app"),
     ("db", "services.platform.db_cli", "app"),
     ("deadletter", "services.platform.deadletter_cli", "app"),
+    ("quota", "services.quota.quota_cli", "app"),
     ("trace", "services.simulator.trace_cli", "app"),
     ("bench", "services.simulator.bench_cli", "app"),
     ("forecast", "ml.cli", "app"),
@@ -64,6 +65,9 @@ def build_app() -> typer.Typer:
     # simulator may not touch Kafka), and is mounted beside the simulator's benchmarks here.
     bench = importlib.import_module("services.simulator.bench_cli").app
     bench.command(name="pipeline")(importlib.import_module("services.livebench.preemption_bench").preemption)
+    # `gfs schemas openapi`: the HTTP APIs' contracts live in the service packages (api_docs.py).
+    schemas = importlib.import_module("services.platform.schema_cli").app
+    schemas.command(name="openapi")(importlib.import_module("services.api_docs").openapi)
     return app
 
 

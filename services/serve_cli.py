@@ -128,7 +128,10 @@ def node_agent(
     fake_gpus: bool = typer.Option(False, "--fake-gpus", help="no NVML: report idle fake GPUs"),
     telemetry_s: float = typer.Option(5.0, "--telemetry-s", help="telemetry (heartbeat) interval"),
     state_dir: str = typer.Option(
-        None, "--state-dir", help="journal and worker logs (default .stack/agents/<node>)"
+        None,
+        "--state-dir",
+        help="journal and worker logs (default: AGENT_STATE_ROOT/<node>; AGENT_STATE_ROOT defaults to "
+        "<state>/agents, <state> = $GFS_STATE_DIR, else $XDG_STATE_HOME/gfs, else ~/.local/state/gfs)",
     ),
     metrics_port: int = typer.Option(0, "--metrics-port", help="serve /metrics on this port (0: none)"),
 ) -> None:
@@ -154,7 +157,7 @@ def node_agent(
         telemetry_s=telemetry_s,
         state_dir=Path(state_dir).resolve() if state_dir else None,
         metrics_port=metrics_port,
-        metrics_host=settings.agent_metrics_host,
+        metrics_host=settings.bind_host(settings.agent_metrics_host),
     )
     _logging(settings, "node-agent")
     try:

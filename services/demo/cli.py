@@ -30,7 +30,9 @@ def live(
     ] = 9101,
 ) -> None:
     """The whole system (forecast, quota, preemption, 8 agents, 100 virtual nodes) replaying the
-    bundled sample through Kafka; Ctrl-C stops everything the demo started."""
+    bundled sample through Kafka; Ctrl-C stops everything the demo started. Logs, pids and the
+    report go to <state>/runs/demo-live-<run>/ (<state>: $GFS_STATE_DIR, else
+    $XDG_STATE_HOME/gfs, else ~/.local/state/gfs)."""
     from rich.console import Console
 
     from services.demo.live import SAMPLE, run_demo
@@ -53,7 +55,9 @@ def live(
 
 @app.command("sim")
 def sim() -> None:
-    """The simulator replay of a synthetic trace over the real inventory (GFS vs FIFO)."""
+    """The simulator replay of a synthetic trace over the real inventory (GFS vs FIFO). Outputs
+    go to $GFS_DEMO_OUT (default <state>/runs/demo; <state>: $GFS_STATE_DIR, else
+    $XDG_STATE_HOME/gfs, else ~/.local/state/gfs)."""
     from services.platform.settings import REPO_ROOT
 
     raise typer.Exit(subprocess.call(["bash", str(REPO_ROOT / "scripts" / "demo-sim.sh")]))

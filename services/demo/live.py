@@ -9,7 +9,8 @@ its target; a final report follows. Ctrl-C (or the end of the replay) stops ever
 demo started, the agents' workers included; the stack stays up until `make down`.
 
 Before the view starts the demo prints one line with its run id, the preemption service's SRE
-dashboard (`/dashboard`) and its work folder (`runs/demo-live-<run>/`: logs, `pids.json` with every
+dashboard (`/dashboard`) and its work folder (`<state>/runs/demo-live-<run>/`, <state> being
+$GFS_STATE_DIR, else $XDG_STATE_HOME/gfs, else ~/.local/state/gfs: logs, `pids.json` with every
 process it started, `report.json`). Every process it starts, and the agents' workers, carry
 `GFS_DEMO_RUN=<run>` in their environment. The ports (`--preemption-port` etc.) and the trace
 (`--sample`) can be changed, so a test can run it beside other services.
@@ -46,6 +47,7 @@ from rich.table import Table
 from services.demo.side_by_side import Row, live, simulated
 from services.node_agent.worker_env import DEFAULT_ALLOW
 from services.platform.migrations import migrated_schema
+from services.platform.paths import state_dir
 from services.platform.settings import REPO_ROOT, PlatformSettings
 
 DEMO_DIR = REPO_ROOT / "demo"
@@ -176,7 +178,7 @@ async def run_demo(
         )
         return 2
     run = uuid.uuid4().hex[:6]
-    workdir = REPO_ROOT / "runs" / f"demo-live-{run}"
+    workdir = state_dir("runs", f"demo-live-{run}")  # services/platform/paths.py: not the checkout
     workdir.mkdir(parents=True, exist_ok=True)
     schema = f"demo_{run}"
     dsn = await migrated_schema(settings.database_url, schema)

@@ -10,6 +10,8 @@ from typing import Annotated
 
 import typer
 
+from services.platform.paths import STATE_HELP, state_dir
+
 app = typer.Typer(help="Fault injection against the live pipeline (needs `make up`).", no_args_is_help=True)
 
 
@@ -30,7 +32,10 @@ def run(
     rate: Annotated[float, typer.Option(help="task submissions per second")] = 0.4,
     agents: Annotated[int, typer.Option(help="node agents (fake GPUs)")] = 3,
     seed: Annotated[int, typer.Option()] = 0,
-    workdir: Annotated[Path, typer.Option(help="logs, journals and the report")] = Path(".stack/faults"),
+    workdir: Annotated[
+        Path | None,
+        typer.Option(help=f"logs, journals and the report (default: <state>/faults, <state> = {STATE_HELP})"),
+    ] = None,
 ) -> None:
     """The full fault run (defaults: 5 kills per service, 30-s outages, 5 minutes of load)."""
     from services.faults.harness import FaultPlan, run_faults
@@ -48,6 +53,8 @@ def run(
         agents=agents,
         seed=seed,
     )
+    workdir = (workdir or state_dir("faults")).absolute()
+    typer.echo(f"logs, journals and the report: {workdir}", err=True)
     report = asyncio.run(run_faults(plan, workdir=workdir))
     text = json.dumps(report.as_dict(), indent=2, default=str)
     (workdir / "report.json").write_text(text)

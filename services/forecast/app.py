@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import time
 from datetime import UTC, datetime
@@ -48,11 +49,14 @@ from schemas.envelope import wrap
 from schemas.forecast import DemandForecast, PoolDemandForecast
 from schemas.topics import DEAD_LETTER_TOPIC, decode, encode, key_of
 from services.forecast import pipeline
+from services.forecast.api_spec import API
 from services.forecast.forecasting import HOUR, PoolHistory, StreamForecaster
 from services.forecast.metrics import register_metrics
 from services.forecast.pipeline import Delta, PoolDemand, TaskRecord, apply_task_event
 from services.platform.kafka.dead_letter import FailedRecord, build_dead_letter, describe_error
 from services.platform.metrics import configure_metrics
+from services.platform.openapi import render
+from services.platform.paths import state_dir
 from services.platform.settings import PlatformSettings
 from services.platform.tracing import extract_context, inject_headers
 
@@ -72,7 +76,9 @@ class ForecastServiceSettings(PlatformSettings):
     forecast_app_id: str = "gfs-forecast"
     forecast_artifact: Path | None = SHIPPED_ARTIFACT  # None: persistence only (flagged)
     forecast_store: str = "rocksdb://"  # durable tables; "memory://" keeps them in the changelog only
-    forecast_datadir: Path = Path(".stack/forecast")
+    # Faust's RocksDB tables (rebuilt from their changelog topics when lost). Default: <state>/forecast,
+    # the per-user state folder (services/platform/paths.py), not the checkout. Env FORECAST_DATADIR.
+    forecast_datadir: Path = Field(default_factory=lambda: state_dir("forecast"))
     forecast_tick_s: float = 60.0
     forecast_history_hours: int = 14 * 24
     forecast_torch_threads: int = 1
@@ -88,7 +94,7 @@ class ForecastServiceSettings(PlatformSettings):
     # of gfs.forecasts (the quota service) until the broker times the transaction out.
     forecast_processing_guarantee: str = "at_least_once"
     forecast_web_port: int = 6066  # /metrics, /healthz, /readyz (Faust's web server); 0: none
-    forecast_web_host: str = "127.0.0.1"
+    forecast_web_host: str | None = None  # None: GFS_HTTP_HOST (loopback by default)
     # "wall": the timer ticks pools on the host's clock. "topic": ClockTick ADVANCEs on
     # gfs.control.clock are the only ticks (sim/live parity). Env GFS_FORECAST_CLOCK.
     forecast_clock: Literal["wall", "topic"] = Field(
@@ -143,8 +149,8 @@ def make_app(settings: ForecastServiceSettings, forecaster: StreamForecaster | N
         topic_replication_factor=1,
         web_enabled=settings.forecast_web_port > 0,
         web_port=settings.forecast_web_port or 6066,
-        web_bind=settings.forecast_web_host,
-        web_host=settings.forecast_web_host,
+        web_bind=settings.bind_host(settings.forecast_web_host),
+        web_host=settings.bind_host(settings.forecast_web_host),
         producer_acks=-1,
         processing_guarantee=settings.forecast_processing_guarantee,
         broker_commit_interval=settings.commit_interval_s,
@@ -313,6 +319,12 @@ def make_app(settings: ForecastServiceSettings, forecaster: StreamForecaster | N
     @app.page("/healthz")
     async def healthz_page(web: Any, request: Any) -> Any:
         return web.json({"status": "alive"})
+
+    document = json.loads(render(API))  # api_spec.py: the contract of these pages
+
+    @app.page("/openapi.json")
+    async def openapi_page(web: Any, request: Any) -> Any:
+        return web.json(document)
 
     @app.page("/readyz")
     async def readyz_page(web: Any, request: Any) -> Any:

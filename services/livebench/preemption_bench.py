@@ -51,6 +51,7 @@ from schemas.topics import decode, topic
 from schemas.workers import WorkerExited
 from services.platform.kafka.producer import EnvelopeProducer
 from services.platform.migrations import discover, migrate, with_search_path
+from services.platform.paths import state_dir
 from services.platform.settings import PlatformSettings
 
 REPO = Path(__file__).resolve().parents[2]
@@ -140,7 +141,7 @@ async def _bench(
         "PREEMPTION_NODE_TIMEOUT_S": "1e9", "PREEMPTION_API_PORT": str(port), "PREEMPTION_GRACE_S": "5",
         "PREEMPTION_ACK_MARGIN_S": "5",
     }  # fmt: skip
-    log_path = REPO / ".stack" / f"bench-preemption-{run}.log"
+    log_path = state_dir(f"bench-preemption-{run}.log")  # services/platform/paths.py: not the checkout
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("wb") as log:
         profiler = ["-m", "cProfile", "-o", str(profile)] if profile is not None else []

@@ -43,6 +43,7 @@ from opentelemetry.metrics import CallbackOptions, Observation
 from schemas.clock import ClockTick
 from schemas.topics import DEAD_LETTER_TOPIC, decode, topic
 from services.node_agent.agent import PRODUCER, TRACER, AgentMetrics, NodeAgent
+from services.node_agent.api_spec import API, Health
 from services.node_agent.gpu import FakeGpuBackend, GpuBackend, NvmlBackend
 from services.node_agent.journal import Journal
 from services.node_agent.security import CommandGuard, Rejection
@@ -52,6 +53,7 @@ from services.node_agent.worker_env import parse_allow, worker_environment
 from services.platform.kafka.dead_letter import FailedRecord, build_dead_letter, describe_error
 from services.platform.kafka.producer import EnvelopeProducer
 from services.platform.metrics import Metrics, configure_metrics, metrics_handler
+from services.platform.openapi import add_openapi
 from services.platform.tracing import extract_context
 
 log = logging.getLogger(__name__)
@@ -274,14 +276,17 @@ async def _telemetry(agent: NodeAgent, every_s: float, stop: asyncio.Event) -> N
 
 
 def build_metrics_app(metrics: Metrics) -> web.Application:
-    """What --metrics-port serves: /metrics, and /healthz for the kubelet's probes (infra/k8s)."""
+    """What --metrics-port serves: /metrics, and /healthz for the kubelet's probes (infra/k8s);
+    its contract (api_spec.py) at /openapi.json."""
 
-    async def healthz(_: web.Request) -> web.Response:
-        return web.json_response({"status": "alive"})
+    async def healthz(request: web.Request) -> web.Response:
+        API.query(request)  # none taken: 400 for any
+        return web.json_response(Health(status="alive").model_dump())
 
     app = web.Application()
     app.router.add_get("/metrics", metrics_handler(metrics))
     app.router.add_get("/healthz", healthz)
+    add_openapi(app, API)
     return app
 
 

@@ -9,6 +9,7 @@ from pydantic import AliasChoices, Field, SecretStr, field_validator
 
 from services.node_agent.paths import path_part
 from services.node_agent.worker_env import DEFAULT_ALLOW
+from services.platform.paths import state_dir
 from services.platform.settings import REPO_ROOT, PlatformSettings
 from services.platform.signing import MIN_KEY_BYTES, node_key
 
@@ -34,8 +35,9 @@ class NodeAgentSettings(PlatformSettings):
     # and DATABASE_URL never pass (worker_env.py). Env AGENT_WORKER_ENV_ALLOW.
     agent_worker_env_allow: str = ",".join(DEFAULT_ALLOW)
     # Journals and worker logs: <agent_state_root>/<node>/ unless --state-dir says otherwise.
-    # Relative paths resolve against the repository root, like the stack's own `.stack/`.
-    agent_state_root: Path = Path(".stack/agents")
+    # Default: <state>/agents, the per-user state folder (services/platform/paths.py), not the
+    # checkout. An explicit relative path resolves against the repository root, as it did.
+    agent_state_root: Path = Field(default_factory=lambda: state_dir("agents"))
     # How often the agent polls its workers for exit.
     agent_watch_s: float = Field(default=0.05, gt=0)
     # After SIGKILL, how long to wait for the process to go before the eviction is FAILED.
@@ -64,9 +66,10 @@ class NodeAgentSettings(PlatformSettings):
         default=None, validation_alias=AliasChoices("agent_checkpoint_root", "gfs_agent_checkpoint_root")
     )
 
-    # Where --metrics-port listens (/metrics, /healthz): loopback by default; 0.0.0.0 in a pod,
-    # where the kubelet's probes and Prometheus come from outside (infra/k8s). Env AGENT_METRICS_HOST.
-    agent_metrics_host: str = "127.0.0.1"
+    # Where --metrics-port listens (/metrics, /healthz): GFS_HTTP_HOST (loopback) unless set;
+    # 0.0.0.0 in a pod, where the kubelet's probes and Prometheus come from outside (infra/k8s).
+    # Env AGENT_METRICS_HOST.
+    agent_metrics_host: str | None = None
 
     @field_validator("agent_state_root", mode="after")
     @classmethod

@@ -11,6 +11,7 @@ import typer
 import yaml
 
 from schemas.topics import TOPICS, TopicSpec
+from services.platform.cli_output import Output, OutputOption, echo_json
 
 app = typer.Typer(no_args_is_help=True, help="Wire contracts: topics, payloads, JSON Schemas.")
 
@@ -53,10 +54,26 @@ def render_topics_yaml() -> str:
 
 
 @app.command("list")
-def list_topics() -> None:
+def list_topics(output: OutputOption = Output.table) -> None:
     """Print the registry: topic, key, payload types, partitions, retention."""
     from rich.console import Console
     from rich.table import Table
+
+    if output is Output.json:
+        echo_json(
+            [
+                {
+                    "topic": spec.name,
+                    "key": spec.key_field,
+                    "payloads": list(spec.event_types()),
+                    "partitions": spec.partitions,
+                    "retention_ms": spec.retention_ms,  # null: kept forever
+                    "compacted": spec.compacted,
+                }
+                for spec in TOPICS
+            ]
+        )
+        return
 
     table = Table(title="GFS topics")
     for column in ("topic", "key", "payloads", "partitions", "retention", "compacted"):

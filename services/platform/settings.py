@@ -43,6 +43,12 @@ class PlatformSettings(BaseSettings):
     # trace_id/span_id, service and pool; services/platform/logs.py). Env GFS_LOG_FORMAT, GFS_LOG_LEVEL.
     gfs_log_format: Literal["text", "json"] = "text"
     gfs_log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    # Where every HTTP API listens (SRE API, probes, /metrics) unless the service's own setting
+    # says otherwise (PREEMPTION_API_HOST, QUOTA_API_HOST, FORECAST_WEB_HOST, AGENT_METRICS_HOST).
+    # Loopback by default, so nothing is exposed by accident (the control writes change what a
+    # cluster evicts); 0.0.0.0 in a container or pod reached from outside (docker-compose.yml,
+    # infra/k8s). Env GFS_HTTP_HOST.
+    gfs_http_host: str = Field(default="127.0.0.1", min_length=1)
 
     @field_validator("gfs_log_level", mode="before")
     @classmethod
@@ -64,6 +70,10 @@ class PlatformSettings(BaseSettings):
         if not path.is_absolute():
             path = REPO_ROOT / path
         return path.resolve()
+
+    def bind_host(self, specific: str | None) -> str:
+        """The address an HTTP API binds: the service's own setting when set, else GFS_HTTP_HOST."""
+        return specific.strip() if specific and specific.strip() else self.gfs_http_host
 
     @property
     def bootstrap_servers(self) -> list[str]:

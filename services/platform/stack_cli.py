@@ -11,6 +11,8 @@ from typing import Annotated
 
 import typer
 
+from services.platform.cli_output import Output, OutputOption, echo_json
+
 app = typer.Typer(no_args_is_help=True, help="Operate the Kafka stack (topics, smoke check).")
 
 
@@ -103,6 +105,7 @@ def smoke(
 @app.command("node-key")
 def node_key_cmd(
     nodes: Annotated[list[str], typer.Argument(help="Node names (the agent's --node).")],
+    output: OutputOption = Output.table,
 ) -> None:
     """Print each node's command key (hex) derived from GFS_COMMAND_SECRET: `NODE KEY` per line.
 
@@ -122,5 +125,8 @@ def node_key_cmd(
     except ValueError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(code=2) from None
+    if output is Output.json:
+        echo_json(dict(keys))
+        return
     for node, key in keys:
         typer.echo(f"{node} {key}")

@@ -1,6 +1,7 @@
 """The preemption service's SRE API (aiohttp): reads of the decider's live state and of the
 decision records; the controls and the dashboard register their routes here. The metric families it
-serves on `/metrics` are defined in metrics.py."""
+serves on `/metrics` are defined in metrics.py; the contract (models, routes, query parameters) is
+api_spec.py, served at `/openapi.json`."""
 
 from __future__ import annotations
 
@@ -10,55 +11,59 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from services.platform.metrics import Metrics, metrics_handler
+from services.platform.openapi import add_openapi, identifier
 from services.preemption import controls, store
+from services.preemption.api_spec import API, Explain, Health, Pools, PoolView, Ready
 from services.preemption.dashboard import register_dashboard
 from services.preemption.explanations import explanation_dict
-from services.preemption.query_params import id_param, int_param
 
 if TYPE_CHECKING:
     from services.preemption.service import Decider
 
 
 def build_api(decider: Decider, metrics: Metrics, ready: asyncio.Event) -> web.Application:
-    async def healthz(_: web.Request) -> web.Response:
-        return web.json_response({"status": "alive", "instance": decider.instance})
+    async def healthz(request: web.Request) -> web.Response:
+        API.query(request)  # every route reads its query here: 400 for a bad or unknown parameter
+        return web.json_response(Health(status="alive", instance=decider.instance).model_dump())
 
-    async def readyz(_: web.Request) -> web.Response:
+    async def readyz(request: web.Request) -> web.Response:
+        API.query(request)
         ok = ready.is_set()
         # The inbox offset each owned partition has read up to (a replay driver's settle check).
         offsets = {str(p): s.next_offset for p, s in sorted(decider.partitions.items())}
-        return web.json_response(
-            {"ready": ok, "partitions": sorted(decider.partitions), "inbox_offsets": offsets},
-            status=200 if ok else 503,
-        )
+        body = Ready(ready=ok, partitions=sorted(decider.partitions), inbox_offsets=offsets)
+        return web.json_response(body.model_dump(), status=200 if ok else 503)
 
-    async def pools(_: web.Request) -> web.Response:
+    async def pools(request: web.Request) -> web.Response:
+        API.query(request)
         out = {}
         for name, c in sorted(decider.owned_pools().items()):
-            out[name] = {
-                "nodes": len(c.nodes),
-                "down": sorted(c.down),
-                "capacity_gpus": int(c.runtime.state.online_capacity),
-                "quota_gpus": {str(h): q for h, q in sorted(c.runtime.quota.items())},
-                "quota_version": c.quota_version,
-                "quota_frozen": c.quota_frozen,
-                "pending_binds": sorted(c.pending),
+            out[name] = PoolView(
+                nodes=len(c.nodes),
+                down=sorted(c.down),
+                capacity_gpus=int(c.runtime.state.online_capacity),
+                quota_gpus={str(h): q for h, q in sorted(c.runtime.quota.items())},
+                quota_version=c.quota_version,
+                quota_frozen=c.quota_frozen,
+                pending_binds=sorted(c.pending),
                 **c.running_and_queued(),
-            }
-        return web.json_response({"instance": decider.instance, "pools": out})
+            )
+        return web.json_response(Pools(instance=decider.instance, pools=out).model_dump(mode="json"))
 
     async def explain(request: web.Request) -> web.Response:
-        task_id = id_param(request, "task_id")
+        API.query(request)  # it takes none: 400 for any
+        task_id = identifier("task_id", request.match_info["task_id"])
         live = None
         for c in decider.owned_pools().values():
             if task_id in c.seen:
                 live = explanation_dict(c.explain(task_id))
         async with decider.pool.acquire() as connection:
             history = await store.decisions_of(connection, task_id)
-        return web.json_response({"task_id": task_id, "live": live, "decisions": history})
+        body = Explain.model_validate({"task_id": task_id, "live": live, "decisions": history})
+        return web.json_response(body.model_dump(mode="json"))
 
     async def decisions(request: web.Request) -> web.Response:
-        limit = int_param(request, "limit", default=50, low=1, high=500)
+        limit = API.query(request)["limit"]
         async with decider.pool.acquire() as connection:
             rows = await store.recent_decisions(connection, limit)
         return web.json_response(rows)
@@ -72,4 +77,5 @@ def build_api(decider: Decider, metrics: Metrics, ready: asyncio.Event) -> web.A
     app.router.add_get("/metrics", metrics_handler(metrics))
     controls.register(app, decider)
     register_dashboard(app, decider)  # /dashboard (dashboard.py)
+    add_openapi(app, API)
     return app

@@ -29,15 +29,20 @@ import json
 import logging
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import asyncpg
 from aiohttp import web
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ValidationError
 
+from services.preemption.api_spec import (  # the bodies
+    API,
+    EvictionCapRequest,
+    KillSwitchRequest,
+    QuotaRequest,
+)
 from services.preemption.controller import Controls, PoolController
 from services.preemption.inputs import Entry
-from services.preemption.query_params import int_param
 
 if TYPE_CHECKING:
     from services.preemption.service import Decider
@@ -47,41 +52,6 @@ log = logging.getLogger(__name__)
 ALL = "*"  # the scope of a control for every pool
 KILL_SWITCH, QUOTA, EVICTION_CAP = "kill_switch", "quota", "eviction_cap"
 _M = TypeVar("_M", bound=BaseModel)
-
-
-# ----- requests ----------------------------------------------------------------------------------
-class _Write(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    who: str = Field(min_length=1, max_length=200)
-    reason: str = Field(min_length=1, max_length=2000)
-    pool: str | None = Field(default=None, min_length=1)
-
-
-class KillSwitchRequest(_Write):
-    on: bool
-
-
-class QuotaRequest(_Write):
-    pool: str = Field(min_length=1)  # required here
-    mode: Literal["freeze", "override", "clear"]
-    quota_gpus: dict[int, float] | None = None  # guarantee hours -> GPUs (override only)
-
-    @model_validator(mode="after")
-    def _values(self) -> QuotaRequest:
-        if self.mode == "override":
-            if not self.quota_gpus:
-                raise ValueError('mode \'override\' needs quota_gpus, e.g. {"1": 10, "4": 6}')
-            if any(h < 1 or q < 0 for h, q in self.quota_gpus.items()):
-                raise ValueError("quota_gpus: guarantee hours >= 1 and GPUs >= 0")
-        elif self.quota_gpus is not None:
-            raise ValueError(f"quota_gpus is only for mode 'override', not {self.mode!r}")
-        return self
-
-
-class EvictionCapRequest(_Write):
-    max_evictions: int | None = Field(ge=0)  # None lifts the cap
-    interval_s: float = Field(default=3600.0, gt=0, le=86400)
 
 
 # ----- the desired state ---------------------------------------------------------------------------
@@ -281,6 +251,7 @@ def register(app: web.Application, decider: Decider) -> None:
     async def kill_switch(request: web.Request) -> web.Response:
         if (refused := _refusal(request, decider)) is not None:
             return refused
+        API.query(request)  # the body carries everything: 400 for a query parameter
         body = await _body(request, KillSwitchRequest)
         if isinstance(body, web.Response):
             return body
@@ -292,6 +263,7 @@ def register(app: web.Application, decider: Decider) -> None:
     async def quota(request: web.Request) -> web.Response:
         if (refused := _refusal(request, decider)) is not None:
             return refused
+        API.query(request)  # the body carries everything: 400 for a query parameter
         body = await _body(request, QuotaRequest)
         if isinstance(body, web.Response):
             return body
@@ -306,6 +278,7 @@ def register(app: web.Application, decider: Decider) -> None:
     async def eviction_cap(request: web.Request) -> web.Response:
         if (refused := _refusal(request, decider)) is not None:
             return refused
+        API.query(request)  # the body carries everything: 400 for a query parameter
         body = await _body(request, EvictionCapRequest)
         if isinstance(body, web.Response):
             return body
@@ -318,7 +291,8 @@ def register(app: web.Application, decider: Decider) -> None:
             await write(decider, EVICTION_CAP, body.pool or ALL, value, body.who, body.reason)
         )
 
-    async def current(_: web.Request) -> web.Response:
+    async def current(request: web.Request) -> web.Response:
+        API.query(request)
         rows = await load(decider.pool)
         now = decider.clock.now()
         pools = {}
@@ -335,8 +309,8 @@ def register(app: web.Application, decider: Decider) -> None:
         )
 
     async def audit(request: web.Request) -> web.Response:
-        limit = int_param(request, "limit", default=100, low=1, high=1000)
-        pool = request.query.get("pool")
+        query = API.query(request)  # 400 for a bad limit or pool, or an unknown parameter
+        limit, pool = query["limit"], query["pool"]
         async with decider.pool.acquire() as connection:
             rows = await connection.fetch(
                 """SELECT id, at, who, control, scope, action, previous, reason, instance

@@ -38,6 +38,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 
 from services.preemption import store
+from services.preemption.api_spec import API
 from services.preemption.controller import Decision
 from services.preemption.decision_text import describe
 from services.preemption.trace_view import register_trace_view
@@ -465,14 +466,9 @@ def register_dashboard(app: web.Application, decider: Decider, *, jaeger_ui_url:
     ui = (jaeger_ui_url or os.environ.get("JAEGER_UI_URL") or JAEGER_UI_URL).rstrip("/")
 
     async def data_of(request: web.Request) -> dict[str, Any]:
-        try:
-            limit = max(1, min(200, int(request.query.get("limit", "20"))))
-            window_s = max(60, int(float(request.query.get("window_s", DEFAULT_WINDOW_S))))
-            bucket_s = max(1, int(float(request.query.get("bucket_s", DEFAULT_BUCKET_S))))
-        except ValueError as exc:
-            raise web.HTTPBadRequest(text=f"bad query parameter: {exc}") from None
+        q = API.query(request)  # 400 with a JSON reason for a bad or unknown parameter (api_spec.py)
         return await dashboard_data(
-            decider, limit=limit, window_s=window_s, bucket_s=bucket_s, jaeger_ui_url=ui
+            decider, limit=q["limit"], window_s=q["window_s"], bucket_s=q["bucket_s"], jaeger_ui_url=ui
         )
 
     async def page(request: web.Request) -> web.Response:

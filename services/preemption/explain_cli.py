@@ -15,16 +15,19 @@ from typing import Any
 
 import typer
 
+from services.platform.cli_output import Output, OutputOption
+
 
 def explain(
     task_id: str = typer.Argument(..., help="the task id"),
     api: str = typer.Option("http://127.0.0.1:8082", "--api", help="preemption SRE API ('' to skip)"),
-    as_json: bool = typer.Option(False, "--json", help="print the raw records"),
+    as_json: bool = typer.Option(False, "--json", help="print the raw records (same as --output json)"),
+    output: OutputOption = Output.table,
 ) -> None:
     """Explain a task's scheduling: placements, evictions (victims, alternatives, costs), queue reason."""
     live = _from_api(api, task_id) if api else None
     decisions = live["decisions"] if live is not None else asyncio.run(_from_db(task_id))
-    if as_json:
+    if as_json or output is Output.json:
         typer.echo(
             json.dumps(
                 {"task_id": task_id, "live": live and live.get("live"), "decisions": decisions}, indent=2
@@ -85,8 +88,7 @@ def _plan_lines(plan: dict[str, Any] | None) -> list[str]:
     for a in plan.get("alternatives", []):
         out.append(
             f"      alternative {a['node']}: victims {', '.join(a['victims']) or 'none'}, "
-            f"cost {a['cost']:.6g}"
-            + _terms(a)
+            f"cost {a['cost']:.6g}" + _terms(a)
         )
     return out
 

@@ -119,7 +119,7 @@ class PreemptionSettings(PlatformSettings):
     # deploy) or "latest" (demos sharing a broker with older runs of the same pools).
     preemption_router_offset_reset: str = "earliest"
     preemption_pools: str = ""  # comma-separated pools this deployment schedules ("" = all)
-    preemption_api_host: str = "127.0.0.1"
+    preemption_api_host: str | None = None  # None: GFS_HTTP_HOST (loopback by default)
     preemption_api_port: int = 8082  # 0: no API
     preemption_dry_run: bool = False
     preemption_instance: str = ""  # default: host-pid
@@ -806,7 +806,8 @@ async def run_preemption_service(
             if settings.preemption_api_port:
                 runner = web.AppRunner(build_api(decider, metrics, ready))
                 await runner.setup()
-                await web.TCPSite(runner, settings.preemption_api_host, settings.preemption_api_port).start()
+                host = settings.bind_host(settings.preemption_api_host)
+                await web.TCPSite(runner, host, settings.preemption_api_port).start()
             consumer = AIOKafkaConsumer(
                 bootstrap_servers=settings.bootstrap_servers,
                 group_id=settings.preemption_group,

@@ -19,6 +19,9 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from services.platform.openapi import bad_request
+from services.preemption.api_spec import API
+
 JAEGER_QUERY_URL = "http://127.0.0.1:16686"  # the stack's Jaeger; JAEGER_QUERY_URL overrides
 
 
@@ -114,9 +117,10 @@ def register_trace_view(app: web.Application, *, query_url: str | None = None) -
     base = (query_url or os.environ.get("JAEGER_QUERY_URL") or JAEGER_QUERY_URL).rstrip("/")
 
     async def page(request: web.Request) -> web.Response:
+        API.query(request)  # it takes none (api_spec.py): 400 for any
         trace_id = request.match_info["trace_id"]
         if not trace_id.isalnum() or len(trace_id) > 32:
-            raise web.HTTPBadRequest(text="a trace id is up to 32 hex digits")
+            raise bad_request("trace_id", trace_id, "up to 32 hex digits")
         source = f"{base}/api/traces/{trace_id}"
         try:
             async with (

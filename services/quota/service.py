@@ -51,10 +51,12 @@ from services.platform.kafka.lag import LagProbe
 from services.platform.kafka.processing import ConsumeStats, MessageContext
 from services.platform.kafka.producer import EnvelopeProducer
 from services.platform.metrics import Metrics, configure_metrics, metrics_handler
+from services.platform.openapi import add_openapi
 from services.platform.outbox import OutboxRelay
 from services.platform.postgres import open_pool, transaction
 from services.platform.settings import PlatformSettings
 from services.quota import store
+from services.quota.api_spec import API, ForecastHealth, Health, PoolQuota, Ready
 from services.quota.book import PoolBook, QuotaComputation
 from services.quota.mapping import forecast_view, spot_quota, status_view
 from services.quota.metrics import register_metrics
@@ -70,7 +72,7 @@ TRACER = "gfs.quota"
 class QuotaServiceSettings(PlatformSettings):
     quota_refresh_s: float = 300.0
     quota_group: str = "gfs-quota"
-    quota_api_host: str = "127.0.0.1"
+    quota_api_host: str | None = None  # None: GFS_HTTP_HOST (loopback by default)
     quota_api_port: int = 8081  # 0: no API
     quota_fence_poll_s: float = 1.0
     # The fence is a lease (services/platform/fence.py): a dead or hung holder loses it within
@@ -276,20 +278,25 @@ class QuotaService:
 
 
 def build_api(service: QuotaService, metrics: Metrics, ready: asyncio.Event) -> web.Application:
-    """The SRE read API: quota per pool and duration, eta, eviction rate, the forecast behind it."""
+    """The SRE read API: quota per pool and duration, eta, eviction rate, the forecast behind it.
+    Its contract is api_spec.py (served at /openapi.json); none of its routes takes a query
+    parameter, so any is a 400 (a typo is refused rather than ignored)."""
 
-    async def healthz(_: web.Request) -> web.Response:
-        return web.json_response({"status": "alive"})
+    async def healthz(request: web.Request) -> web.Response:
+        API.query(request)
+        return web.json_response(Health(status="alive").model_dump())
 
-    async def readyz(_: web.Request) -> web.Response:
+    async def readyz(request: web.Request) -> web.Response:
+        API.query(request)
         ok = ready.is_set()
-        return web.json_response({"ready": ok}, status=200 if ok else 503)
+        return web.json_response(Ready(ready=ok).model_dump(), status=200 if ok else 503)
 
-    async def quotas(_: web.Request) -> web.Response:
+    async def quotas(request: web.Request) -> web.Response:
+        API.query(request)
         out = {}
         for name, c in sorted(service.latest.items()):
             quantile = c.inputs.hp_quantile
-            out[name] = {
+            out[name] = PoolQuota.model_validate({
                 "quota_gpus": {str(h): q for h, q in sorted(c.quota.items())},
                 "eta": c.eta,
                 "version": service.books[name].version,
@@ -315,19 +322,20 @@ def build_api(service: QuotaService, metrics: Metrics, ready: asyncio.Event) -> 
                     "fallback": c.forecast.fallback,
                     "p_quantile": None if quantile is None else [float(x) for x in quantile],
                 },
-            }
+            }).model_dump(mode="json")  # fmt: skip
         return web.json_response(out)
 
-    async def forecast_health(_: web.Request) -> web.Response:
+    async def forecast_health(request: web.Request) -> web.Response:
+        API.query(request)
         now = service.clock.now()
         out = {}
         for name, book in sorted(service.books.items()):
             samples, share = book.forecast_health(now)
-            out[name] = {
-                "samples_last_day": samples,
-                "coverage": share,  # realised <= predicted p-quantile
-                "target": book.settings.guarantee_rate,
-            }
+            out[name] = ForecastHealth(
+                samples_last_day=samples,
+                coverage=share,  # realised <= predicted p-quantile
+                target=book.settings.guarantee_rate,
+            ).model_dump()
         return web.json_response(out)
 
     app = web.Application()
@@ -336,6 +344,7 @@ def build_api(service: QuotaService, metrics: Metrics, ready: asyncio.Event) -> 
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/quotas", quotas)
     app.router.add_get("/metrics", metrics_handler(metrics))
+    add_openapi(app, API)
     return app
 
 
@@ -381,7 +390,9 @@ async def run_quota_service(
             if settings.quota_api_port:
                 runner = web.AppRunner(build_api(service, metrics, ready))
                 await runner.setup()
-                await web.TCPSite(runner, settings.quota_api_host, settings.quota_api_port).start()
+                await web.TCPSite(
+                    runner, settings.bind_host(settings.quota_api_host), settings.quota_api_port
+                ).start()
             if not await fence.acquire(stop):
                 return stats
             await service.load()

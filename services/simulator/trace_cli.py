@@ -9,6 +9,8 @@ from typing import Annotated
 
 import typer
 
+from services.platform.cli_output import Output, OutputOption, echo_json
+
 app = typer.Typer(
     no_args_is_help=True, help="GFS-format traces: synthesise (synth, mmpp), HP demand series, statistics."
 )
@@ -127,6 +129,7 @@ def demand(
 def stats(
     trace: Annotated[Path, typer.Option(help="GFS-format trace directory")],
     markdown: Annotated[bool, typer.Option("--markdown", help="print a Markdown table")] = False,
+    output: OutputOption = Output.table,
 ) -> None:
     """Print the trace's key statistics next to the real GFS trace's published values."""
     from rich.console import Console
@@ -145,6 +148,17 @@ def stats(
         if cap:
             rows.append(StatRow(f"{pool}: HP demand hourly peak max / capacity", float(series.max()) / cap,
                                 None, "demand.py (A10: <= 0.9 with the cap)"))  # fmt: skip
+    if output is Output.json:
+        # NaN (a short trace without Spot jobs) is no JSON number: null, like a missing target.
+        def number(value: float | None) -> float | None:
+            return None if value is None or value != value else value
+
+        echo_json([
+            {"statistic": r.name, "target": number(r.target), "generated": number(r.generated),
+             "unit": r.unit, "source": r.source}
+            for r in rows
+        ])  # fmt: skip
+        return
     if markdown:
         typer.echo(format_table(rows))
         return

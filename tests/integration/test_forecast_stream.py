@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import json
 import os
 import socket
 import subprocess
@@ -321,6 +322,28 @@ async def test_the_worker_answers_the_kubernetes_probes(stream: tuple[str, Path]
                 assert response.status == 503 and body == {"ready": False}
             assert time.monotonic() < deadline, "the worker did not become ready in 60 s"
             await asyncio.sleep(0.5)
+
+
+async def test_the_worker_serves_its_openapi_document(stream: tuple[str, Path]) -> None:
+    # Issue 26: the worker's pages are described at /openapi.json, the checked-in copy, and its
+    # answers validate against it.
+    from jsonschema import Draft202012Validator
+
+    from services.api_docs import DOCS_DIR
+
+    _, log = stream
+    base = f"http://127.0.0.1:{(log.parent / 'port').read_text()}"
+    async with aiohttp.ClientSession() as http:
+        async with http.get(f"{base}/openapi.json") as response:
+            assert response.status == 200
+            doc = await response.json()
+        assert doc == json.loads((DOCS_DIR / "forecast.openapi.json").read_text())
+        for path in ("/healthz", "/readyz"):
+            async with http.get(base + path) as response:
+                body = await response.json()
+            answer = doc["paths"][path]["get"]["responses"][str(response.status)]
+            schema = answer["content"]["application/json"]["schema"]
+            Draft202012Validator({**schema, "components": doc["components"]}).validate(body)
 
 
 async def test_a_cancel_stamped_far_in_the_future_is_dead_lettered_and_the_pool_still_forecasts(

@@ -33,6 +33,7 @@ SETTINGS_ENV_NAMES = frozenset(
         "OTEL_EXPORTER_OTLP_ENDPOINT",
         "OTEL_SERVICE_NAME",
         "GFS_SHARED_DIR",
+        "GFS_HTTP_HOST",
     }
 )
 
@@ -138,6 +139,8 @@ def test_service_env_uses_exactly_the_settings_names(compose: dict[str, Any], se
     assert env["OTEL_SERVICE_NAME"] == f"gfs-{service}"
     assert env["KAFKA_BOOTSTRAP_SERVERS"] == "kafka:9092"
     assert env["DATABASE_URL"].startswith("postgresql://gfs:gfs@postgres:5432/")
+    # Loopback (the default) inside a container is unreachable from the others and from its ports.
+    assert env["GFS_HTTP_HOST"] == "0.0.0.0"
 
 
 @pytest.mark.parametrize("service", GFS_SERVICES)

@@ -82,3 +82,16 @@ def test_cli_writes_before_and_after_reports(tmp_path: Path) -> None:
     assert "| a/org-1 | no |" in res.output  # no artifact: nobody is seen
     bad = CliRunner().invoke(app, ["coverage", "--series", str(csv), "--online", "maybe"])
     assert bad.exit_code != 0
+
+
+def test_cli_output_json_prints_only_the_reports_on_stdout(tmp_path: Path) -> None:
+    csv = tmp_path / "series.csv"
+    write_csv(_series(), csv)
+    res = CliRunner().invoke(app, ["coverage", "--series", str(csv), "--start-hour", "250", "-o", "json"])
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.stdout)  # progress went to stderr: stdout is the one document
+    assert set(data["reports"]) == {"last-value", "last-value + online"}
+    assert data["artifact"] == "None" and data["reports"]["last-value"]["tenants"]["a/org-1"]["seen"] is False
+    assert "last-value: done" in res.stderr
+    bad = CliRunner().invoke(app, ["coverage", "--series", str(csv), "-o", "yaml"])
+    assert bad.exit_code != 0

@@ -70,3 +70,37 @@ def test_a_service_subclass_adds_fields_and_keeps_the_base_ones(clean_env: pytes
     clean_env.setenv("OTEL_SERVICE_NAME", "gfs-quota")
     settings = QuotaSettings()
     assert (settings.quota_interval_s, settings.otel_service_name) == (60.0, "gfs-quota")
+
+
+def test_http_apis_bind_loopback_unless_gfs_http_host_or_their_own_setting_says(
+    clean_env: pytest.MonkeyPatch,
+) -> None:
+    from services.forecast.app import ForecastServiceSettings
+    from services.node_agent.settings import NodeAgentSettings
+    from services.preemption.service import PreemptionSettings
+    from services.quota.service import QuotaServiceSettings
+
+    for name in (
+        "GFS_HTTP_HOST",
+        "PREEMPTION_API_HOST",
+        "QUOTA_API_HOST",
+        "FORECAST_WEB_HOST",
+        "AGENT_METRICS_HOST",
+    ):
+        clean_env.delenv(name, raising=False)
+    own = {
+        PreemptionSettings: ("PREEMPTION_API_HOST", "preemption_api_host"),
+        QuotaServiceSettings: ("QUOTA_API_HOST", "quota_api_host"),
+        ForecastServiceSettings: ("FORECAST_WEB_HOST", "forecast_web_host"),
+        NodeAgentSettings: ("AGENT_METRICS_HOST", "agent_metrics_host"),
+    }
+    for cls, (env, field) in own.items():
+        assert cls().bind_host(getattr(cls(), field)) == "127.0.0.1", cls  # safe by default
+        clean_env.setenv("GFS_HTTP_HOST", "0.0.0.0")
+        assert cls().bind_host(getattr(cls(), field)) == "0.0.0.0", cls  # one setting for all
+        clean_env.setenv(env, "10.1.2.3")
+        assert cls().bind_host(getattr(cls(), field)) == "10.1.2.3", cls  # the service's own wins
+        clean_env.setenv(env, " ")
+        assert cls().bind_host(getattr(cls(), field)) == "0.0.0.0", cls  # blank: unset
+        clean_env.delenv(env)
+        clean_env.delenv("GFS_HTTP_HOST")
