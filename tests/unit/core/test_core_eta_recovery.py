@@ -22,6 +22,7 @@ from services.core.quota import ForecastQuota, QuotaInputs, QuotaSettings, next_
 DEFAULT = QuotaSettings()
 WAIT_FOR_EVIDENCE = QuotaSettings(grow_without_evidence=False)  # the ablation: main's rule
 ON_HEAD_WAIT = QuotaSettings(grow_only_when_quota_binds=False)  # gfs-grow-on-wait
+LENIENT = QuotaSettings(target_eviction_rate=0.2)
 
 
 def _inputs(failed: int, succeeded: int, *, held: float | None, head: float | None = None) -> QuotaInputs:
@@ -58,9 +59,14 @@ ROWS = [
     Row("floor-empty-window-ablation-stalls", 0.1, 0, 0, 4000.0, WAIT_FOR_EVIDENCE, 0.1),
     # Five successes, no failure: ER_lo = 0 -> x 1.5: 0.4 -> 0.6.
     Row("few-successes-grow", 0.4, 0, 5, 4000.0, DEFAULT, 0.6),
-    # One failure of five: ER_lo = 1/20 = 0.05 <= 0.05, factor 1.5 - 0.5 = 1.0 -> 0.4 unchanged.
-    # (Judged on the five alone, ER = 0.2 would shrink; ignoring the failure would give 0.6.)
+    # One failure of five: ER_lo = 1/20 = 0.05, at the growth bound 0.5 x eps (just above it in
+    # floating point, eps = 1 - 0.9; at equality the factor 1.5 - 0.5 = 1 changes nothing either):
+    # 0.4 unchanged. Ignoring the failure would give 0.6.
     Row("one-failure-no-growth", 0.4, 1, 4, 4000.0, DEFAULT, 0.4),
+    # A lenient target eps = 0.2 (growth bound 0.1): one failure of five, ER_lo = 1/20 = 0.05 ->
+    # factor 1.5 - 0.05 / 0.2 = 1.25: 0.4 -> 0.5. (The five alone, ER 0.2 > 0.1: no growth; the
+    # failure ignored: x 1.5 = 0.6; the sign flipped: x 1.75 = 0.7.)
+    Row("padded-failure-slows-growth", 0.4, 1, 4, 4000.0, LENIENT, 0.5),
     # Three failures, no success: ER_lo = 0.15 >= 1.5 eps, yet a sparse window never shrinks: 0.5.
     Row("sparse-never-shrinks", 0.5, 3, 0, 4000.0, DEFAULT, 0.5),
     # Held 3000 s <= 3600 s: no growth.
