@@ -17,6 +17,7 @@ class GuaranteeLedger:
         self.succeeded_total = 0
         self._success: deque[float] = deque()
         self._failure: deque[float] = deque()
+        self._pruned_to = float("-inf")  # outcomes at or before this left the deques
 
     def success(self, now: float, count: int = 1) -> int:
         """Log `count` successful periods (a negative count logs none); returns how many."""
@@ -30,9 +31,23 @@ class GuaranteeLedger:
         self.failed_total += 1
         self._failure.append(now)
 
+    def retract_failure(self, at: float) -> bool:
+        """Withdraw one failure logged at `at` (a stop that turned out not to be an eviction);
+        False if none was logged then. One already out of the window leaves only the total."""
+        if self.failed_total <= 0:
+            return False
+        try:
+            self._failure.remove(at)
+        except ValueError:
+            if at > self._pruned_to:
+                return False  # not pruned from the window, yet not there: never logged
+        self.failed_total -= 1
+        return True
+
     def recent(self, now: float) -> tuple[int, int]:
         """(failed, succeeded) periods logged in (now - window, now]."""
         horizon = now - self.window_s
+        self._pruned_to = max(self._pruned_to, horizon)
         for dq in (self._success, self._failure):
             while dq and dq[0] <= horizon:
                 dq.popleft()

@@ -15,6 +15,12 @@ each kept as a setting so its ablation can switch it back alone:
   spot GPUs the forecast itself expects HP to take back;
 - eta grows only when spot work was held back by the quota (`grow_only_when_quota_binds`): when
   placement blocks the queue, a larger quota admits nothing and only raises later evictions.
+
+Issue 22 (docs/decisions.md, "Eta recovers without evidence"): with fewer than `min_periods`
+outcomes in the window, eta still grows when the quota held spot work back long enough, judged on
+the window padded with successes up to `min_periods` (`grow_without_evidence`). Before, eta waited
+for evidence that only admitted spot work can produce: at its floor, with the quota below every
+queued spot task, no spot ran, nothing was logged and eta never moved again.
 """
 
 from __future__ import annotations
@@ -51,6 +57,10 @@ class QuotaSettings:
     # plus a reservation's growth; False: every queued HP GPU, as issue 10 had it.
     placeable_floor: bool = True
     grow_only_when_quota_binds: bool = True  # False: grow whenever the queue head waited long
+    # Issue 22: with fewer than `min_periods` outcomes, grow as if the missing ones had succeeded
+    # (never shrink on them); False: eta waits for `min_periods` outcomes (ablation
+    # gfs-no-eta-recovery), which stalls spot for good once the quota admits none of it.
+    grow_without_evidence: bool = True
 
     def __post_init__(self) -> None:
         if not 0.0 < self.guarantee_rate < 1.0:
@@ -127,18 +137,29 @@ def quota_per_hours(spare: np.ndarray, eta: float, max_hours: int) -> dict[int, 
 def next_eta(eta: float, inputs: QuotaInputs, s: QuotaSettings) -> float:
     """Eviction feedback toward the target rate eps: shrink by eps/ER when ER >= 1.5 eps; grow by
     (1.5 - ER/eps) (the fix of spec 8 #2, a factor in [1, 1.5]) when ER <= 0.5 eps and spot work
-    has waited over `head_wait_s` (held back by the quota, by default); nothing until
-    `min_periods` outcomes are logged. Clamped to [eta_min, eta_max]."""
+    has waited over `head_wait_s` (held back by the quota, by default). Clamped to
+    [eta_min, eta_max].
+
+    With fewer than `min_periods` outcomes in the window ER is not known. The paper's rule then
+    does nothing, which can never end once the quota admits no spot task (no outcome can be
+    logged). With `grow_without_evidence` eta may still grow, judged on the window padded with
+    successes up to `min_periods`: ER_lo = failed / min_periods, the lowest rate the window can
+    still show once it holds enough outcomes. So a window without failures grows eta by 1.5; one
+    failure (of 20, eps 0.1) already stops growth until it leaves the window; and the rule meets
+    the full one at `min_periods` (no jump). A sparse window never shrinks eta."""
     total = inputs.failed_recent + inputs.succeeded_recent
-    if total < s.min_periods:
+    sparse = total < s.min_periods
+    if sparse and not s.grow_without_evidence:
         return eta
     eps = s.target
-    rate = inputs.failed_recent / total
+    rate = inputs.failed_recent / (s.min_periods if sparse else total)
     waited = inputs.quota_held_wait_s if s.grow_only_when_quota_binds else inputs.head_wait_s
-    if rate >= s.shrink_at * eps:
+    if not sparse and rate >= s.shrink_at * eps:
         eta = eta * eps / rate
     elif rate <= s.grow_at * eps and waited is not None and waited > s.head_wait_s:
         eta = eta * (1.5 - rate / eps)
+    elif sparse:
+        return eta  # nothing to go on: unchanged, not even clamped (as before issue 22)
     return min(s.eta_max, max(s.eta_min, eta))
 
 

@@ -209,6 +209,14 @@ class PoolRuntime:
         self._logged[task_id] = self._logged.get(task_id, 0) + 1
         return True
 
+    def void_failure(self, at: float) -> bool:
+        """A stop decided at `at` logged a failed period, but the run had already ended on its own
+        (the live service learns it later, from the acks and exits: docs/attempts.md): withdraw
+        the failure, so neither eta's feedback nor the node cost (F_v, spec 5.2) counts an eviction
+        that evicted nothing. The interrupted period stays void (neither success nor failure), as
+        the live service reports it. False if no failure was logged at `at`."""
+        return self.ledger.retract_failure(at)
+
     def next_period_end(self, task_id: TaskId) -> float | None:
         """When the running task's next guarantee period closes (spot only)."""
         start = self.run_start(task_id)

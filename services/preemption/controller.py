@@ -276,6 +276,7 @@ class _Ending:
     acked_at: dict[str, datetime] = field(default_factory=dict)
     exited_at: datetime | None = None
     preemptor: str | None = None  # the HP task that needed the GPUs (a re-issued eviction names it)
+    decided_s: float = 0.0  # the runtime's time of the stop (its failed period was logged then)
 
 
 class PoolController:
@@ -658,6 +659,9 @@ class PoolController:
         # TaskEvicted, no failed guarantee period; the requeued task is withdrawn from the runtime
         # (or its next attempt, whose binds are still held, is dropped).
         out.events += ending.closes[:-1] if ending.failed_close else ending.closes
+        if ending.failed_close:
+            # The runtime logged the failure when it decided the eviction: withdraw it there too.
+            self.runtime.void_failure(ending.decided_s)
         codes = [ending.run.own_exits[w] for w in sorted(ending.run.own_exits)]
         code = next((c for c in codes if c != 0), 0)
         out.events.append(TaskFinished(task_id=tid, exit_code=code, finished_at=ending.exited_at or utc(now)))
@@ -1080,6 +1084,7 @@ class PoolController:
             ending = _Ending(
                 tid, spec.task_class, run, commands, reason, lost, requeued, closes, stop.failed_period,
                 deadline, placements, dict(task.started), preemptor=stop.preemptor,
+                decided_s=self.runtime.now,
             )
             self.ending[tid] = ending
             phase = run.evict(set(commands.values()))

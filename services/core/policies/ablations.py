@@ -14,6 +14,9 @@ paper's setting as this project ran it before issue 10):
 Issue 21's changes, each switched back alone:
 - gfs-queued-floor: the floor counts every queued HP GPU, placeable or not (issue 10's floor);
 - gfs-no-reservation: no head-of-queue reservation for long-waiting HP tasks.
+
+Issue 22's change, switched back alone (and in gfs-paper, which predates it):
+- gfs-no-eta-recovery: eta waits for `min_periods` outcomes before it may grow again.
 """
 
 from __future__ import annotations
@@ -55,11 +58,14 @@ QUOTA_ABLATIONS: dict[str, dict[str, object]] = {
     "gfs-no-demand-floor": {"observed_floor": False},
     "gfs-eta-unbounded": {"eta_max": 1.5},
     "gfs-grow-on-wait": {"grow_only_when_quota_binds": False},
+    # Issue 22: eta waits for evidence again (the spot stall once the quota admits no spot task).
+    "gfs-no-eta-recovery": {"grow_without_evidence": False},
     "gfs-paper": {
         "demand_source": "trace",
         "observed_floor": False,
         "eta_max": 1.5,
         "grow_only_when_quota_binds": False,
+        "grow_without_evidence": False,
     },
 }
 

@@ -8,6 +8,7 @@ import pytest
 
 from schemas.fields import GuaranteeHours
 from services.core.guarantee import OFFERED_GUARANTEE_HOURS
+from services.core.quota import QuotaSettings
 from services.quota.book import ForecastView, PoolBook, StatusView
 
 T0 = 1_700_000_000.0  # any instant; the book reads no clock
@@ -121,3 +122,26 @@ def test_forecast_health_counts_hours_whose_demand_stayed_under_the_quantile() -
     assert book.forecast_health(T0 + 600) == (3, pytest.approx(2 / 3))
     assert not book.update_status(_status(T0 + 60, hp_running=99.0))  # older: ignored, not sampled
     assert book.forecast_health(T0 + 25 * H) == (0, None)
+
+
+@pytest.mark.parametrize(
+    ("failures", "recovery", "expected_eta"),
+    [
+        # Issue 22 (the spot stall): no outcome in the window, eta at its floor, the quota held the
+        # spot head for 4000 s > 3600 s: ER_lo = 0 / 20 -> eta x 1.5 = 0.15.
+        (0, True, 0.15),
+        # One failure in the window: ER_lo = 1 / 20 = 0.05 -> factor 1.5 - 0.5 = 1: unchanged.
+        (1, True, 0.1),
+        # The rule switched off (gfs-no-eta-recovery): fewer than 20 outcomes, eta waits for ever.
+        (0, False, 0.1),
+    ],
+)
+def test_eta_recovers_in_the_live_quota_without_evidence(
+    failures: int, recovery: bool, expected_eta: float
+) -> None:
+    book = PoolBook("A100", settings=QuotaSettings(grow_without_evidence=recovery), eta=0.1)
+    book.update_status(_status(quota_held_wait_s=4000.0))
+    for i in range(failures):
+        book.record_outcome(f"t{i}", T0 - 600.0, T0 - 60.0, succeeded=False)
+    computed = book.compute(T0, 300.0)
+    assert computed is not None and computed.eta == pytest.approx(expected_eta)
