@@ -123,6 +123,11 @@ def _stopped(w: WorkerEntry) -> bool:
     return signalled or never
 
 
+def _node_of(w: WorkerEntry, binds: dict[UUID, BindCommand]) -> str | None:
+    bind = binds.get(w.command_id)
+    return None if bind is None else bind.node
+
+
 def check(
     records: Sequence[Seen],
     workers: dict[str, list[WorkerEntry]],
@@ -220,17 +225,20 @@ def check(
         return max((a for a in earlier if a is not None), default=None)
 
     # (b) every TaskEvicted against what the agents did.
-    evicted_attempts: Counter[tuple[str, int | None]] = Counter()
-    genuine_by_task: Counter[str] = Counter()
+    # One TaskEvicted per eviction command, so per node: a gang on two nodes has two.
+    evicted_attempts: Counter[tuple[str, int | None, str]] = Counter()
+    genuine: set[tuple[str, int | None]] = set()
     for ev in of(TaskEvicted):
         report.task_evicted += 1
         command = evict_by_id.get(ev.command_id)
         attempt = attempt_of(command, ev.task_id) if command is not None else None
         label = f"{ev.task_id}#{attempt} ({ev.reason}, {ev.command_id})"
-        evicted_attempts[(ev.task_id, attempt)] += 1
-        if evicted_attempts[(ev.task_id, attempt)] == 2:
+        evicted_attempts[(ev.task_id, attempt, ev.node)] += 1
+        if evicted_attempts[(ev.task_id, attempt, ev.node)] == 2:
             report.evicted_twice.append(label)
-        ran = runs.get((ev.task_id, attempt), [])
+        if evicted_attempts[(ev.task_id, attempt, ev.node)] > 1:
+            continue
+        ran = [w for w in runs.get((ev.task_id, attempt), []) if _node_of(w, bind_by_id) in (ev.node, None)]
         bound = any(k[0] == ev.task_id and k[1] == attempt for k in first_bind)
         if not ran:
             (report.unverified_evictions if bound else report.false_evictions).append(
@@ -241,16 +249,26 @@ def check(
             report.false_evictions.append(f"{label}: every worker exited on its own (codes {codes})")
         elif any(_stopped(w) for w in ran):
             report.genuine_evictions += 1
-            genuine_by_task[ev.task_id] += 1
+            genuine.add((ev.task_id, attempt))
             if all(w.pid is None for w in ran):
                 report.evicted_before_start += 1
         else:
             report.false_evictions.append(f"{label}: its workers were never stopped by the agent")
-    failed = Counter(p.task_id for p in of(GuaranteePeriodClosed) if p.outcome is GuaranteeOutcome.FAILED)
-    for task, n in sorted(failed.items()):
-        if n > genuine_by_task[task]:
+    # A FAILED period says "evicted inside the period": one per really evicted attempt. An
+    # attempt's eviction is decided with its period closed at the same instant, so a FAILED
+    # period whose end is no eviction command's issued_at stopped nothing that ran.
+    evicted_at = {(t, e.issued_at) for e in evict_by_id.values() for t in e.task_ids}
+    failed: dict[str, list[GuaranteePeriodClosed]] = defaultdict(list)
+    for p in of(GuaranteePeriodClosed):
+        if p.outcome is GuaranteeOutcome.FAILED:
+            failed[p.task_id].append(p)
+    for task, periods in sorted(failed.items()):
+        really = sum(1 for t, _ in genuine if t == task)
+        if len(periods) > really:
+            orphans = sum(1 for p in periods if (task, p.period_end) not in evicted_at)
             report.false_failed_periods.append(
-                f"{task}: {n} FAILED periods, {genuine_by_task[task]} evictions"
+                f"{task}: {len(periods)} FAILED periods, {really} evicted attempts "
+                f"({orphans} closed with no eviction command)"
             )
 
     # Races exercised: own exits against the evictions that named their attempt.

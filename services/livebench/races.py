@@ -32,7 +32,7 @@ import subprocess
 import sys
 import time
 import uuid
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Any
@@ -360,6 +360,7 @@ async def run_races(plan: RacePlan, workdir: Path, *, echo: Any = print) -> tupl
             admin = await asyncpg.connect(settings.database_url)
             await admin.execute(f'DROP SCHEMA "{schema}" CASCADE')
             await admin.close()
+    _keep(workdir, reader.records, journals)
     numbers["wall_s"] = round(time.monotonic() - started, 1)
     numbers["journal_snapshots"] = journals.snapshots
     report = check(
@@ -369,6 +370,26 @@ async def run_races(plan: RacePlan, workdir: Path, *, echo: Any = print) -> tupl
         end=end,
     )
     return report, numbers
+
+
+def _keep(workdir: Path, records: list[Seen], journals: _Journals) -> None:
+    """What the check read, for a second look: records.jsonl and the merged journals."""
+    with (workdir / "records.jsonl").open("w") as out:
+        for r in records:
+            line = {
+                "topic": r.topic,
+                "timestamp_ms": r.timestamp_ms,
+                "occurred_at": r.occurred_at.isoformat(),
+                "type": type(r.payload).__name__,
+                "payload": r.payload.model_dump(mode="json"),
+            }
+            out.write(json.dumps(line) + "\n")
+    merged = {
+        node: {"workers": {k: w.model_dump(mode="json") for k, w in journals.workers[node].items()},
+               "commands": {k: c.model_dump(mode="json") for k, c in journals.commands[node].items()}}
+        for node in journals.paths
+    }  # fmt: skip
+    (workdir / "journals.json").write_text(json.dumps(merged))
 
 
 def _kill_workers(journals: _Journals) -> None:
@@ -463,7 +484,16 @@ def races(
     for line in lines:
         typer.echo(line)
     (folder / "report.json").write_text(
-        json.dumps({"numbers": numbers, "report": asdict(report), "lines": lines}, indent=1, default=str)
+        # Not asdict: it rebuilds a Counter from (key, count) pairs, counting the pairs.
+        json.dumps(
+            {
+                "numbers": numbers,
+                "report": {f.name: getattr(report, f.name) for f in fields(report)},
+                "lines": lines,
+            },
+            indent=1,
+            default=str,
+        )
     )
     unfinished = numbers.get("unfinished_state", {})
     lost = [t for t, s in unfinished.items() if s not in ("running", "queued")]

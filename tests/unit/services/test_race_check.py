@@ -127,10 +127,40 @@ def test_evictions_are_judged_by_what_the_agent_did() -> None:
     assert "exited on its own (codes 0)" in report.false_evictions[0]
     assert "no bind of this attempt" in report.false_evictions[1]
     assert [x.split(" ")[0] for x in report.evicted_twice] == ["t2#1"]
-    assert report.genuine_evictions == 3  # t2 twice, t3
+    assert report.genuine_evictions == 2  # t2 (once), t3
     assert report.evicted_before_start == 1 and report.evict_read_before_bind == 1
-    assert report.false_failed_periods == ["t1: 1 FAILED periods, 0 evictions"]
+    # t1's period closed at 11, when no eviction command was issued (they were at 10).
+    assert report.false_failed_periods == [
+        "t1: 1 FAILED periods, 0 evicted attempts (1 closed with no eviction command)"
+    ]
     assert not report.ok
+
+
+def test_a_gang_evicted_on_two_nodes_is_one_eviction_with_one_failed_period() -> None:
+    b0, b1 = bind("g", 1, (0,), 5), bind("g", 1, (0,), 5)
+    b1 = b1.model_copy(
+        update={"node": "n1", "placements": (Placement(worker_index=1, node="n1", gpu_indices=(0,)),)}
+    )
+    e0 = evict("g", 1, 10)
+    e1 = e0.model_copy(update={"command_id": uuid.uuid4(), "node": "n1"})
+    w0 = worker("g", 1, (0,), start=5, stop=10.2, code=-15, sigterm=10.1, command=b0.command_id)
+    w1 = worker("g", 1, (0,), start=5, stop=10.3, code=0, sigterm=10.1, command=b1.command_id)  # trapped TERM
+    w1 = w1.model_copy(update={"worker_index": 1})
+    ev1 = evicted(e1, 11).model_copy(update={"node": "n1"})
+    closed = GuaranteePeriodClosed(task_id="g", pool="P", period_start=at(5), period_end=at(10),
+                                   outcome=GuaranteeOutcome.FAILED)  # fmt: skip
+    # Its next attempt was placed at 10.5 but held (attempt 1 still ending), then preempted at 10.8
+    # before its bind went out: no command, yet a FAILED period.
+    held = GuaranteePeriodClosed(task_id="g", pool="P", period_start=at(10.5), period_end=at(10.8),
+                                 outcome=GuaranteeOutcome.FAILED)  # fmt: skip
+    records = [seen(x) for x in (b0, b1, e0, e1, evicted(e0, 11), ev1, closed)]
+    report = check(records, {NODE: [w0], "n1": [w1]}, {}, end=END)
+    assert report.task_evicted == 2 and report.genuine_evictions == 2  # one per node's command
+    assert report.evicted_twice == [] and report.false_evictions == [] and report.false_failed_periods == []
+    report = check([*records, seen(held)], {NODE: [w0], "n1": [w1]}, {}, end=END)
+    assert report.false_failed_periods == [
+        "g: 2 FAILED periods, 1 evicted attempts (1 closed with no eviction command)"
+    ]
 
 
 def test_exits_racing_an_eviction_are_counted_by_when_they_happened() -> None:
