@@ -1021,7 +1021,11 @@ class PoolController:
         run = task.run
         task.run = None
         if held or not nodes or run is None:
-            out.events += closes
+            # A held attempt never reached a node (its binds did not go out), so no period of it
+            # ran: reporting one, FAILED, would feed the quota's feedback a failure nobody suffered
+            # (found by `gfs livebench races`, docs/decisions.md). The scheduling is the same.
+            if not held:
+                out.events += closes
             out.decisions.append(
                 Decision(tid, "evicted", now, {"reason": reason.value, "nodes": [], "explanation": why})
             )

@@ -160,3 +160,24 @@ def test_cancelling_a_task_whose_binds_are_held_sends_no_eviction() -> None:
     out = w.event(TaskCancelled(task_id="B", tenant="org-a"), 2002)
     assert not [c for c in out.commands if isinstance(c, EvictCommand)]  # its bind never went out
     assert "B" not in w.c.pending
+
+
+def test_an_attempt_preempted_while_its_bind_is_held_closes_no_failed_period() -> None:
+    # Found by `gfs livebench races` (issue 22): a spot task requeued by an eviction was placed
+    # again while its first attempt was still ending, so its bind was held; an HP task then took
+    # those GPUs. Nothing of that attempt ever reached a node, no EvictCommand and no TaskEvicted
+    # went out, yet a FAILED guarantee period was published: a failure the quota's feedback counts
+    # for a run that never happened.
+    w, bind_a, _, evict = _evicted_b()
+    w.event(_exit(bind_a, 0, 2001), 2001)  # A finishes: B's attempt 2 placed on n0, its bind held
+    assert "B" in w.c.pending and w.c.tasks["B"].attempt == 2
+    out = w.event(_task("H2", TaskClass.HP), 2002)  # H2 needs n0's 2 GPUs: B's held attempt goes
+    assert "B" not in w.c.pending
+    assert not [c for c in out.commands if isinstance(c, EvictCommand)]  # nothing to stop
+    assert not [e for e in out.events if isinstance(e, TaskEvicted)]
+    assert not [e for e in out.events if isinstance(e, GuaranteePeriodClosed)]
+    # Attempt 1's own eviction still ends as it should: one TaskEvicted, one FAILED period.
+    out = w.event(_ack(evict, EvictOutcome.KILLED, 2005), 2005)
+    assert isinstance(_one(out.events, TaskEvicted), TaskEvicted)
+    periods = [e for e in out.events if isinstance(e, GuaranteePeriodClosed)]
+    assert [p.outcome for p in periods] == [GuaranteeOutcome.FAILED]
