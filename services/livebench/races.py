@@ -64,14 +64,14 @@ READ_TOPICS = (
 @dataclass(frozen=True, slots=True)
 class RacePlan:
     tasks: int = 10_000
-    rate: float = 8.0
+    rate: float = 10.0
     nodes: int = 4
     gpus: int = 8
     hp_share: float = 0.35
     gang_share: float = 0.05
     trap_share: float = 0.25
     min_s: float = 0.2
-    max_s: float = 2.0
+    max_s: float = 4.0
     ack_delay_max_s: float = 0.3
     spot_quota: float = 0.9
     grace_s: float = 2.0

@@ -20,7 +20,7 @@ async def test_exits_racing_evictions_bind_no_gpu_twice_and_evict_nothing_falsel
 ) -> None:
     monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", kafka_bootstrap)
     monkeypatch.setenv("DATABASE_URL", database_url)
-    plan = RacePlan(tasks=300, rate=8.0, settle_s=120.0, seed=22)
+    plan = RacePlan(tasks=300, settle_s=120.0, seed=22)
     report, numbers = await run_races(plan, tmp_path / "races", echo=lambda _: None)
     summary = "\n".join(render(report, numbers))
     # The races happened: evictions met workers that had just ended on their own, acks were late.
