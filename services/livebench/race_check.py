@@ -31,7 +31,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 from uuid import UUID
 
 from schemas.commands import BindCommand, EvictAck, EvictCommand, EvictOutcome
@@ -46,6 +46,7 @@ from schemas.tasks import (
 from schemas.workers import WorkerExited, WorkerStarted
 from services.node_agent.journal import CommandEntry, WorkerEntry
 
+T = TypeVar("T")
 NOT_STARTED = 127  # the agent's exit code for a worker it never started (agent.NOT_STARTED_EXIT_CODE)
 EPS = 1e-9
 
@@ -139,7 +140,10 @@ def check(
     observation stopped (a hold still open counts until then)."""
     report = RaceReport()
     end_s = end.timestamp()
-    of = lambda kind: [r.payload for r in records if isinstance(r.payload, kind)]  # noqa: E731
+
+    def of(kind: type[T]) -> list[T]:
+        return [r.payload for r in records if isinstance(r.payload, kind)]
+
     binds: list[BindCommand] = of(BindCommand)
     evicts: list[EvictCommand] = of(EvictCommand)
     bind_by_id = {b.command_id: b for b in binds}
@@ -215,7 +219,7 @@ def check(
         1
         for ws in runs.values()
         for w in ws
-        if w.pid is None and w.exit_code == NOT_STARTED and w.evicting_command
+        if w.pid is None and w.exit_code == NOT_STARTED and w.evicting_command is not None
     )
 
     def attempt_of(command: EvictCommand, task: str) -> int | None:
@@ -259,13 +263,13 @@ def check(
     # period whose end is no eviction command's issued_at stopped nothing that ran.
     evicted_at = {(t, e.issued_at) for e in evict_by_id.values() for t in e.task_ids}
     failed: dict[str, list[GuaranteePeriodClosed]] = defaultdict(list)
-    for p in of(GuaranteePeriodClosed):
-        if p.outcome is GuaranteeOutcome.FAILED:
-            failed[p.task_id].append(p)
+    for closed in of(GuaranteePeriodClosed):
+        if closed.outcome is GuaranteeOutcome.FAILED:
+            failed[closed.task_id].append(closed)
     for task, periods in sorted(failed.items()):
         really = sum(1 for t, _ in genuine if t == task)
         if len(periods) > really:
-            orphans = sum(1 for p in periods if (task, p.period_end) not in evicted_at)
+            orphans = sum(1 for c in periods if (task, c.period_end) not in evicted_at)
             report.false_failed_periods.append(
                 f"{task}: {len(periods)} FAILED periods, {really} evicted attempts "
                 f"({orphans} closed with no eviction command)"
@@ -273,8 +277,8 @@ def check(
 
     # Races exercised: own exits against the evictions that named their attempt.
     received: dict[tuple[str, UUID], datetime] = {}
-    for node, entries in commands.items():
-        for c in entries:
+    for node, accepted_commands in commands.items():
+        for c in accepted_commands:
             received[(node, c.command_id)] = c.received_at
     for command in evict_by_id.values():
         raced = False

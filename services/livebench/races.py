@@ -71,7 +71,7 @@ class RacePlan:
     gang_share: float = 0.05
     trap_share: float = 0.25
     min_s: float = 0.2
-    max_s: float = 4.0
+    max_s: float = 2.0
     ack_delay_max_s: float = 0.3
     spot_quota: float = 0.9
     grace_s: float = 2.0
@@ -479,6 +479,9 @@ def races(
                     min_s=min_s, max_s=max_s, ack_delay_max_s=ack_delay_max_s, max_backlog=max_backlog,
                     settle_s=settle_s, seed=seed)  # fmt: skip
     folder = workdir or REPO_ROOT / ".stack" / f"races-{uuid.uuid4().hex[:6]}"
+    # SIGTERM stops the run as Ctrl-C does (its processes stopped, its schema dropped): a run
+    # started in the background ignores SIGINT.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     report, numbers = asyncio.run(run_races(plan, folder, echo=typer.echo))
     lines = render(report, numbers)
     for line in lines:
