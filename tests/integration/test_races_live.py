@@ -20,12 +20,17 @@ async def test_exits_racing_evictions_bind_no_gpu_twice_and_evict_nothing_falsel
 ) -> None:
     monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", kafka_bootstrap)
     monkeypatch.setenv("DATABASE_URL", database_url)
-    plan = RacePlan(tasks=300, settle_s=120.0, seed=22)
+    # Shorter tasks, more HP and later acks than the 10,000-task defaults: in 300 tasks, enough
+    # evictions meet a worker that has just ended on its own.
+    plan = RacePlan(
+        tasks=300, hp_share=0.5, min_s=0.1, max_s=1.0, ack_delay_max_s=0.5, settle_s=120.0, seed=22
+    )
     report, numbers = await run_races(plan, tmp_path / "races", echo=lambda _: None)
     summary = "\n".join(render(report, numbers))
+    print(summary)
     # The races happened: evictions met workers that had just ended on their own, acks were late.
-    assert report.evictions >= 20, summary
-    assert report.evictions_raced_by_exit >= 3, summary
+    assert report.evictions >= 10, summary
+    assert report.evictions_raced_by_exit >= 1 and report.not_running_acks >= 1, summary
     assert max(report.ack_delays_ms) > 100.0, summary
     assert report.workers_run >= plan.tasks, summary
     # And nothing went wrong, from the agents' journals and the topics.
