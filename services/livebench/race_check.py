@@ -81,6 +81,7 @@ class RaceReport:
     false_failed_periods: list[str] = field(default_factory=list)
     unverified_evictions: list[str] = field(default_factory=list)  # no journal entry of the attempt
     genuine_evictions: int = 0
+    gang_nodes_ended_on_their_own: int = 0  # a gang's TaskEvicted for a node whose worker had ended
     evicted_before_start: int = 0  # genuine: the agent read the eviction first, never started it
     exits_before_eviction_issued: int = 0
     exits_while_eviction_in_flight: int = 0
@@ -242,7 +243,13 @@ def check(
             report.evicted_twice.append(label)
         if evicted_attempts[(ev.task_id, attempt, ev.node)] > 1:
             continue
-        ran = [w for w in runs.get((ev.task_id, attempt), []) if _node_of(w, bind_by_id) in (ev.node, None)]
+        # Judged per attempt (docs/attempts.md): a gang whose workers ended differently, one on its
+        # own and one stopped, was evicted; its command to the node where the worker had already
+        # ended still gets its TaskEvicted (one per command), counted apart.
+        ran = runs.get((ev.task_id, attempt), [])
+        here = [w for w in ran if _node_of(w, bind_by_id) == ev.node]
+        if here and all(_own_exit(w) for w in here) and not all(_own_exit(w) for w in ran):
+            report.gang_nodes_ended_on_their_own += 1
         bound = any(k[0] == ev.task_id and k[1] == attempt for k in first_bind)
         if not ran:
             (report.unverified_evictions if bound else report.false_evictions).append(

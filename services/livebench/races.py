@@ -392,6 +392,25 @@ def _keep(workdir: Path, records: list[Seen], journals: _Journals) -> None:
     (workdir / "journals.json").write_text(json.dumps(merged))
 
 
+def recheck(workdir: Path) -> tuple[RaceReport, dict[str, Any]]:
+    """The check again on what a run kept (records.jsonl, journals.json, report.json)."""
+    records: list[Seen] = []
+    with (workdir / "records.jsonl").open() as kept:
+        for line in kept:
+            r = json.loads(line)
+            payload = topic(r["topic"]).payload_type(r["type"]).model_validate(r["payload"])
+            occurred = datetime.fromisoformat(r["occurred_at"])
+            records.append(Seen(r["topic"], r["timestamp_ms"], occurred, payload))
+    merged = json.loads((workdir / "journals.json").read_text())
+    workers = {n: [WorkerEntry.model_validate(w) for w in v["workers"].values()] for n, v in merged.items()}
+    commands = {
+        n: [CommandEntry.model_validate(c) for c in v["commands"].values()] for n, v in merged.items()
+    }
+    numbers: dict[str, Any] = json.loads((workdir / "report.json").read_text())["numbers"]
+    end = datetime.fromtimestamp(max((r.timestamp_ms for r in records), default=0) / 1000 + 1, UTC)
+    return check(records, workers, commands, end=end), numbers
+
+
 def _kill_workers(journals: _Journals) -> None:
     """Workers still alive when the agents stopped (none after a settled run)."""
     journals.snapshot()
@@ -430,7 +449,8 @@ def render(report: RaceReport, numbers: dict[str, Any]) -> list[str]:
         f"  GPUs bound twice: on the nodes {len(report.double_bound_on_node)}, "
         f"in the commands {len(report.double_bound_in_commands)}",
         f"  false evictions {len(report.false_evictions)} (genuine {report.genuine_evictions:,}, of which "
-        f"{r.evicted_before_start} before the worker started; unverifiable {len(r.unverified_evictions)}); "
+        f"{r.evicted_before_start} before the worker started, {r.gang_nodes_ended_on_their_own} "
+        f"for a gang's node whose worker had ended on its own; unverifiable {len(r.unverified_evictions)}); "
         f"evicted twice {len(report.evicted_twice)}; finished twice {len(report.finished_twice)}; "
         f"false FAILED periods {len(report.false_failed_periods)}",
         f"  races: {report.evictions_raced_by_exit:,} evictions raced by an exit on its own "
@@ -472,6 +492,9 @@ def races(
     settle_s: Annotated[float, typer.Option(help="how long to wait for the last tasks")] = _DEFAULT.settle_s,
     seed: Annotated[int, typer.Option()] = _DEFAULT.seed,
     workdir: Annotated[Path | None, typer.Option(help="logs, journals, report.json")] = None,
+    recheck_only: Annotated[
+        bool, typer.Option("--recheck", help="check a kept --workdir again, run nothing")
+    ] = False,
 ) -> None:
     """Exits racing evictions and randomly delayed acks on the live pipeline; counts GPUs bound
     twice, false evictions and lost tasks from the topics and the agents' journals."""
@@ -482,7 +505,10 @@ def races(
     # SIGTERM stops the run as Ctrl-C does (its processes stopped, its schema dropped): a run
     # started in the background ignores SIGINT.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
-    report, numbers = asyncio.run(run_races(plan, folder, echo=typer.echo))
+    if recheck_only:
+        report, numbers = recheck(folder)
+    else:
+        report, numbers = asyncio.run(run_races(plan, folder, echo=typer.echo))
     lines = render(report, numbers)
     for line in lines:
         typer.echo(line)

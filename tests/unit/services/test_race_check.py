@@ -157,6 +157,11 @@ def test_a_gang_evicted_on_two_nodes_is_one_eviction_with_one_failed_period() ->
     report = check(records, {NODE: [w0], "n1": [w1]}, {}, end=END)
     assert report.task_evicted == 2 and report.genuine_evictions == 2  # one per node's command
     assert report.evicted_twice == [] and report.false_evictions == [] and report.false_failed_periods == []
+    # The worker on n1 had ended on its own before its eviction arrived (NOT_RUNNING there): the
+    # attempt was still evicted (its other worker was stopped), so neither TaskEvicted is false.
+    w1_own = w1.model_copy(update={"sigterm_at": None, "evicting_command": None, "exited_at": at(9.9)})
+    report = check(records, {NODE: [w0], "n1": [w1_own]}, {}, end=END)
+    assert report.false_evictions == [] and report.gang_nodes_ended_on_their_own == 1
     report = check([*records, seen(held)], {NODE: [w0], "n1": [w1]}, {}, end=END)
     assert report.false_failed_periods == [
         "g: 2 FAILED periods, 1 evicted attempts (1 closed with no eviction command)"
