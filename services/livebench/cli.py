@@ -7,7 +7,9 @@
 - `stream`: task events at a fixed rate through a running forecast worker, its consumer lag over
   time (target: 2,000 events/s with bounded lag for 10 minutes);
 - `agent-sigterm` (issue 12): eviction command -> SIGTERM sent by a node agent with fake GPUs
-  (target: p99 under 50 ms).
+  (target: p99 under 50 ms);
+- `races` (issue 22): real agents with randomly delayed acks and short tasks racing evictions;
+  counts GPUs bound twice, false evictions and lost tasks (target: 0 of each over 10,000 tasks).
 """
 
 from __future__ import annotations
@@ -315,6 +317,16 @@ def _register_preemption() -> None:
 
 
 _register_preemption()
+
+
+def _register_races() -> None:
+    # Issue 22's race run: its own module (runner) and the pure check beside it.
+    from services.livebench.races import races
+
+    app.command("races")(races)
+
+
+_register_races()
 
 
 @app.command("agent-sigterm")

@@ -42,6 +42,7 @@ from opentelemetry.metrics import CallbackOptions, Observation
 
 from schemas.clock import ClockTick
 from schemas.topics import DEAD_LETTER_TOPIC, decode, topic
+from services.node_agent.ack_delay import DelayedSink
 from services.node_agent.agent import PRODUCER, TRACER, AgentMetrics, NodeAgent
 from services.node_agent.api_spec import API, Health
 from services.node_agent.gpu import FakeGpuBackend, GpuBackend, NvmlBackend
@@ -346,13 +347,28 @@ async def run_node_agent(
             async with EnvelopeProducer(
                 bootstrap_servers=settings.bootstrap_servers, client_id=group_of(options.node)
             ) as producer:
+                delayed = (
+                    DelayedSink(
+                        producer,
+                        max_delay_s=settings.agent_ack_delay_max_s,
+                        seed=settings.agent_ack_delay_seed,
+                        node=options.node,
+                    )
+                    if settings.agent_ack_delay_max_s > 0
+                    else None
+                )
+                if delayed is not None:
+                    log.warning(
+                        "acks delayed at random by up to %.3f s (AGENT_ACK_DELAY_MAX_S): tests, benches only",
+                        settings.agent_ack_delay_max_s,
+                    )
                 agent = NodeAgent(
                     node=options.node,
                     backend=backend,
                     gpu_model=options.gpu_model or backend.model,
                     journal=journal,
                     guard=guard,
-                    sink=producer,
+                    sink=delayed or producer,
                     metrics=AgentMetrics.create(metrics.meter(TRACER)),
                     log_dir=state_dir / "logs",
                     clock=now,
@@ -413,6 +429,8 @@ async def run_node_agent(
                     for task in tasks:
                         task.cancel()
                     await asyncio.gather(*tasks, return_exceptions=True)
+                    if delayed is not None:
+                        await delayed.close()
                     await reader.stop()
     finally:
         backend.close()

@@ -42,6 +42,12 @@ class NodeAgentSettings(PlatformSettings):
     agent_watch_s: float = Field(default=0.05, gt=0)
     # After SIGKILL, how long to wait for the process to go before the eviction is FAILED.
     agent_kill_wait_s: float = Field(default=10.0, gt=0)
+    # Tests and benchmarks only (services/node_agent/ack_delay.py): each WorkerStarted, WorkerExited
+    # and EvictAck waits a random time in [0, this] before it is published (per-topic order kept),
+    # seeded with AGENT_ACK_DELAY_SEED and the node name. 0 (the default): published at once. An
+    # ack still waiting when the agent dies is lost, so never set it in production.
+    agent_ack_delay_max_s: float = Field(default=0.0, ge=0, le=60)
+    agent_ack_delay_seed: int = 0
     # "wall": the agent's time is the wall clock. "topic": the latest ClockTick ADVANCE on
     # gfs.control.clock (sim/live parity; see `sim_clock` and docs/services.md). Env GFS_AGENT_CLOCK.
     agent_clock: Literal["wall", "topic"] = Field(

@@ -973,20 +973,46 @@ class PoolController:
                 heapq.heappush(self._periods, (start + GUARANTEE_PERIOD_S, tid, start))
         previous = self.ending.get(tid)
         own = set() if previous is None else set(previous.commands)
-        if victim_commands or own:
+        # Any task placed on GPUs an evicted attempt still holds waits for that eviction's ack,
+        # not only the preemptor it was evicted for: the runtime frees a victim's GPUs when it
+        # decides the eviction, and the same or a later pass may give the rest of them to
+        # another task (found by `gfs livebench races`: a spot task started on a victim's GPUs
+        # 0.2 s before the victim stopped).
+        occupied, occupied_until = self._occupied(tid, per_node)
+        victims = set(victim_commands) | occupied
+        if victims or own:
             # Held until the victims answered and, for a task run again, until its previous
             # attempt ended on every node (docs/decisions.md, "per-node order").
-            deadline = now + self.settings.grace_s + self.settings.ack_margin_s
+            deadline = max(now + self.settings.grace_s + self.settings.ack_margin_s, occupied_until)
             if previous is not None:
                 deadline = max(deadline, previous.deadline_s)
-            self.pending[tid] = _Pending(tid, binds, set(victim_commands), deadline, own)
-            waiting = [str(c) for c in [*victim_commands, *sorted(own)]]
+            self.pending[tid] = _Pending(tid, binds, victims, deadline, own)
+            waiting = [str(c) for c in [*sorted(victims), *sorted(own)]]
             out.decisions.append(
                 Decision(tid, "bind_held", now, {"waiting_for": waiting, "deadline_s": deadline})
             )
         else:
             out.commands += binds
         return out
+
+    def _occupied(self, tid: str, per_node: dict[str, list[Placement]]) -> tuple[set[uuid.UUID], float]:
+        """The eviction commands (their original ids) of other tasks' attempts still ending on a
+        GPU that `per_node` places a worker on, whose node has not acknowledged yet; and the
+        latest of those attempts' deadlines. A shared (fractional) GPU counts as occupied too."""
+        found: set[uuid.UUID] = set()
+        until = -math.inf
+        for ending in self.ending.values():
+            if ending.task_id == tid:
+                continue  # its own previous attempt: the `own` wait
+            for command_id, node in ending.commands.items():
+                if node in ending.run.acks or node not in per_node:
+                    continue
+                held = {g for p in ending.placements if p.node == node for g in p.gpu_indices}
+                wanted = {g for p in per_node[node] for g in p.gpu_indices}
+                if held & wanted:
+                    found.add(command_id)
+                    until = max(until, ending.deadline_s)
+        return found, until
 
     def _release(self, pending: _Pending, now: float, why: str) -> Effects:
         out = Effects()
@@ -1025,7 +1051,11 @@ class PoolController:
         run = task.run
         task.run = None
         if held or not nodes or run is None:
-            out.events += closes
+            # A held attempt never reached a node (its binds did not go out), so no period of it
+            # ran: reporting one, FAILED, would feed the quota's feedback a failure nobody suffered
+            # (found by `gfs livebench races`, docs/decisions.md). The scheduling is the same.
+            if not held:
+                out.events += closes
             out.decisions.append(
                 Decision(tid, "evicted", now, {"reason": reason.value, "nodes": [], "explanation": why})
             )

@@ -17,6 +17,7 @@ from schemas.tasks import (
     TaskFinished,
 )
 from schemas.workers import WorkerExited, WorkerStarted
+from services.preemption.inputs import entry_for
 
 
 def _evicted_b() -> tuple[World, BindCommand, BindCommand, EvictCommand]:
@@ -160,3 +161,71 @@ def test_cancelling_a_task_whose_binds_are_held_sends_no_eviction() -> None:
     out = w.event(TaskCancelled(task_id="B", tenant="org-a"), 2002)
     assert not [c for c in out.commands if isinstance(c, EvictCommand)]  # its bind never went out
     assert "B" not in w.c.pending
+
+
+def test_an_attempt_preempted_while_its_bind_is_held_closes_no_failed_period() -> None:
+    # Found by `gfs livebench races` (issue 22): a spot task requeued by an eviction was placed
+    # again while its first attempt was still ending, so its bind was held; an HP task then took
+    # those GPUs. Nothing of that attempt ever reached a node, no EvictCommand and no TaskEvicted
+    # went out, yet a FAILED guarantee period was published: a failure the quota's feedback counts
+    # for a run that never happened.
+    w, bind_a, _, evict = _evicted_b()
+    w.event(_exit(bind_a, 0, 2001), 2001)  # A finishes: B's attempt 2 placed on n0, its bind held
+    assert "B" in w.c.pending and w.c.tasks["B"].attempt == 2
+    out = w.event(_task("H2", TaskClass.HP), 2002)  # H2 needs n0's 2 GPUs: B's held attempt goes
+    assert "B" not in w.c.pending
+    assert not [c for c in out.commands if isinstance(c, EvictCommand)]  # nothing to stop
+    assert not [e for e in out.events if isinstance(e, TaskEvicted)]
+    assert not [e for e in out.events if isinstance(e, GuaranteePeriodClosed)]
+    # Attempt 1's own eviction still ends as it should: one TaskEvicted, one FAILED period.
+    out = w.event(_ack(evict, EvictOutcome.KILLED, 2005), 2005)
+    assert isinstance(_one(out.events, TaskEvicted), TaskEvicted)
+    periods = [e for e in out.events if isinstance(e, GuaranteePeriodClosed)]
+    assert [p.outcome for p in periods] == [GuaranteeOutcome.FAILED]
+
+
+def test_a_task_placed_on_a_victims_other_gpus_waits_for_that_victims_ack_too() -> None:
+    # Found by `gfs livebench races` (issue 22): V (spot, 4 GPUs) is evicted for H (HP, 2 GPUs);
+    # the runtime frees V's 4 GPUs at once, H takes 2 and waits for V's ack, and S (spot, 2 GPUs,
+    # submitted in the same batch) gets the other 2 in the same pass. S's bind went out at once
+    # and S started on 2 GPUs V still ran on.
+    w = World()
+    w.node("n0", 4, 0)
+    w.event(_quota(4.0), 0)
+    bind_v = _one(w.event(_task("V", TaskClass.SPOT, gpus=4), 1).commands, BindCommand)
+    assert isinstance(bind_v, BindCommand)
+    w.started(bind_v, 2)
+    submitted = entry_for(_task("S", TaskClass.SPOT, gpus=2), T0 + 100)
+    assert submitted is not None
+    w.feed(submitted)  # read in the same batch as H: one scheduling pass for both
+    out = w.event(_task("H", TaskClass.HP, gpus=2), 100)
+    evict = _one(out.commands, EvictCommand)
+    assert isinstance(evict, EvictCommand) and evict.task_ids == ("V",)
+    assert not [c for c in out.commands if isinstance(c, BindCommand)]  # H and S both wait
+    assert {"H", "S"} <= set(w.c.pending)
+    assert evict.command_id in w.c.pending["S"].waiting
+    # V stops: both binds go out, on GPUs V no longer holds.
+    out = w.event(_ack(evict, EvictOutcome.CHECKPOINTED, 101), 101)
+    binds = {c.task_id: c for c in out.commands if isinstance(c, BindCommand)}
+    assert set(binds) == {"H", "S"}
+    gpus = [g for b in binds.values() for p in b.placements for g in p.gpu_indices]
+    assert sorted(gpus) == [0, 1, 2, 3]
+
+
+def test_a_task_placed_on_a_victims_gpus_in_a_later_pass_waits_too() -> None:
+    # The same, one pass later: S arrives after V's eviction was decided, before its ack.
+    w = World()
+    w.node("n0", 4, 0)
+    w.event(_quota(4.0), 0)
+    bind_v = _one(w.event(_task("V", TaskClass.SPOT, gpus=4), 1).commands, BindCommand)
+    assert isinstance(bind_v, BindCommand)
+    w.started(bind_v, 2)
+    evict = _one(w.event(_task("H", TaskClass.HP, gpus=2), 100).commands, EvictCommand)
+    assert isinstance(evict, EvictCommand)
+    out = w.event(_task("S", TaskClass.SPOT, gpus=2), 100.5)
+    assert not [c for c in out.commands if isinstance(c, BindCommand)]
+    assert "S" in w.c.pending and evict.command_id in w.c.pending["S"].waiting
+    # Without an ack the hold ends as the preemptor's does: grace (30 s) + margin (10 s) later.
+    assert not [c for c in w.c.tick(T0 + 139).commands if isinstance(c, BindCommand)]
+    released = {c.task_id for c in w.c.tick(T0 + 140.5).commands if isinstance(c, BindCommand)}
+    assert released == {"H", "S"}
