@@ -52,6 +52,7 @@ from schemas.workers import WorkerExited
 from services.platform.kafka.producer import EnvelopeProducer
 from services.platform.migrations import discover, migrate, with_search_path
 from services.platform.settings import PlatformSettings
+from services.platform.signing import SignedCommand, node_key, sign
 
 REPO = Path(__file__).resolve().parents[2]
 SHAPES = ((1, 0.40), (2, 0.20), (4, 0.20), (8, 0.20))  # GPUs per worker, share of tasks
@@ -76,6 +77,12 @@ class BenchState:
     binds: int = 0
     evicts: int = 0
     exits: int = 0
+
+
+def _signed(message: SignedCommand, secret: str) -> SignedCommand:
+    """An agent's message signed with its node's key, as an agent signs it (the service refuses
+    unsigned acks and telemetry)."""
+    return sign(message, key=node_key(secret.encode("utf-8"), message.node))
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -159,7 +166,7 @@ async def _bench(
         async with EnvelopeProducer(
             bootstrap_servers=settings.bootstrap_servers, client_id=f"bench-{run}"
         ) as producer:
-            reader = asyncio.create_task(_read(settings, state, producer, run))
+            reader = asyncio.create_task(_read(settings, state, producer, run, secret))
             await asyncio.sleep(2.0)
             t0 = time.perf_counter()
             now = datetime.now(UTC)
@@ -171,8 +178,11 @@ async def _bench(
                 await producer.send(
                     "gfs.nodes.telemetry",
                     wrap(
-                        NodeTelemetry(
-                            node=f"{run}-{name}", gpu_model=f"{model}.{run}", sampled_at=now, gpus=samples
+                        _signed(
+                            NodeTelemetry(
+                                node=f"{run}-{name}", gpu_model=f"{model}.{run}", sampled_at=now, gpus=samples
+                            ),
+                            secret,
                         ),
                         producer="bench",
                     ),
@@ -265,7 +275,8 @@ async def _bench(
                                 exit_code=0,
                                 exited_at=datetime.now(UTC),
                             )
-                            await producer.send("gfs.commands.worker-ack", wrap(ack, producer="bench"))
+                            signed = _signed(ack, secret)
+                            await producer.send("gfs.commands.worker-ack", wrap(signed, producer="bench"))
                     offered["finish"] += 1
                 else:
                     await submit(new_task())
@@ -329,7 +340,9 @@ async def _until_registered(port: int, nodes: int, timeout: float = 600.0) -> No
     raise TimeoutError("the preemption service did not register every node in time")
 
 
-async def _read(settings: PlatformSettings, state: BenchState, producer: EnvelopeProducer, run: str) -> None:
+async def _read(
+    settings: PlatformSettings, state: BenchState, producer: EnvelopeProducer, run: str, secret: str
+) -> None:
     """Read bind and evict commands back; ack evictions at once (the agents' part)."""
     consumer = AIOKafkaConsumer(bootstrap_servers=settings.bootstrap_servers, enable_auto_commit=False)
     await consumer.start()
@@ -377,7 +390,8 @@ async def _read(settings: PlatformSettings, state: BenchState, producer: Envelop
                             outcome=EvictOutcome.CHECKPOINTED,
                             acked_at=datetime.now(UTC),
                         )
-                        await producer.send("gfs.commands.evict-ack", wrap(ack, producer="bench"))
+                        signed = _signed(ack, secret)
+                        await producer.send("gfs.commands.evict-ack", wrap(signed, producer="bench"))
     finally:
         await consumer.stop()
 

@@ -60,7 +60,7 @@ async def _reporting(
                 now = datetime.now(UTC)
                 telemetry = NodeTelemetry(node=node, gpu_model=c.pool, sampled_at=now, gpus=samples,
                                           running=report)  # fmt: skip
-                await c.producer.send("gfs.nodes.telemetry", wrap(telemetry, producer="it"))
+                await c.report("gfs.nodes.telemetry", telemetry)
             await asyncio.sleep(0.3)
 
     task = asyncio.create_task(beat())
@@ -77,7 +77,7 @@ async def _start(c: Cluster, bind: BindCommand, attempt: int) -> None:
         ack = WorkerStarted(command_id=bind.command_id, node=bind.node, task_id=bind.task_id,
                             worker_index=p.worker_index, pid=5000 + p.worker_index,
                             started_at=datetime.now(UTC), attempt=attempt)  # fmt: skip
-        await c.producer.send("gfs.commands.worker-ack", wrap(ack, producer="it"))
+        await c.report("gfs.commands.worker-ack", ack)
 
 
 @pytest.mark.asyncio(loop_scope="session")
@@ -156,7 +156,7 @@ async def test_an_eviction_refused_as_stale_is_issued_again_and_the_hp_bind_wait
         running[evict.node].discard((b, 1, 0))
         ack = EvictAck(command_id=latest.command_id, node=evict.node, task_ids=(b,),
                        outcome=EvictOutcome.KILLED, acked_at=datetime.now(UTC), attempt=1)  # fmt: skip
-        await c.producer.send("gfs.commands.evict-ack", wrap(ack, producer="it"))
+        await c.report("gfs.commands.evict-ack", ack)
         (bind_h,) = await c.bind_of(h)
         assert bind_h.node == evict.node
         (evicted,) = await c.tap.wait(TaskEvicted, lambda e: e.task_id == b)
@@ -205,7 +205,7 @@ async def test_a_node_back_after_a_long_partition_is_told_to_stop_the_attempt_re
         running[n1].discard((b, 1, 0))
         ack = EvictAck(command_id=stop.command_id, node=n1, task_ids=(b,), outcome=EvictOutcome.KILLED,
                        acked_at=datetime.now(UTC), attempt=1)  # fmt: skip
-        await c.producer.send("gfs.commands.evict-ack", wrap(ack, producer="it"))
+        await c.report("gfs.commands.evict-ack", ack)
         await asyncio.sleep(3.0)
         # Attempt 2 on n0 is untouched: never told to stop, never reported evicted after its start.
         assert not c.tap.payloads(EvictCommand, lambda e: e.node == n0)
