@@ -60,6 +60,7 @@ class Cluster:
         self.pool = f"IT-{uuid.uuid4().hex[:8]}"
         self.producer = producer
         self.tap = tap
+        self.secret = SECRET  # the service's GFS_COMMAND_SECRET: the "agents" sign with its node keys
 
     def node(self, i: int) -> str:
         return f"{self.pool.lower()}-n{i}"
@@ -77,9 +78,8 @@ class Cluster:
     async def report(self, topic_name: str, message: SignedMessage, *, signer: str | None = None) -> None:
         """Publish an agent's message as its agent does: signed with the key of the node it names
         (`signer`: another node's key, as a forger holding only that key would)."""
-        await self.producer.send(
-            topic_name, wrap(sign(message, key=_key(signer or message.node)), producer="it")
-        )
+        key = node_key(self.secret.encode(), signer or message.node)
+        await self.producer.send(topic_name, wrap(sign(message, key=key), producer="it"))
 
     async def quota(self, gpus: float) -> None:
         quotas = tuple(GuaranteeQuota(guarantee_hours=h, quota_gpus=gpus) for h in (1, 2, 4))

@@ -296,6 +296,7 @@ async def test_the_real_agent_back_after_a_partition_stops_the_attempt_rerun_els
     tmp_path: Path,
 ) -> None:
     c, dsn = world
+    c.secret = AGENT_SECRET  # the service's and the real agent's secret: the test's n0 signs with it
     b = f"B-{c.pool}"
     n0, n1 = c.node(0), c.node(1)
     nodes: dict[str, int] = {}

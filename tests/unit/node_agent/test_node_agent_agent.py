@@ -9,6 +9,7 @@ from pathlib import Path
 
 from schemas.commands import EvictAck, EvictOutcome
 from schemas.telemetry import NodeTelemetry
+from schemas.topics import decode, encode
 from schemas.workers import WorkerExited, WorkerStarted
 from services.node_agent import procs
 from services.node_agent.agent import NOT_STARTED_EXIT_CODE, UNKNOWN_EXIT_CODE
@@ -225,7 +226,12 @@ async def test_every_message_the_agent_sends_is_signed_with_its_node_key(harness
     await harness.send(evict("job-gone"))
     await harness.until(lambda: bool(harness.sink.payloads(EvictAck)))
     await harness.agent.publish_telemetry()
-    sent = [env.payload for _, env in harness.sink.sent if isinstance(env.payload, SIGNED_TYPES)]
+    # As the scheduler reads them: the JSON on the wire, decoded again (the canonical form).
+    sent = [
+        decode(topic_name, encode(env)).payload
+        for topic_name, env in harness.sink.sent
+        if isinstance(env.payload, SIGNED_TYPES)
+    ]
     kinds = {type(p).__name__ for p in sent}
     assert kinds == {"WorkerStarted", "WorkerExited", "EvictAck", "NodeTelemetry"}
     assert all(check_signature(p, key=KEY) is SignatureCheck.VALID for p in sent)
