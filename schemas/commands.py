@@ -4,7 +4,9 @@ Commands are idempotent: the agent remembers `command_id`s it has executed and a
 with the same ack instead of acting twice. `signature` authenticates the sender: the HMAC-SHA256
 (hex), under the node's key, of the command's compact JSON with `signature` set to "" and the
 fields added after version 1 left out while they are null (empty signature = unsigned). The exact
-bytes, the node-key formula and test vectors: docs/protocol.md, section 5.
+bytes, the node-key formula and test vectors: docs/protocol.md, section 5. The agent signs its
+EvictAck the same way under its own node key (the scheduler applies an ack only from its node);
+`signature` is the ack's last field, so an ack written before it existed decodes unchanged.
 """
 
 from __future__ import annotations
@@ -140,4 +142,9 @@ class EvictAck(BaseModel):
     detail: FreeText = Field(default="", max_length=2000, description="Error text when outcome is FAILED.")
     attempt: int | None = Field(
         default=None, ge=1, description="The attempt the command named (echoed; docs/attempts.md)."
+    )
+    signature: FreeText = Field(
+        default="",
+        max_length=1024,
+        description="HMAC-SHA256 hex of the unsigned ack under the answering node's key; '' if unsigned.",
     )

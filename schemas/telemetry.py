@@ -1,11 +1,13 @@
 """Node telemetry: per-GPU samples from each node agent. It doubles as the node's heartbeat, so a
-node that stops publishing is treated as gone by the scheduler."""
+node that stops publishing is treated as gone by the scheduler. It is signed by the agent with its
+node's key (docs/protocol.md section 5): the heartbeat, the GPUs and the `running` report all
+drive the scheduler's decisions (a report without an attempt releases the GPUs to an HP task)."""
 
 from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from schemas.fields import GpuModel, NodeName, TaskId, UtcDatetime
+from schemas.fields import FreeText, GpuModel, NodeName, TaskId, UtcDatetime
 
 _CONTRACT = ConfigDict(extra="forbid", frozen=True)
 
@@ -83,6 +85,11 @@ class NodeTelemetry(BaseModel):
             "Every worker the agent runs at `sampled_at` (its report for reconciliation); null: the "
             "agent does not report, and the service does not reconcile its node."
         ),
+    )
+    signature: FreeText = Field(
+        default="",
+        max_length=1024,
+        description="HMAC-SHA256 hex of the unsigned sample under the node's key; '' if unsigned.",
     )
 
     @field_validator("gpus")

@@ -3,6 +3,9 @@
 One agent speaks only for its own node, and a gang's workers may run on several nodes, so agents
 report per worker; the preemption service aggregates them into TaskStarted (every worker started)
 and TaskFinished (every worker exited on its own). Keyed by `node` on gfs.commands.worker-ack.
+
+Both are signed by the agent with its node's key, like the commands it receives (the signed bytes:
+docs/protocol.md section 5), so the scheduler applies a report only from the node it names.
 """
 
 from __future__ import annotations
@@ -30,6 +33,11 @@ class WorkerStarted(BaseModel):
     attempt: int | None = Field(
         default=None, ge=1, description="The BindCommand's attempt (echoed; docs/attempts.md)."
     )
+    signature: FreeText = Field(
+        default="",
+        max_length=1024,
+        description="HMAC-SHA256 hex of the unsigned message under the node's key; '' if unsigned.",
+    )
 
 
 class WorkerExited(BaseModel):
@@ -52,4 +60,9 @@ class WorkerExited(BaseModel):
     )
     attempt: int | None = Field(
         default=None, ge=1, description="The BindCommand's attempt (echoed; docs/attempts.md)."
+    )
+    signature: FreeText = Field(
+        default="",
+        max_length=1024,
+        description="HMAC-SHA256 hex of the unsigned message under the node's key; '' if unsigned.",
     )

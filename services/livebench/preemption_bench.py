@@ -53,6 +53,7 @@ from services.platform.kafka.producer import EnvelopeProducer
 from services.platform.migrations import discover, migrate, with_search_path
 from services.platform.paths import state_dir
 from services.platform.settings import PlatformSettings
+from services.platform.signing import SignedCommand, node_key, sign
 
 REPO = Path(__file__).resolve().parents[2]
 SHAPES = ((1, 0.40), (2, 0.20), (4, 0.20), (8, 0.20))  # GPUs per worker, share of tasks
@@ -77,6 +78,12 @@ class BenchState:
     binds: int = 0
     evicts: int = 0
     exits: int = 0
+
+
+def _signed(message: SignedCommand, secret: str) -> SignedCommand:
+    """An agent's message signed with its node's key, as an agent signs it (the service refuses
+    unsigned acks and telemetry)."""
+    return sign(message, key=node_key(secret.encode("utf-8"), message.node))
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -160,7 +167,7 @@ async def _bench(
         async with EnvelopeProducer(
             bootstrap_servers=settings.bootstrap_servers, client_id=f"bench-{run}"
         ) as producer:
-            reader = asyncio.create_task(_read(settings, state, producer, run))
+            reader = asyncio.create_task(_read(settings, state, producer, run, secret))
             await asyncio.sleep(2.0)
             t0 = time.perf_counter()
             now = datetime.now(UTC)
@@ -172,8 +179,11 @@ async def _bench(
                 await producer.send(
                     "gfs.nodes.telemetry",
                     wrap(
-                        NodeTelemetry(
-                            node=f"{run}-{name}", gpu_model=f"{model}.{run}", sampled_at=now, gpus=samples
+                        _signed(
+                            NodeTelemetry(
+                                node=f"{run}-{name}", gpu_model=f"{model}.{run}", sampled_at=now, gpus=samples
+                            ),
+                            secret,
                         ),
                         producer="bench",
                     ),
@@ -266,7 +276,8 @@ async def _bench(
                                 exit_code=0,
                                 exited_at=datetime.now(UTC),
                             )
-                            await producer.send("gfs.commands.worker-ack", wrap(ack, producer="bench"))
+                            signed = _signed(ack, secret)
+                            await producer.send("gfs.commands.worker-ack", wrap(signed, producer="bench"))
                     offered["finish"] += 1
                 else:
                     await submit(new_task())
@@ -330,7 +341,9 @@ async def _until_registered(port: int, nodes: int, timeout: float = 600.0) -> No
     raise TimeoutError("the preemption service did not register every node in time")
 
 
-async def _read(settings: PlatformSettings, state: BenchState, producer: EnvelopeProducer, run: str) -> None:
+async def _read(
+    settings: PlatformSettings, state: BenchState, producer: EnvelopeProducer, run: str, secret: str
+) -> None:
     """Read bind and evict commands back; ack evictions at once (the agents' part)."""
     consumer = AIOKafkaConsumer(bootstrap_servers=settings.bootstrap_servers, enable_auto_commit=False)
     await consumer.start()
@@ -378,7 +391,8 @@ async def _read(settings: PlatformSettings, state: BenchState, producer: Envelop
                             outcome=EvictOutcome.CHECKPOINTED,
                             acked_at=datetime.now(UTC),
                         )
-                        await producer.send("gfs.commands.evict-ack", wrap(ack, producer="bench"))
+                        signed = _signed(ack, secret)
+                        await producer.send("gfs.commands.evict-ack", wrap(signed, producer="bench"))
     finally:
         await consumer.stop()
 

@@ -51,6 +51,7 @@ from services.node_agent.paths import path_part
 from services.node_agent.security import CommandGuard, Rejection
 from services.node_agent.sim_clock import SimClock
 from services.node_agent.worker_env import strip_secrets, worker_environment
+from services.platform.signing import sign
 from services.platform.tracing import extract_context
 
 log = logging.getLogger(__name__)
@@ -680,9 +681,9 @@ class NodeAgent(ClockTicks):
 
     async def publish_telemetry(self) -> None:
         # The heartbeat stays on the wall clock in topic mode: it says the node is alive now.
-        await self.sink.send(
-            TELEMETRY_TOPIC, wrap(self.telemetry(), producer=PRODUCER, occurred_at=self.wall_clock())
-        )
+        # Signed like every report (the heartbeat, capacity and `running` drive decisions).
+        sample = sign(self.telemetry(), key=self.guard.key)
+        await self.sink.send(TELEMETRY_TOPIC, wrap(sample, producer=PRODUCER, occurred_at=self.wall_clock()))
 
     # Helpers -----------------------------------------------------------------------------------
 
@@ -736,7 +737,8 @@ class NodeAgent(ClockTicks):
                 f"agent.publish {type(payload).__name__}", kind=trace.SpanKind.PRODUCER
             ),
         ):
-            await self.sink.send(topic_name, wrap(payload, producer=PRODUCER, occurred_at=self.clock()))
+            signed = sign(payload, key=self.guard.key)  # the scheduler applies only its node's word
+            await self.sink.send(topic_name, wrap(signed, producer=PRODUCER, occurred_at=self.clock()))
 
 
 def _task_of(pid: int, task_of_group: dict[int, str]) -> str | None:

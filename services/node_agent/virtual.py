@@ -4,8 +4,9 @@ Each virtual node publishes its NodeTelemetry heartbeat, verifies every command 
 (signature with its own node key, freshness, node), and answers as an agent would, without starting
 processes: WorkerStarted at once, WorkerExited when the worker's `--duration` (read from the
 fake-task command) has passed, and for an eviction an EvictAck (CHECKPOINTED) with WorkerExited
-marked evicted. It keeps its state in memory: a restarted host forgets its workers (use real
-agents, `gfs serve node-agent`, where that matters).
+marked evicted; each signed with its node's key, as a real agent signs them. It keeps its state in
+memory: a restarted host forgets its workers (use real agents, `gfs serve node-agent`, where that
+matters).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from schemas.telemetry import GpuSample, NodeTelemetry
 from schemas.topics import decode, topic
 from schemas.workers import WorkerExited, WorkerStarted
 from services.platform.kafka.producer import EnvelopeProducer
-from services.platform.signing import SignatureCheck, check_signature, node_key
+from services.platform.signing import SignatureCheck, check_signature, node_key, sign
 
 log = logging.getLogger(__name__)
 PRODUCER = "gfs-virtual-nodes"
@@ -77,7 +78,11 @@ class VirtualNodes:
             await self.producer.send(
                 "gfs.nodes.telemetry",
                 wrap(
-                    NodeTelemetry(node=node, gpu_model=model, sampled_at=now, gpus=samples), producer=PRODUCER
+                    sign(
+                        NodeTelemetry(node=node, gpu_model=model, sampled_at=now, gpus=samples),
+                        key=self.key(node),
+                    ),
+                    producer=PRODUCER,
                 ),
             )
 
@@ -105,7 +110,9 @@ class VirtualNodes:
                 ack = WorkerStarted(command_id=command.command_id, node=command.node, task_id=command.task_id,
                                     worker_index=p.worker_index, pid=1, started_at=now,
                                     attempt=command.attempt)  # fmt: skip
-                await self.producer.send("gfs.commands.worker-ack", wrap(ack, producer=PRODUCER))
+                await self.producer.send(
+                    "gfs.commands.worker-ack", wrap(sign(ack, key=self.key(ack.node)), producer=PRODUCER)
+                )
             seconds = duration_of(command.command)
             handle = None
             if seconds is not None:
@@ -126,7 +133,9 @@ class VirtualNodes:
         outcome = EvictOutcome.CHECKPOINTED if stopped else EvictOutcome.NOT_RUNNING
         done = EvictAck(command_id=command.command_id, node=command.node, task_ids=command.task_ids,
                         outcome=outcome, acked_at=datetime.now(UTC), attempt=command.attempt)  # fmt: skip
-        await self.producer.send("gfs.commands.evict-ack", wrap(done, producer=PRODUCER))
+        await self.producer.send(
+            "gfs.commands.evict-ack", wrap(sign(done, key=self.key(done.node)), producer=PRODUCER)
+        )
 
     def _exit_later(self, command: BindCommand) -> None:
         future = asyncio.ensure_future(self._exit(command, evicted=False))
@@ -139,7 +148,9 @@ class VirtualNodes:
             ack = WorkerExited(command_id=command.command_id, node=command.node, task_id=command.task_id,
                                worker_index=p.worker_index, exit_code=code, exited_at=datetime.now(UTC),
                                evicted=evicted, attempt=command.attempt)  # fmt: skip
-            await self.producer.send("gfs.commands.worker-ack", wrap(ack, producer=PRODUCER))
+            await self.producer.send(
+                "gfs.commands.worker-ack", wrap(sign(ack, key=self.key(ack.node)), producer=PRODUCER)
+            )
 
 
 async def run_virtual_nodes(

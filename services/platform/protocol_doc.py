@@ -2,7 +2,8 @@
 
 docs/protocol.md is written for people building an agent or a producer in another language from the
 document alone. Its prose is hand-written; the tables that restate the wire contracts are rendered
-here from the registry (`schemas.topics.TOPICS`) and the pydantic models' JSON Schemas, between
+here from the registry (`schemas.topics.TOPICS`) and the pydantic models' JSON Schemas (and the
+agents' signature vectors from fixed messages signed by `signing`), between
 `<!-- BEGIN generated: NAME -->` / `<!-- END generated: NAME -->` markers, so the document cannot
 drift from the code: `gfs schemas protocol --check` (run by tests/static) fails when it has.
 """
@@ -10,12 +11,17 @@ drift from the code: `gfs schemas protocol --check` (run by tests/static) fails 
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime
 from typing import Any
+from uuid import UUID
 
 from pydantic import BaseModel
 
+from schemas.commands import EvictAck, EvictOutcome
+from schemas.telemetry import GpuAllocation, GpuSample, NodeTelemetry, RunningWorker
 from schemas.topics import TOPICS
-from services.platform.signing import ADDED_AFTER_V1
+from schemas.workers import WorkerExited, WorkerStarted
+from services.platform.signing import ADDED_AFTER_V1, SignedMessage, node_key, signature_of, signing_bytes
 
 _MARKER = re.compile(
     r"(<!-- BEGIN generated: (?P<name>[a-z-]+) -->\n)(?P<body>.*?)(<!-- END generated: (?P=name) -->)",
@@ -67,7 +73,60 @@ def render_signed_fields() -> str:
     return f"Fields left out of the signed bytes while they are null: {names}.\n"
 
 
-RENDERERS = {"topics": render_topics, "messages": render_messages, "signed-fields": render_signed_fields}
+# The key vector of section 5 (the document writes it out by hand; the conformance test reads it
+# from there, so these two constants cannot drift from it unnoticed).
+VECTOR_MASTER = bytes(range(32))
+VECTOR_NODE = "gpu-node-07"
+
+
+def _report_vectors() -> list[tuple[str, str, SignedMessage]]:
+    """(name, what it shows, message) of each agent-message vector: answers to section 5's command
+    vectors, chosen to cover a post-v1 null left out, one kept, floats and datetimes."""
+    node, at = VECTOR_NODE, datetime(2026, 12, 4, 9, 30, 12, 500000, tzinfo=UTC)
+    evict = UUID("c3d4e5f6-a7b8-4c9d-8e0f-a1b2c3d4e5f6")
+    bind = UUID("0a9b8c7d-6e5f-4a3b-8c2d-1e0f9a8b7c6d")
+    gpu = GpuSample(
+        index=3, utilisation_pct=97.5, memory_used_mib=40960.0, memory_total_mib=81920.0,
+        allocations=(GpuAllocation(task_id="job-42", fraction=0.5),),
+    )  # fmt: skip
+    return [
+        ("evict-ack", "The EvictAck answering the `evict` vector (its null `attempt` is left out)",
+         EvictAck(command_id=evict, node=node, task_ids=("job-42", "job-43"),
+                  outcome=EvictOutcome.CHECKPOINTED, acked_at=at)),
+        ("worker-started", "The WorkerStarted of the `bind-overhead` vector's worker (attempt 2)",
+         WorkerStarted(command_id=bind, node=node, task_id="job-42", worker_index=1, pid=48213,
+                       started_at=at, attempt=2)),
+        ("worker-exited", "Its WorkerExited, killed by SIGKILL during an eviction (`detail` \"\" is signed)",
+         WorkerExited(command_id=bind, node=node, task_id="job-42", worker_index=1, exit_code=-9,
+                      exited_at=at, evicted=True, attempt=2)),
+        ("telemetry", "A NodeTelemetry with its `running` report (floats as the scheduler writes them)",
+         NodeTelemetry(node=node, gpu_model="H100", sampled_at=at, gpus=(gpu,),
+                       running=(RunningWorker(task_id="job-42", attempt=2, worker_index=1),))),
+        ("telemetry-no-report", "A NodeTelemetry without a report (its null `running` is left out)",
+         NodeTelemetry(node=node, gpu_model="H100", sampled_at=at, gpus=(gpu,))),
+    ]  # fmt: skip
+
+
+def render_report_vectors() -> str:
+    """Section 5's vectors of the agents' messages: each payload as an agent sends it, signed
+    under K(gpu-node-07), and its signed bytes."""
+    key = node_key(VECTOR_MASTER, VECTOR_NODE)
+    blocks: list[str] = []
+    for name, what, message in _report_vectors():
+        signed = message.model_copy(update={"signature": signature_of(message, key=key)})
+        blocks.append(
+            f"{what}:\n\n```json vector:{name}:payload\n{signed.model_dump_json()}\n```\n\n"
+            f"```text vector:{name}:signed-bytes\n{signing_bytes(signed).decode('utf-8')}\n```\n"
+        )
+    return "\n".join(blocks)
+
+
+RENDERERS = {
+    "topics": render_topics,
+    "messages": render_messages,
+    "signed-fields": render_signed_fields,
+    "report-vectors": render_report_vectors,
+}
 
 
 def regenerate(text: str) -> str:

@@ -1,8 +1,13 @@
-"""HMAC-SHA256 signatures on node commands (BindCommand, EvictCommand).
+"""HMAC-SHA256 signatures on node commands and on what agents report about their node.
 
+Commands (BindCommand, EvictCommand) are signed by the scheduler; the agents' messages about their
+node (EvictAck, WorkerStarted, WorkerExited, NodeTelemetry) are signed by the agent, under the same
+per-node key, so the scheduler applies an ack only from the node it claims (issue 22 item 1).
 The wire contract (schemas/commands.py, docs/protocol.md section 5): `signature` is the lowercase
-hex HMAC-SHA256 of the command's compact JSON encoding with `signature` set to "" and the
-`ADDED_AFTER_V1` fields left out while null (an empty signature means unsigned).
+hex HMAC-SHA256 of the message's compact JSON encoding with `signature` set to "" and the
+`ADDED_AFTER_V1` fields left out while null (an empty signature means unsigned). One rule for every
+signed type: no two of them have the same member names, so the signed bytes of one can never be
+presented as another's.
 "Compact JSON encoding" is pydantic's `model_dump_json()`: fields in declaration order, no
 whitespace, datetimes as ISO 8601 in UTC ("...Z"). Signer and verifier must both use it; a
 verifier in another language must reproduce that exact byte string.
@@ -20,9 +25,16 @@ import string
 from enum import StrEnum
 from typing import TypeVar
 
-from schemas.commands import BindCommand, EvictCommand
+from schemas.commands import BindCommand, EvictAck, EvictCommand
+from schemas.telemetry import NodeTelemetry
+from schemas.workers import WorkerExited, WorkerStarted
 
-SignedCommand = TypeVar("SignedCommand", BindCommand, EvictCommand)
+# Every message that carries a `signature` (the tuple is for isinstance checks).
+SIGNED_TYPES = (BindCommand, EvictCommand, EvictAck, WorkerStarted, WorkerExited, NodeTelemetry)
+SignedMessage = BindCommand | EvictCommand | EvictAck | WorkerStarted | WorkerExited | NodeTelemetry
+SignedCommand = TypeVar(
+    "SignedCommand", BindCommand, EvictCommand, EvictAck, WorkerStarted, WorkerExited, NodeTelemetry
+)
 
 # RFC 2104 recommends keys no shorter than the hash output; 16 bytes (128 bits) is the floor we
 # accept so a typo such as an unset variable expanding to "x" cannot become a usable key.
@@ -32,7 +44,7 @@ _LOWER_HEX = frozenset(string.digits + "abcdef")
 
 
 class SignatureCheck(StrEnum):
-    """The outcome of checking a command's signature; only VALID may be acted on."""
+    """The outcome of checking a message's signature; only VALID may be acted on."""
 
     VALID = "VALID"
     UNSIGNED = "UNSIGNED"
@@ -46,19 +58,19 @@ class SignatureCheck(StrEnum):
 
 _CHECK_MESSAGES: dict[SignatureCheck, str] = {
     SignatureCheck.VALID: "the signature matches the command and the key",
-    SignatureCheck.UNSIGNED: "the command carries no signature",
+    SignatureCheck.UNSIGNED: "the message carries no signature",
     SignatureCheck.MALFORMED: f"the signature is not {SIGNATURE_HEX_CHARS} lowercase hex characters",
-    SignatureCheck.MISMATCH: "the signature does not match (command altered, or signed with another key)",
+    SignatureCheck.MISMATCH: "the signature does not match (message altered, or signed with another key)",
 }
 
 
 class SignatureError(ValueError):
     """A command whose signature did not check out; `check` says why."""
 
-    def __init__(self, command: BindCommand | EvictCommand, check: SignatureCheck) -> None:
+    def __init__(self, command: SignedMessage, check: SignatureCheck) -> None:
+        what = getattr(command, "command_id", None) or getattr(command, "sampled_at", "")
         super().__init__(
-            f"refusing {type(command).__name__} {command.command_id} for node {command.node!r}: "
-            f"{check.message}"
+            f"refusing {type(command).__name__} {what} for node {command.node!r}: {check.message}"
         )
         self.check = check
 
@@ -69,17 +81,17 @@ _NODE_KEY_LABEL = b"gfs/node-command-key/v1\x00"
 
 
 def node_key(master: bytes, node: str) -> bytes:
-    """The key that signs and verifies `node`'s commands: HMAC-SHA256(master, label || node).
+    """The key that signs and verifies `node`'s commands and reports: HMAC-SHA256(master, label || node).
 
     One master secret lives with the scheduler; each agent is given only its own node's key, so a
-    compromised node cannot forge commands for another node.
+    compromised node cannot forge commands for another node, nor acks or telemetry in its name.
     """
     _check_key(master)
     return hmac.new(master, _NODE_KEY_LABEL + node.encode("utf-8"), hashlib.sha256).digest()
 
 
-def signing_bytes(command: BindCommand | EvictCommand) -> bytes:
-    """The bytes the signature covers: the compact JSON of the command with signature "".
+def signing_bytes(command: SignedMessage) -> bytes:
+    """The bytes the signature covers: the compact JSON of the message with signature "".
 
     `model_copy(update=...)` does not re-validate, which is right here: the command was validated
     when built, and only the signature (a free string) changes.
@@ -92,10 +104,11 @@ def signing_bytes(command: BindCommand | EvictCommand) -> bytes:
 
 
 # Public: docs/protocol.md lists them (services/platform/protocol_doc.py renders the list).
-ADDED_AFTER_V1 = ("restart_overhead_s", "attempt")
+# `running` (NodeTelemetry) is listed with them: agents' messages follow the commands' one rule.
+ADDED_AFTER_V1 = ("restart_overhead_s", "attempt", "running")
 
 
-def signature_of(command: BindCommand | EvictCommand, *, key: bytes) -> str:
+def signature_of(command: SignedMessage, *, key: bytes) -> str:
     """The lowercase hex HMAC-SHA256 of `signing_bytes(command)` under `key`."""
     _check_key(key)
     return hmac.new(key, signing_bytes(command), hashlib.sha256).hexdigest()
@@ -106,7 +119,7 @@ def sign(command: SignedCommand, *, key: bytes) -> SignedCommand:
     return command.model_copy(update={"signature": signature_of(command, key=key)})
 
 
-def check_signature(command: BindCommand | EvictCommand, *, key: bytes) -> SignatureCheck:
+def check_signature(command: SignedMessage, *, key: bytes) -> SignatureCheck:
     """Why `command` may or may not be trusted under `key` (never raises for a bad signature)."""
     _check_key(key)
     given = command.signature
@@ -120,8 +133,8 @@ def check_signature(command: BindCommand | EvictCommand, *, key: bytes) -> Signa
     return SignatureCheck.MISMATCH
 
 
-def verify(command: BindCommand | EvictCommand, *, key: bytes) -> bool:
-    """True only for a command signed with `key` and not altered since."""
+def verify(command: SignedMessage, *, key: bytes) -> bool:
+    """True only for a message signed with `key` and not altered since."""
     return check_signature(command, key=key) is SignatureCheck.VALID
 
 

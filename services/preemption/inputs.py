@@ -52,7 +52,10 @@ def _journaled_cancel(data: dict[str, Any]) -> TaskCancelled:
 
 def entry_for(payload: BaseModel, at_s: float, *, duplicate: bool = False) -> Entry | None:
     """The journal entry of a decoded inbox payload (None: a heartbeat changes nothing durable)."""
-    data = payload.model_dump(mode="json")
+    # An agent's signature was checked before the entry was built (report_auth.py); the journal
+    # keeps the ack without it, so its rows read the same as before acks were signed (and the
+    # previous release, which does not know the field, can still replay them after a rollback).
+    data = payload.model_dump(mode="json", exclude={"signature"})
     if isinstance(payload, TaskSubmitted):
         return ("submit", {"task": data, "duplicate": duplicate}, at_s)
     if isinstance(payload, TaskCancelled):

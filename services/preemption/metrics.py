@@ -34,8 +34,13 @@ def register_metrics(meter: Meter, decider: Decider) -> None:
     )  # exported as gfs_preemption_node_loss_held_total
     decider.refused_counter = meter.create_counter(
         "gfs_preemption_acks_refused",
-        description="Acks that did not match the command they claim to answer (dead-lettered)",
+        description="Acks and telemetry refused and dead-lettered, by type and reason: unmatched (not "
+        "the command they claim to answer), unsigned, malformed_signature, signature_mismatch",
     )  # exported as gfs_preemption_acks_refused_total
+    decider.unsigned_counter = meter.create_counter(
+        "gfs_preemption_acks_unsigned",
+        description="Unsigned acks and telemetry applied because PREEMPTION_REQUIRE_SIGNED_ACKS is off",
+    )  # exported as gfs_preemption_acks_unsigned_total
 
     def tasks(_: CallbackOptions) -> list[Observation]:
         out = []

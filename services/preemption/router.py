@@ -21,6 +21,7 @@ import asyncio
 import logging
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -41,6 +42,7 @@ from services.platform.kafka.producer import EnvelopeProducer
 from services.platform.tracing import inject_headers
 from services.preemption import store
 from services.preemption.poison import STORE_ATTEMPTS, StoreFailedError, caused_by_record, store_failed
+from services.preemption.report_auth import ReportAuth
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +98,12 @@ class Router:
     # not count a node's silence past it (liveness.py). Per source partition in `heard_by`.
     heard: float | None = None
     heard_by: dict[tuple[str, int], float] = field(default_factory=dict)
+    # Telemetry not signed by its node (report_auth.py) is dead-lettered here, before its node's
+    # pool is stored: a forged sample must not move a node to another pool (its real acks would
+    # then be routed there and refused). Acks are checked by the decider (service.py).
+    auth: ReportAuth | None = None
+    on_refused: Callable[[NodeTelemetry, str], None] = lambda _sample, _reason: None
+    unauthenticated: int = 0
 
     async def handle(self, envelope: Envelope[Any], context: MessageContext) -> None:
         if isinstance(envelope.payload, ClockTick):
@@ -109,6 +117,15 @@ class Router:
         if self.pools is not None and not self._maybe_ours(envelope.payload):
             self.skipped += 1
             return
+        if isinstance(envelope.payload, NodeTelemetry) and self.auth is not None:
+            verdict = self.auth.check(envelope.payload)
+            if verdict.refusal is not None:
+                self.unauthenticated += 1
+                self.on_refused(envelope.payload, verdict.refusal.value)
+                await self._dead_letter(
+                    envelope, context, ValueError(f"NodeTelemetry refused: {verdict.why(envelope.payload)}")
+                )
+                return
         try:
             found = await self._pool_of_stored(envelope)
         except UnroutableError as exc:

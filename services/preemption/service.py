@@ -70,6 +70,7 @@ from services.preemption.dashboard import with_trace_id
 from services.preemption.inputs import Entry, apply, entry_for
 from services.preemption.metrics import register_metrics
 from services.preemption.poison import caused_by_record, store_failed
+from services.preemption.report_auth import ReportAuth
 from services.preemption.router import (
     CLOCK_TOPIC,
     DUPLICATE_HEADER,
@@ -86,6 +87,8 @@ from services.preemption.router import (
 log = logging.getLogger(__name__)
 
 Ack = EvictAck | WorkerStarted | WorkerExited
+Report = EvictAck | WorkerStarted | WorkerExited | NodeTelemetry  # what agents sign (report_auth.py)
+UNMATCHED = "unmatched"  # the refusal reason of an ack that does not match its command
 
 PRODUCER = "gfs-preemption"
 TRACER = "gfs.preemption"
@@ -130,6 +133,13 @@ class PreemptionSettings(PlatformSettings):
     preemption_clock: str = "wall"
     preemption_clock_name: str = CLOCK_KEY  # the clock followed on gfs.control.clock (others ignored)
     gfs_command_secret: SecretStr | None = None
+    # Acks and telemetry must be signed with their node's key (report_auth.py). Off only while
+    # agents are upgraded (docs/operations.md, "Signed acks"): unsigned ones are then accepted and
+    # counted; a wrong signature is refused either way.
+    preemption_require_signed_acks: bool = True
+    # The master secret being rotated out: acks and telemetry signed with its node keys are still
+    # accepted (agents are restarted with their new keys one by one). Unset once the rotation ends.
+    gfs_command_secret_previous: SecretStr | None = None
     preemption_admin_token: SecretStr | None = None  # bearer token of SRE control writes (none: refused)
 
     def liveness_rules(self) -> liveness.LivenessRules:
@@ -163,6 +173,14 @@ class PreemptionSettings(PlatformSettings):
             )
         return self.gfs_command_secret.get_secret_value().encode("utf-8")
 
+    def previous_secret(self) -> bytes | None:
+        if (
+            self.gfs_command_secret_previous is None
+            or not self.gfs_command_secret_previous.get_secret_value()
+        ):
+            return None
+        return self.gfs_command_secret_previous.get_secret_value().encode("utf-8")
+
 
 @dataclass(slots=True)
 class PartitionState:
@@ -191,7 +209,9 @@ class Stats:
     rebuilt: int = 0
     dead_lettered: int = 0
     poisoned: int = 0  # inbox records dead-lettered because they failed to store twice
-    refused_acks: int = 0  # acks that did not match their command (controller.refusal)
+    refused_acks: int = 0  # acks (and telemetry) refused: unmatched (controller.refusal) or unsigned
+    unauthenticated: int = 0  # of those, refused for their signature (report_auth.py)
+    unsigned_accepted: int = 0  # unsigned acks and telemetry applied (require_signed_acks off)
     latencies: list[float] = field(default_factory=list)  # inbox record -> committed, seconds (recent)
 
 
@@ -226,6 +246,8 @@ class Decider:
     consumer: AIOKafkaConsumer | None = None  # the inbox's (tests pause it to stall the input)
     fatal: Exception | None = None  # a claim that must stop the service (store.ModeConflictError)
     refused_counter: Any = None
+    unsigned_counter: Any = None
+    auth: ReportAuth | None = None  # set by the composition root; None: every report is applied
 
     # ----- ownership ------------------------------------------------------------------------------
     def controller(self, state: PartitionState, pool: str) -> PoolController:
@@ -335,6 +357,8 @@ class Decider:
                 if decoded is None:
                     continue
                 payload, event_id, duplicate, ctx = decoded
+                if isinstance(payload, Report) and not await self._authentic(record, payload):
+                    continue  # refused before it counts as a heartbeat, a report or an ack
                 source_key = next(
                     (v.decode("utf-8", "replace") for k, v in record.headers or () if k == SOURCE_KEY_HEADER),
                     None,
@@ -408,7 +432,7 @@ class Decider:
                     record, ack, source_key = acks[index]
                     why = self.controller(state, pool_name).refusal(ack, source_key)
                     if why is not None:
-                        await self._refuse(record, ack, why)
+                        await self._refuse(record, ack, why, reason=UNMATCHED)
                         continue
                 if eid is not None:
                     seen.add(eid)
@@ -455,11 +479,34 @@ class Decider:
             letter = build_dead_letter(failed, error=exc, failed_at=datetime.now(UTC), producer=PRODUCER)
             await self.producer.send(DEAD_LETTER_TOPIC, letter)
 
-    async def _refuse(self, record: ConsumerRecord[bytes, bytes], ack: BaseModel, why: str) -> None:
+    async def _authentic(self, record: ConsumerRecord[bytes, bytes], report: Report) -> bool:
+        """Whether `report` is its node's word (report_auth.py); a refused one is dead-lettered."""
+        if self.auth is None:
+            return True
+        verdict = self.auth.check(report)
+        if verdict.refusal is not None:
+            await self._refuse(record, report, verdict.why(report), reason=verdict.refusal.value)
+            return False
+        if verdict.unsigned:
+            self.stats.unsigned_accepted += 1
+            if self.unsigned_counter is not None:
+                self.unsigned_counter.add(1, {"type": type(report).__name__})
+        return True
+
+    def note_refused(self, message: BaseModel, reason: str) -> None:
+        """Count a refused ack or sample (also the router's: it refuses unsigned telemetry)."""
         self.stats.refused_acks += 1
+        if reason != UNMATCHED:
+            self.stats.unauthenticated += 1
         if self.refused_counter is not None:
-            self.refused_counter.add(1, {"type": type(ack).__name__})
-        log.warning("preemption: refused %s %s: %s", type(ack).__name__, getattr(ack, "command_id", ""), why)
+            self.refused_counter.add(1, {"type": type(message).__name__, "reason": reason})
+
+    async def _refuse(
+        self, record: ConsumerRecord[bytes, bytes], ack: BaseModel, why: str, *, reason: str
+    ) -> None:
+        self.note_refused(ack, reason)
+        what = getattr(ack, "command_id", None) or getattr(ack, "node", "")
+        log.warning("preemption: refused %s %s (%s): %s", type(ack).__name__, what, reason, why)
         if self.producer is not None:
             failed = FailedRecord(
                 topic=record.topic, partition=record.partition, offset=record.offset, value=record.value,
@@ -658,9 +705,9 @@ class Decider:
         task_id = _task_of(message)
         parent = self.contexts.get(task_id, ctx) if task_id else ctx
         if isinstance(message, BindCommand):  # noqa: SIM114 (`sign` keeps each command's own type)
-            message = sign(message, key=self._key(message.node))
+            message = sign(message, key=self.key(message.node))
         elif isinstance(message, EvictCommand):
-            message = sign(message, key=self._key(message.node))
+            message = sign(message, key=self.key(message.node))
         if isinstance(message, BindCommand | EvictCommand):
             # A span per command (the decision SREs follow); events carry the task's trace as is.
             spot = isinstance(message, BindCommand) and message.task_class is TaskClass.SPOT
@@ -677,7 +724,8 @@ class Decider:
         envelope = wrap(message, producer=PRODUCER, occurred_at=occurred)
         return topic_for_event_type(type(message).__name__).name, envelope, headers
 
-    def _key(self, node: str) -> bytes:
+    def key(self, node: str) -> bytes:
+        """`node`'s key (signing.node_key of the master secret), derived once."""
         found = self.keys.get(node)
         if found is None:
             found = self.keys[node] = node_key(self.secret, node)
@@ -717,6 +765,37 @@ def _pool_of_task(state: PartitionState, task_id: str) -> str:
 
 def _utc(seconds: float) -> datetime:
     return datetime.fromtimestamp(seconds, UTC)
+
+
+def report_auth(settings: PreemptionSettings, key_of: Callable[[str], bytes], instance: str) -> ReportAuth:
+    """How this instance checks the agents' signatures (report_auth.py), said in its start-up log."""
+    previous = settings.previous_secret()
+    previous_keys: dict[str, bytes] = {}
+
+    def previous_key(node: str) -> bytes:
+        assert previous is not None
+        found = previous_keys.get(node)
+        if found is None:
+            found = previous_keys[node] = node_key(previous, node)
+        return found
+
+    if previous is not None:
+        log.warning(
+            "preemption %s: GFS_COMMAND_SECRET_PREVIOUS is set: acks and telemetry signed with the "
+            "previous secret's node keys are accepted (a rotation)", instance,
+        )  # fmt: skip
+    if settings.preemption_require_signed_acks:
+        log.info("preemption %s: acks and telemetry must be signed with their node's key", instance)
+    else:
+        log.warning(
+            "preemption %s: PREEMPTION_REQUIRE_SIGNED_ACKS is off: UNSIGNED acks and telemetry are "
+            "applied (counted in gfs_preemption_acks_unsigned_total); wrongly signed ones are still "
+            "refused. Turn it on once every agent signs (docs/operations.md).", instance,
+        )  # fmt: skip
+    return ReportAuth(
+        key_of, require_signed=settings.preemption_require_signed_acks,
+        previous_key_of=previous_key if previous is not None else None,
+    )  # fmt: skip
 
 
 class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
@@ -798,9 +877,11 @@ async def run_preemption_service(
         await ensure_topics(settings.bootstrap_servers, [inbox])
         relay = OutboxRelay(pool, producer, poll_interval_s=0.5)
         decider = Decider(pool, settings, clock, instance, secret, on_committed=relay.wake, producer=producer)
+        decider.auth = report_auth(settings, decider.key, instance)
         register_metrics(metrics.meter(TRACER), decider)
         router = Router(pool, producer, inbox=inbox.name, pools=settings.pool_allowlist(),
-                        clock_name=settings.preemption_clock_name)  # fmt: skip
+                        clock_name=settings.preemption_clock_name, auth=decider.auth,
+                        on_refused=decider.note_refused)  # fmt: skip
         decider.router_heard = lambda: router.heard
         try:
             if settings.preemption_api_port:

@@ -1,5 +1,9 @@
 """docs/protocol.md is enough to build a conforming agent: its vectors, rebuilt from the page alone.
 
+The agent's own messages (EvictAck, WorkerStarted, WorkerExited, NodeTelemetry) are signed by the
+same rule under the same K(node) (issue 22 item 1): their vectors are rebuilt the same way, and
+the scheduler's verifier must accept each under K(node) and refuse it under another node's key.
+
 Each check first derives the value the way an outside implementer would, from the document's
 words with nothing but the standard library (and openssl), then holds the project's own code to
 the same bytes: the node-key formula, the signed-bytes rule (post-v1 null members left out, every
@@ -17,13 +21,23 @@ from pathlib import Path
 
 import pytest
 
-from schemas.commands import BindCommand, EvictCommand
+from schemas.commands import BindCommand, EvictAck, EvictCommand
+from schemas.telemetry import NodeTelemetry
+from schemas.workers import WorkerExited, WorkerStarted
 from services.platform.protocol_doc import payload_models, regenerate
 from services.platform.signing import SignatureCheck, check_signature, node_key, signing_bytes
+from services.preemption.report_auth import Refusal, ReportAuth
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "protocol.md"
 _BLOCK = re.compile(r"```(?:json|text) vector:(?P<name>[a-z:-]+)\n(?P<body>.*?)\n```", re.DOTALL)
 _MODELS = {"bind-null-overhead": BindCommand, "bind-overhead": BindCommand, "evict": EvictCommand}
+_REPORTS = {
+    "evict-ack": EvictAck,
+    "worker-started": WorkerStarted,
+    "worker-exited": WorkerExited,
+    "telemetry": NodeTelemetry,
+    "telemetry-no-report": NodeTelemetry,
+}
 
 
 def _vectors() -> dict[str, str]:
@@ -82,6 +96,52 @@ def test_each_command_vector_signs_as_documented(name: str) -> None:
     assert command.model_dump_json() == payload_text
     assert signing_bytes(command) == signed
     assert check_signature(command, key=key) is SignatureCheck.VALID
+
+
+def _documented_hmac_and_openssl(key: bytes, signed: bytes) -> tuple[str, str]:
+    mine = hmac.new(key, signed, hashlib.sha256).hexdigest()
+    openssl = subprocess.run(
+        ["openssl", "dgst", "-sha256", "-mac", "HMAC", "-macopt", f"hexkey:{key.hex()}"],
+        input=signed,
+        capture_output=True,
+        check=True,
+    )
+    return mine, openssl.stdout.decode().strip()
+
+
+@pytest.mark.parametrize("name", sorted(_REPORTS))
+def test_each_agent_message_vector_signs_as_documented_and_the_scheduler_accepts_only_it(name: str) -> None:
+    vectors = _vectors()
+    payload_text, signed_text = vectors[f"{name}:payload"], vectors[f"{name}:signed-bytes"]
+    master, node, key = _key_vector()
+
+    signed = _documented_signed_bytes(payload_text)
+    assert signed == signed_text.encode("utf-8")
+    signature = json.loads(payload_text)["signature"]
+    mine, openssl = _documented_hmac_and_openssl(key, signed)
+    assert mine == signature
+    assert openssl.endswith(signature)
+
+    # The scheduler's side: it decodes the agent's text, re-encodes it to the same bytes, and
+    # applies the message only under the key of the node it names.
+    message = _REPORTS[name].model_validate_json(payload_text)
+    assert message.node == node
+    assert message.model_dump_json() == payload_text
+    assert signing_bytes(message) == signed
+    assert ReportAuth(lambda n: node_key(master, n)).check(message).refusal is None
+    other = ReportAuth(lambda n: node_key(master, n + "-other"))
+    assert other.check(message).refusal is Refusal.SIGNATURE_MISMATCH
+    unsigned = message.model_copy(update={"signature": ""})
+    assert ReportAuth(lambda n: node_key(master, n)).check(unsigned).refusal is Refusal.UNSIGNED
+
+
+def test_the_agent_vectors_cover_a_post_v1_null_left_out() -> None:
+    vectors = _vectors()
+    assert '"attempt":null' in vectors["evict-ack:payload"]
+    assert '"attempt"' not in vectors["evict-ack:signed-bytes"]
+    assert '"running":null' in vectors["telemetry-no-report:payload"]
+    assert '"running"' not in vectors["telemetry-no-report:signed-bytes"]
+    assert '"running":[' in vectors["telemetry:signed-bytes"]
 
 
 def test_the_vectors_cover_both_kinds_of_null() -> None:

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import aiohttp
 import pytest
 from live_harness import Tap
 from test_node_agent import (  # noqa: F401  (fixtures)
@@ -23,7 +24,16 @@ from test_node_agent import (  # noqa: F401  (fixtures)
     publisher,
 )
 from test_node_agent import _node as _agent_node
-from test_preemption_service import Cluster, _registered, _service, _settings, _until, world  # noqa: F401
+from test_preemption_service import (  # noqa: F401  (world: a fixture)
+    Cluster,
+    _registered,
+    _sample,
+    _service,
+    _settings,
+    _until,
+    world,
+)
+from test_quota_service import _free_port
 
 from schemas.commands import BindCommand, EvictAck, EvictCommand, EvictOutcome
 from schemas.dead_letter import DeadLetter
@@ -81,13 +91,13 @@ async def test_an_evict_ack_from_the_wrong_node_is_refused_and_dead_lettered(
     async with _service(settings) as (decider, _):
         bind_a, _, evict = await _victim_world(c, decider)
         # The real command id of the eviction addressed to B's node, answered by A's node (and
-        # published under A's node's key, as EnvelopeProducer keys acks by `node`).
+        # published under A's node's Kafka key and signed with its own key: a real node, wrong ack).
         forged = EvictAck(command_id=evict.command_id, node=bind_a.node, task_ids=(b,),
                           outcome=EvictOutcome.CHECKPOINTED, acked_at=datetime.now(UTC))  # fmt: skip
         assert forged.node != evict.node
         letters = await Tap(kafka_bootstrap, (DEAD_LETTER_TOPIC,)).start()
         try:
-            await c.producer.send("gfs.commands.evict-ack", wrap(forged, producer="it"))
+            await c.report("gfs.commands.evict-ack", forged)
             found = await letters.wait(DeadLetter, lambda d: "EvictAck refused" in d.error)
         finally:
             await letters.stop()
@@ -100,10 +110,61 @@ async def test_an_evict_ack_from_the_wrong_node_is_refused_and_dead_lettered(
 
         # The real node's ack is applied: H bound, B evicted.
         real = forged.model_copy(update={"node": evict.node})
-        await c.producer.send("gfs.commands.evict-ack", wrap(real, producer="it"))
+        await c.report("gfs.commands.evict-ack", real)
         (bind_h,) = await c.bind_of(h)
         assert bind_h.node == evict.node
         await c.tap.wait(TaskEvicted, lambda e: e.task_id == b)
+
+
+@pytest.mark.asyncio(loop_scope="session")
+async def test_an_evict_ack_not_signed_with_its_nodes_key_is_refused_and_the_hp_bind_waits(
+    world: tuple[Cluster, str],  # noqa: F811 (the fixture)
+    kafka_bootstrap: str,
+) -> None:
+    """Issue 22 item 1, "only from that node": an ack matching the eviction in every field (command
+    id, node, task, attempt, published under the node's Kafka key) is still not that node's word
+    unless it carries the node's signature. A forger holding another node's key (A's), and one
+    holding none, are refused and dead-lettered with the reason; B stays, H waits; the ack the
+    node itself signs is applied."""
+    c, dsn = world
+    _, b, h = _ids(c)
+    port = _free_port()
+    settings = _settings(dsn, kafka_bootstrap, c.pool, preemption_grace_s=20.0, preemption_api_port=port)
+    async with _service(settings) as (decider, _):
+        bind_a, bind_b, evict = await _victim_world(c, decider)
+        assert bind_a.node != evict.node == bind_b.node
+        ack = EvictAck(command_id=evict.command_id, node=evict.node, task_ids=(b,), attempt=evict.attempt,
+                       outcome=EvictOutcome.CHECKPOINTED, acked_at=datetime.now(UTC))  # fmt: skip
+        letters = await Tap(kafka_bootstrap, (DEAD_LETTER_TOPIC,)).start()
+        try:
+            await c.report("gfs.commands.evict-ack", ack, signer=bind_a.node)  # A's key, B's name
+            await c.producer.send("gfs.commands.evict-ack", wrap(ack, producer="it"))  # unsigned
+            found = await letters.wait(
+                DeadLetter, lambda d: "EvictAck refused" in d.error and evict.node in d.error, count=2
+            )
+        finally:
+            await letters.stop()
+        errors = sorted(d.error for d in found)
+        assert all(f"not signed by node {evict.node!r}'s key" in e for e in errors), errors
+        assert any("signed with another key" in e for e in errors), errors
+        assert any("carries no signature" in e for e in errors), errors
+        assert (decider.stats.unauthenticated, decider.stats.refused_acks) == (2, 2)
+        await asyncio.sleep(1.0)
+        # Nothing applied: H is not bound onto B's GPUs while B may still run there; B not evicted.
+        assert not c.tap.payloads(BindCommand, lambda x: x.task_id == h)
+        assert not c.tap.payloads(TaskEvicted, lambda e: e.task_id == b)
+        async with aiohttp.ClientSession() as http, http.get(f"http://127.0.0.1:{port}/metrics") as response:
+            metrics = await response.text()
+        refused = "gfs_preemption_acks_refused_total"
+        assert _sample(metrics, refused, {"type": "EvictAck", "reason": "signature_mismatch"}) == 1.0
+        assert _sample(metrics, refused, {"type": "EvictAck", "reason": "unsigned"}) == 1.0
+
+        # The same ack signed by B's node is applied: H bound on B's GPUs, B evicted.
+        await c.report("gfs.commands.evict-ack", ack)
+        (bind_h,) = await c.bind_of(h)
+        assert bind_h.node == evict.node
+        await c.tap.wait(TaskEvicted, lambda e: e.task_id == b)
+        assert decider.stats.refused_acks == 2
 
 
 @pytest.mark.asyncio(loop_scope="session")
@@ -121,11 +182,11 @@ async def test_a_victim_that_exits_0_while_its_eviction_is_in_flight_finished(
         # written before attempts existed would send it).
         done = WorkerExited(command_id=bind_b.command_id, node=bind_b.node, task_id=b, worker_index=0,
                             exit_code=0, exited_at=datetime.now(UTC))  # fmt: skip
-        await c.producer.send("gfs.commands.worker-ack", wrap(done, producer="it"))
+        await c.report("gfs.commands.worker-ack", done)
         await asyncio.sleep(0.5)
         ack = EvictAck(command_id=evict.command_id, node=evict.node, task_ids=(b,),
                        outcome=EvictOutcome.NOT_RUNNING, acked_at=datetime.now(UTC))  # fmt: skip
-        await c.producer.send("gfs.commands.evict-ack", wrap(ack, producer="it"))
+        await c.report("gfs.commands.evict-ack", ack)
         (finished,) = await c.tap.wait(TaskFinished, lambda e: e.task_id == b)
         assert finished.exit_code == 0
         (bind_h,) = await c.bind_of(h)
@@ -180,7 +241,6 @@ async def test_the_agent_never_starts_an_attempt_it_was_told_to_evict_first(
         assert len(acks.of(WorkerExited)) == 1  # attempt 2 still runs
 
 
-
 @pytest.mark.asyncio(loop_scope="session")
 async def test_a_task_is_not_bound_again_on_a_node_before_that_node_ended_its_previous_attempt(
     world: tuple[Cluster, str],  # noqa: F811 (the fixture)
@@ -210,13 +270,13 @@ async def test_a_task_is_not_bound_again_on_a_node_before_that_node_ended_its_pr
         # yet stopped B's first attempt (its agent may read that bind before the eviction).
         done = WorkerExited(command_id=bind_a.command_id, node=bind_a.node, task_id=a, worker_index=0,
                             exit_code=0, exited_at=datetime.now(UTC))  # fmt: skip
-        await c.producer.send("gfs.commands.worker-ack", wrap(done, producer="it"))
+        await c.report("gfs.commands.worker-ack", done)
         await c.tap.wait(TaskFinished, lambda e: e.task_id == a)
         await asyncio.sleep(1.5)
         assert len(c.tap.payloads(BindCommand, lambda x: x.task_id == b)) == 1  # held
         ack = EvictAck(command_id=evict.command_id, node=evict.node, task_ids=(b,),
                        outcome=EvictOutcome.KILLED, acked_at=datetime.now(UTC))  # fmt: skip
-        await c.producer.send("gfs.commands.evict-ack", wrap(ack, producer="it"))
+        await c.report("gfs.commands.evict-ack", ack)
         (_, again) = await c.bind_of(b, count=2)
         assert again.node == c.node(0) and again.attempt == 2 and evict.attempt == 1
         await c.tap.wait(TaskEvicted, lambda e: e.task_id == b)

@@ -42,6 +42,7 @@ from schemas.telemetry import GpuSample, NodeTelemetry
 from schemas.workers import WorkerStarted
 from services.platform.kafka.producer import EnvelopeProducer
 from services.platform.kafka.topic_admin import TopicsReport
+from services.platform.signing import node_key, sign
 from services.producers.client import GfsClient
 
 pytestmark = pytest.mark.integration
@@ -125,13 +126,19 @@ class World:
         self.dsn, self.kafka, self.tmp, self.tap, self.producer = dsn, kafka, tmp, tap, producer
         self.port = _free_port()
         self.proc: ServiceProcess | None = None
+        self.secret = "it-dash-" + uuid.uuid4().hex
+
+    async def report(self, topic_name: str, message: Any) -> None:
+        """An agent's message, signed with its node's key as the agent signs it."""
+        key = node_key(self.secret.encode(), message.node)
+        await self.producer.send(topic_name, wrap(sign(message, key=key), producer="it"))
 
     def start(self) -> None:
         env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")} | {
             "DATABASE_URL": self.dsn,
             "KAFKA_BOOTSTRAP_SERVERS": self.kafka,
             "PYTHONUNBUFFERED": "1",
-            "GFS_COMMAND_SECRET": "it-dash-" + uuid.uuid4().hex,
+            "GFS_COMMAND_SECRET": self.secret,
             "JAEGER_UI_URL": JAEGER_UI,
             "PREEMPTION_API_PORT": str(self.port),
             "PREEMPTION_POOLS": self.pool,
@@ -199,11 +206,11 @@ async def _ack_like_agents(w: World) -> None:
                         pid=4242,
                         started_at=now,
                     )
-                    await w.producer.send("gfs.commands.worker-ack", wrap(ack, producer="it"))
+                    await w.report("gfs.commands.worker-ack", ack)
             else:
                 ack = EvictAck(command_id=payload.command_id, node=payload.node, task_ids=payload.task_ids,
                                outcome=EvictOutcome.CHECKPOINTED, acked_at=now)  # fmt: skip
-                await w.producer.send("gfs.commands.evict-ack", wrap(ack, producer="it"))
+                await w.report("gfs.commands.evict-ack", ack)
         await asyncio.sleep(0.05)
 
 
@@ -273,7 +280,7 @@ async def test_dashboard_in_headless_chromium_shows_what_the_api_says(world: Wor
                 for g in range(2)
             )
             node = NodeTelemetry(node=f"{pool.lower()}-n{i}", gpu_model=pool, sampled_at=now, gpus=samples)
-            await w.producer.send("gfs.nodes.telemetry", wrap(node, producer="it"))
+            await w.report("gfs.nodes.telemetry", node)
         quota = SpotQuota(
             pool=pool,
             quotas=tuple(GuaranteeQuota(guarantee_hours=h, quota_gpus=4.0) for h in (1, 2, 4)),

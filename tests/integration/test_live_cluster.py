@@ -44,6 +44,7 @@ from schemas.telemetry import GpuSample, NodeTelemetry
 from schemas.workers import WorkerStarted
 from services.platform.kafka.producer import EnvelopeProducer
 from services.platform.kafka.topic_admin import TopicsReport
+from services.platform.signing import SignedCommand, node_key, sign
 from services.producers.client import GfsClient
 from services.producers.partitioning import partition_for_key
 
@@ -111,6 +112,10 @@ class Live:
             "PREEMPTION_SESSION_TIMEOUT_MS": "6000",
             "PYTHONUNBUFFERED": "1",
         }
+
+    def signed(self, message: SignedCommand) -> SignedCommand:
+        """An agent's message signed with its node's key, as the agent signs it."""
+        return sign(message, key=node_key(self.secret.encode(), message.node))
 
     def preemption(self, name: str, port: int, pools: list[str], **env: str) -> ServiceProcess:
         extra = {
@@ -400,7 +405,8 @@ async def test_two_instances_split_pools_and_fail_over_without_lost_or_duplicate
             await live.producer.send(
                 "gfs.nodes.telemetry",
                 wrap(
-                    NodeTelemetry(node=nodes[p], gpu_model=p, sampled_at=_now(), gpus=samples), producer="e2e"
+                    live.signed(NodeTelemetry(node=nodes[p], gpu_model=p, sampled_at=_now(), gpus=samples)),
+                    producer="e2e",
                 ),
             )
             await live.quota(p, 4.0, 4)
@@ -529,9 +535,11 @@ async def _ack_like_agents(live: Live) -> None:
                         pid=1,
                         started_at=_now(),
                     )
-                    await live.producer.send("gfs.commands.worker-ack", wrap(ack, producer="e2e"))
+                    await live.producer.send(
+                        "gfs.commands.worker-ack", wrap(live.signed(ack), producer="e2e")
+                    )
             elif isinstance(payload, EvictCommand):
                 ack = EvictAck(command_id=payload.command_id, node=payload.node, task_ids=payload.task_ids,
                                outcome=EvictOutcome.CHECKPOINTED, acked_at=_now())  # fmt: skip
-                await live.producer.send("gfs.commands.evict-ack", wrap(ack, producer="e2e"))
+                await live.producer.send("gfs.commands.evict-ack", wrap(live.signed(ack), producer="e2e"))
         await asyncio.sleep(0.05)

@@ -47,6 +47,7 @@ from schemas.tasks import TaskAccepted, TaskClass, TaskSubmitted
 from schemas.telemetry import GpuSample, NodeTelemetry
 from services.platform.kafka.producer import EnvelopeProducer
 from services.platform.kafka.topic_admin import TopicsReport
+from services.platform.signing import node_key, sign
 
 pytestmark = pytest.mark.integration
 
@@ -185,7 +186,9 @@ async def test_prometheus_has_the_decision_latency_histogram_and_the_quota_per_p
                 for i in range(8)
             )
             node = NodeTelemetry(node=f"{pool.lower()}-n0", gpu_model=pool, sampled_at=now, gpus=samples)
-            await producer.send("gfs.nodes.telemetry", wrap(node, producer="it"))
+            # Signed with the node's key, as the agent signs it (the service refuses it unsigned).
+            key = node_key(services.base["GFS_COMMAND_SECRET"].encode(), node.node)
+            await producer.send("gfs.nodes.telemetry", wrap(sign(node, key=key), producer="it"))
             await _pool_has_quota(pool)
             tasks = [(f"{pool}-s{i}", TaskClass.SPOT) for i in range(2)] + [(f"{pool}-h0", TaskClass.HP)]
             for tid, cls in tasks:

@@ -40,7 +40,7 @@ from schemas.telemetry import GpuSample, NodeTelemetry
 from schemas.workers import WorkerExited, WorkerStarted
 from services.platform.kafka.producer import EnvelopeProducer
 from services.platform.kafka.topic_admin import TopicsReport
-from services.platform.signing import SignatureCheck, check_signature, node_key
+from services.platform.signing import SignatureCheck, SignedMessage, check_signature, node_key, sign
 from services.preemption.service import Decider, PreemptionSettings, run_preemption_service
 
 pytestmark = pytest.mark.integration
@@ -60,6 +60,7 @@ class Cluster:
         self.pool = f"IT-{uuid.uuid4().hex[:8]}"
         self.producer = producer
         self.tap = tap
+        self.secret = SECRET  # the service's GFS_COMMAND_SECRET: the "agents" sign with its node keys
 
     def node(self, i: int) -> str:
         return f"{self.pool.lower()}-n{i}"
@@ -69,12 +70,16 @@ class Cluster:
             GpuSample(index=i, utilisation_pct=0, memory_used_mib=0, memory_total_mib=80_000)
             for i in range(gpus)
         )
-        await self.producer.send(
+        await self.report(
             "gfs.nodes.telemetry",
-            wrap(
-                NodeTelemetry(node=node, gpu_model=self.pool, sampled_at=_now(), gpus=samples), producer="it"
-            ),
+            NodeTelemetry(node=node, gpu_model=self.pool, sampled_at=_now(), gpus=samples),
         )
+
+    async def report(self, topic_name: str, message: SignedMessage, *, signer: str | None = None) -> None:
+        """Publish an agent's message as its agent does: signed with the key of the node it names
+        (`signer`: another node's key, as a forger holding only that key would)."""
+        key = node_key(self.secret.encode(), signer or message.node)
+        await self.producer.send(topic_name, wrap(sign(message, key=key), producer="it"))
 
     async def quota(self, gpus: float) -> None:
         quotas = tuple(GuaranteeQuota(guarantee_hours=h, quota_gpus=gpus) for h in (1, 2, 4))
@@ -95,7 +100,7 @@ class Cluster:
             ack = WorkerStarted(command_id=bind.command_id, node=bind.node, task_id=bind.task_id,
                                 worker_index=p.worker_index, pid=4000 + p.worker_index,
                                 started_at=_now())  # fmt: skip
-            await self.producer.send("gfs.commands.worker-ack", wrap(ack, producer="it"))
+            await self.report("gfs.commands.worker-ack", ack)
 
 
 def _settings(dsn: str, kafka: str, pool: str, **kw: Any) -> PreemptionSettings:
@@ -223,7 +228,7 @@ async def test_hp_evicts_then_binds_after_the_ack_signed_and_explained(
             outcome=EvictOutcome.CHECKPOINTED,
             acked_at=_now(),
         )
-        await c.producer.send("gfs.commands.evict-ack", wrap(ack, producer="it"))
+        await c.report("gfs.commands.evict-ack", ack)
         (bind_h,) = await c.bind_of("H")
         assert bind_h.node == bind_b.node and bind_h.placements[0].gpu_indices == (0, 1)
         assert check_signature(bind_h, key=_key(bind_h.node)) is SignatureCheck.VALID
@@ -251,7 +256,7 @@ async def test_hp_evicts_then_binds_after_the_ack_signed_and_explained(
             exit_code=0,
             exited_at=_now(),
         )
-        await c.producer.send("gfs.commands.worker-ack", wrap(done, producer="it"))
+        await c.report("gfs.commands.worker-ack", done)
         await c.tap.wait(TaskFinished, lambda e: e.task_id == "A")
         (_, rebind_b) = await c.bind_of("B", count=2)
         assert rebind_b.node == bind_a.node

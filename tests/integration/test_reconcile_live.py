@@ -12,7 +12,7 @@ import contextlib
 import signal
 import sys
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -60,7 +60,7 @@ async def _reporting(
                 now = datetime.now(UTC)
                 telemetry = NodeTelemetry(node=node, gpu_model=c.pool, sampled_at=now, gpus=samples,
                                           running=report)  # fmt: skip
-                await c.producer.send("gfs.nodes.telemetry", wrap(telemetry, producer="it"))
+                await c.report("gfs.nodes.telemetry", telemetry)
             await asyncio.sleep(0.3)
 
     task = asyncio.create_task(beat())
@@ -77,7 +77,7 @@ async def _start(c: Cluster, bind: BindCommand, attempt: int) -> None:
         ack = WorkerStarted(command_id=bind.command_id, node=bind.node, task_id=bind.task_id,
                             worker_index=p.worker_index, pid=5000 + p.worker_index,
                             started_at=datetime.now(UTC), attempt=attempt)  # fmt: skip
-        await c.producer.send("gfs.commands.worker-ack", wrap(ack, producer="it"))
+        await c.report("gfs.commands.worker-ack", ack)
 
 
 @pytest.mark.asyncio(loop_scope="session")
@@ -156,12 +156,67 @@ async def test_an_eviction_refused_as_stale_is_issued_again_and_the_hp_bind_wait
         running[evict.node].discard((b, 1, 0))
         ack = EvictAck(command_id=latest.command_id, node=evict.node, task_ids=(b,),
                        outcome=EvictOutcome.KILLED, acked_at=datetime.now(UTC), attempt=1)  # fmt: skip
-        await c.producer.send("gfs.commands.evict-ack", wrap(ack, producer="it"))
+        await c.report("gfs.commands.evict-ack", ack)
         (bind_h,) = await c.bind_of(h)
         assert bind_h.node == evict.node
         (evicted,) = await c.tap.wait(TaskEvicted, lambda e: e.task_id == b)
         assert evicted.command_id == evict.command_id
         assert decider.stats.refused_acks == 0
+
+
+@pytest.mark.asyncio(loop_scope="session")
+async def test_a_forged_report_without_the_victim_does_not_release_the_hp_bind(
+    world: tuple[Cluster, str],  # noqa: F811 (the fixture)
+    kafka_bootstrap: str,
+) -> None:
+    """Why telemetry is signed (docs/decisions.md): a report of what runs that leaves the victim's
+    attempt out releases its GPUs to the HP task. One in the victim's node's name, signed with the
+    other node's key or not at all, and dated ahead (so later genuine reports would look older),
+    is refused: H waits while B runs, and goes once the node itself acks."""
+    c, dsn = world
+    a, b, h = f"A-{c.pool}", f"B-{c.pool}", f"H-{c.pool}"
+    n0, n1 = c.node(0), c.node(1)
+    nodes = {n0: 2, n1: 2}
+    running: dict[str, set[tuple[str, int, int]]] = {n0: set(), n1: set()}
+    settings = _settings(dsn, kafka_bootstrap, c.pool, **RECONCILE)
+    async with _service(settings) as (decider, _), _reporting(c, nodes, running):
+        await c.quota(4.0)
+        await _until(_registered(decider, c.pool, 2))
+        await c.submit(a, TaskClass.SPOT)
+        (bind_a,) = await c.bind_of(a)
+        running[bind_a.node].add((a, 1, 0))
+        await _start(c, bind_a, 1)
+        await c.tap.wait(TaskStarted, lambda e: e.task_id == a)
+        await asyncio.sleep(1.0)
+        await c.submit(b, TaskClass.SPOT)
+        (bind_b,) = await c.bind_of(b)
+        running[bind_b.node].add((b, 1, 0))
+        await _start(c, bind_b, 1)
+        await c.tap.wait(TaskStarted, lambda e: e.task_id == b)
+        await c.submit(h, TaskClass.HP)
+        (evict,) = await c.tap.wait(EvictCommand, lambda e: e.preemptor_task_id == h)
+        victim, other = evict.node, (n0 if evict.node == n1 else n1)
+        samples = tuple(
+            GpuSample(index=i, utilisation_pct=0, memory_used_mib=0, memory_total_mib=80_000)
+            for i in range(2)
+        )
+        ahead = datetime.now(UTC) + timedelta(minutes=10)
+        forged = NodeTelemetry(node=victim, gpu_model=c.pool, sampled_at=ahead, gpus=samples, running=())
+        await c.report("gfs.nodes.telemetry", forged, signer=other)
+        await c.producer.send("gfs.nodes.telemetry", wrap(forged, producer="it"))
+        await _until(lambda: decider.stats.unauthenticated == 2, timeout=10.0)
+        await asyncio.sleep(4.0)  # more than grace + margin: the genuine reports still list B
+        assert not c.tap.payloads(BindCommand, lambda x: x.task_id == h)
+        assert not c.tap.payloads(TaskEvicted, lambda e: e.task_id == b)
+        # The victim's node itself answers (the latest eviction command): H goes.
+        latest = c.tap.payloads(EvictCommand, lambda e: e.task_ids == (b,))[-1]
+        running[victim].discard((b, 1, 0))
+        ack = EvictAck(command_id=latest.command_id, node=victim, task_ids=(b,),
+                       outcome=EvictOutcome.KILLED, acked_at=datetime.now(UTC), attempt=1)  # fmt: skip
+        await c.report("gfs.commands.evict-ack", ack)
+        (bind_h,) = await c.bind_of(h)
+        assert bind_h.node == victim
+        assert decider.stats.refused_acks == 2
 
 
 @pytest.mark.asyncio(loop_scope="session")
@@ -205,7 +260,7 @@ async def test_a_node_back_after_a_long_partition_is_told_to_stop_the_attempt_re
         running[n1].discard((b, 1, 0))
         ack = EvictAck(command_id=stop.command_id, node=n1, task_ids=(b,), outcome=EvictOutcome.KILLED,
                        acked_at=datetime.now(UTC), attempt=1)  # fmt: skip
-        await c.producer.send("gfs.commands.evict-ack", wrap(ack, producer="it"))
+        await c.report("gfs.commands.evict-ack", ack)
         await asyncio.sleep(3.0)
         # Attempt 2 on n0 is untouched: never told to stop, never reported evicted after its start.
         assert not c.tap.payloads(EvictCommand, lambda e: e.node == n0)
@@ -241,6 +296,7 @@ async def test_the_real_agent_back_after_a_partition_stops_the_attempt_rerun_els
     tmp_path: Path,
 ) -> None:
     c, dsn = world
+    c.secret = AGENT_SECRET  # the service's and the real agent's secret: the test's n0 signs with it
     b = f"B-{c.pool}"
     n0, n1 = c.node(0), c.node(1)
     nodes: dict[str, int] = {}

@@ -71,12 +71,14 @@ def _preemption() -> bytes:
         decisions_counter=None,
         held_counter=None,
         refused_counter=None,
+        unsigned_counter=None,
     )
     register_preemption(metrics.meter("test"), decider)
     decider.latency_hist.record(0.004)
     decider.decisions_counter.add(1, {"kind": "accepted"})
     decider.held_counter.add(1, {"reason": "input_lag", "pool": "A100"})
-    decider.refused_counter.add(1, {"type": "EvictAck"})
+    decider.refused_counter.add(1, {"type": "EvictAck", "reason": "signature_mismatch"})
+    decider.unsigned_counter.add(1, {"type": "NodeTelemetry"})
     return metrics.render()
 
 
@@ -133,6 +135,7 @@ EXPECTED = {
         "gfs_preemption_quota_stale": "gauge",
         "gfs_preemption_node_loss_held": "counter",
         "gfs_preemption_acks_refused": "counter",
+        "gfs_preemption_acks_unsigned": "counter",
     }),
     "quota": (_quota, {
         "gfs_quota_gpus": "gauge",

@@ -9,11 +9,13 @@ from pathlib import Path
 
 from schemas.commands import EvictAck, EvictOutcome
 from schemas.telemetry import NodeTelemetry
+from schemas.topics import decode, encode
 from schemas.workers import WorkerExited, WorkerStarted
 from services.node_agent import procs
 from services.node_agent.agent import NOT_STARTED_EXIT_CODE, UNKNOWN_EXIT_CODE
 from services.node_agent.security import Rejection
-from tests.unit.node_agent.conftest import NODE, AgentHarness, bind, evict, start_agent
+from services.platform.signing import SIGNED_TYPES, SignatureCheck, check_signature
+from tests.unit.node_agent.conftest import KEY, NODE, AgentHarness, bind, evict, start_agent
 
 
 def _log(harness: AgentHarness, task_id: str) -> str:
@@ -215,3 +217,21 @@ async def test_a_bind_arriving_after_its_tasks_eviction_never_starts(harness: Ag
     # A bind issued after that eviction (the task placed again) starts normally.
     await harness.send(bind("job-late", "--duration", "0.2"))
     assert [s.task_id for s in harness.sink.payloads(WorkerStarted)] == ["job-late"]
+
+
+async def test_every_message_the_agent_sends_is_signed_with_its_node_key(harness: AgentHarness) -> None:
+    # Issue 22 item 1: the scheduler applies acks and telemetry only from the node they name.
+    await harness.send(bind("job-s", "--duration", "0.2"))
+    await harness.until(lambda: bool(harness.sink.payloads(WorkerExited)))
+    await harness.send(evict("job-gone"))
+    await harness.until(lambda: bool(harness.sink.payloads(EvictAck)))
+    await harness.agent.publish_telemetry()
+    # As the scheduler reads them: the JSON on the wire, decoded again (the canonical form).
+    sent = [
+        decode(topic_name, encode(env)).payload
+        for topic_name, env in harness.sink.sent
+        if isinstance(env.payload, SIGNED_TYPES)
+    ]
+    kinds = {type(p).__name__ for p in sent}
+    assert kinds == {"WorkerStarted", "WorkerExited", "EvictAck", "NodeTelemetry"}
+    assert all(check_signature(p, key=KEY) is SignatureCheck.VALID for p in sent)
