@@ -7,7 +7,9 @@
 - `stream`: task events at a fixed rate through a running forecast worker, its consumer lag over
   time (target: 2,000 events/s with bounded lag for 10 minutes);
 - `agent-sigterm` (issue 12): eviction command -> SIGTERM sent by a node agent with fake GPUs
-  (target: p99 under 50 ms).
+  (target: p99 under 50 ms);
+- `accept` (issue 22): submit -> TaskAccepted through a running preemption service, from broker
+  timestamps, at a steady rate on a small pool (target: p99 under 50 ms at 200/s).
 """
 
 from __future__ import annotations
@@ -312,6 +314,9 @@ def _register_preemption() -> None:
     from services.livebench.preemption_bench import preemption
 
     app.command("preemption")(preemption)
+    from services.livebench.accept_bench import accept
+
+    app.command("accept")(accept)
 
 
 _register_preemption()
