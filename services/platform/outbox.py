@@ -174,14 +174,22 @@ class OutboxRelay:
     async def run(self, stop: asyncio.Event, *, retry_after_s: float = 1.0) -> None:
         """Publish until `stop` is set; a failing batch is logged and retried after a pause."""
         while not stop.is_set():
+            # Cleared BEFORE the outbox is read, never after: a writer that commits and wakes us
+            # while a batch is being published (or just after the last look found nothing) must
+            # not be forgotten, or its rows wait a whole poll interval (issue 22: most of the
+            # submit -> TaskAccepted tail at 200/s). A wake during the batch makes the wait below
+            # return at once and the outbox is read again.
+            self._wake.clear()
             try:
-                await self.drain()
+                # A short batch means nothing else was committed when it was read; anything
+                # committed since comes with a wake (or the poll): no extra empty look.
+                while await self.publish_pending() >= self.batch:
+                    pass
             except Exception as exc:  # broker down (KafkaError kin), Postgres gone, a timeout
                 # Nothing was marked: the batch is published again on the next try.
                 log.warning("outbox relay: publish failed, retrying in %.1fs: %r", retry_after_s, exc)
                 await _sleep_or_stop(stop, retry_after_s)
                 continue
-            self._wake.clear()
             waiters = [asyncio.ensure_future(self._wake.wait()), asyncio.ensure_future(stop.wait())]
             _, rest = await asyncio.wait(
                 waiters, timeout=self.poll_interval_s, return_when=asyncio.FIRST_COMPLETED

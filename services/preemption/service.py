@@ -322,7 +322,8 @@ class Decider:
             received = time.monotonic()
             now = self.clock.now()
             ticked = isinstance(self.clock, TickClock)
-            items: list[tuple[str, Entry, uuid.UUID | None, otel_context.Context]] = []
+            # (pool, entry, event id, trace, the validated payload the entry came from, if any)
+            items: list[tuple[str, Entry, uuid.UUID | None, otel_context.Context, BaseModel | None]] = []
             acks: dict[int, tuple[ConsumerRecord[bytes, bytes], Ack, str | None]] = {}
             for record in records:
                 if record.offset < state.next_offset:
@@ -370,7 +371,7 @@ class Decider:
                     if payload.node in controller.nodes and payload.node not in controller.down:
                         if report is not None:
                             data = {"node": payload.node, **report.as_data()}
-                            items.append((pool_name, ("node_report", data, now), None, ctx))
+                            items.append((pool_name, ("node_report", data, now), None, ctx, None))
                         continue  # a heartbeat: nothing else durable changes
                 entry = entry_for(payload, now, duplicate=duplicate)
                 if entry is None:
@@ -381,19 +382,19 @@ class Decider:
                     entry[1]["trace"] = carrier
                 if isinstance(payload, EvictAck | WorkerStarted | WorkerExited):
                     acks[len(items)] = (record, payload, source_key)
-                items.append((pool_name, entry, eid, ctx))
+                items.append((pool_name, entry, eid, ctx, payload))
                 if isinstance(payload, NodeTelemetry) and report is not None:  # after node_seen
                     data = {"node": payload.node, **report.as_data()}
-                    items.append((pool_name, ("node_report", data, now), None, ctx))
+                    items.append((pool_name, ("node_report", data, now), None, ctx, None))
             last_offset = records[-1].offset
             if not items:
                 await self._advance(state, last_offset + 1)
                 return
-            seen = await self._seen([e for _, _, e, _ in items if e is not None])
+            seen = await self._seen([e for _, _, e, _, _ in items if e is not None])
             rows: list[tuple[str, Entry, uuid.UUID | None]] = []
             effects: list[tuple[str, Effects, otel_context.Context | None]] = []
             touched: list[str] = []
-            for index, (pool_name, entry, eid, ctx) in enumerate(items):
+            for index, (pool_name, entry, eid, ctx, given) in enumerate(items):
                 if eid is not None and eid in seen:
                     self.stats.duplicates += 1
                     continue
@@ -409,7 +410,8 @@ class Decider:
                 if eid is not None:
                     seen.add(eid)
                 self._remember_context(entry, ctx)
-                effects.append((pool_name, apply(self.controller(state, pool_name), entry), ctx))
+                out = apply(self.controller(state, pool_name), entry, given)  # validated once
+                effects.append((pool_name, out, ctx))
                 rows.append((pool_name, entry, eid))
                 if pool_name not in touched:
                     touched.append(pool_name)
@@ -769,7 +771,9 @@ async def run_preemption_service(
     inbox = replace(inbox_spec(settings.preemption_inbox_partitions), name=settings.preemption_inbox_topic)
     runner: web.AppRunner | None = None
     async with (
-        open_pool(settings.database_url, max_size=6) as pool,
+        # No session reset on release: the service keeps no session state (its advisory locks are
+        # transaction-level), and the reset was one more round trip per acquisition (issue 22).
+        open_pool(settings.database_url, max_size=6, reset_session=False) as pool,
         EnvelopeProducer(
             bootstrap_servers=settings.bootstrap_servers, client_id=f"gfs-preemption-{instance}"
         ) as producer,

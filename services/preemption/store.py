@@ -219,6 +219,35 @@ async def route_task(
     return str(row["pool"]), row["event_id"] != event_id
 
 
+async def route_tasks(
+    connection: asyncpg.Connection, rows: Sequence[tuple[str, str, uuid.UUID]]
+) -> dict[str, tuple[str, uuid.UUID]]:
+    """`route_task` for a batch's submissions (task id, pool, event id; distinct task ids) in one
+    round trip: task -> the (pool, event id) of its first submission, stored now or before. A
+    task missing from the answer was routed by a concurrent router after this statement's
+    snapshot: ask `route_task` again."""
+    if not rows:
+        return {}
+    # The SELECT half sees the table as it was before the INSERT half (one snapshot), so a task
+    # appears once: from `ins` when routed now, from the table when routed before.
+    found = await connection.fetch(
+        """
+        WITH input AS (
+            SELECT * FROM unnest($1::text[], $2::text[], $3::uuid[]) AS t(task_id, pool, event_id)
+        ), ins AS (
+            INSERT INTO preemption_task_route (task_id, pool, event_id)
+            SELECT task_id, pool, event_id FROM input
+            ON CONFLICT (task_id) DO NOTHING RETURNING task_id, pool, event_id
+        )
+        SELECT task_id, pool, event_id FROM ins
+        UNION ALL
+        SELECT r.task_id, r.pool, r.event_id FROM preemption_task_route r JOIN input USING (task_id)
+        """,
+        [t for t, _, _ in rows], [p for _, p, _ in rows], [e for _, _, e in rows],
+    )  # fmt: skip
+    return {str(r["task_id"]): (str(r["pool"]), r["event_id"]) for r in found}
+
+
 async def task_pool(connection: asyncpg.Connection, task_id: str) -> str | None:
     found = await connection.fetchval("SELECT pool FROM preemption_task_route WHERE task_id = $1", task_id)
     return None if found is None else str(found)
