@@ -77,13 +77,17 @@ async def enqueue(
     return int(row_id)
 
 
-async def enqueue_many(
-    connection: asyncpg.Connection,
+OutboxValues = tuple[str, bytes | None, bytes, str]
+"""One outbox row as its column values: topic, key, payload (the encoded envelope), headers (JSON)."""
+
+
+def outbox_values(
     items: Sequence[tuple[str, Envelope[Any], Iterable[tuple[str, bytes]]]],
-) -> None:
-    """`enqueue` for several envelopes in one round trip (topic, envelope, headers each); the
-    headers must already carry the trace context the row should continue."""
-    rows = []
+) -> list[OutboxValues]:
+    """The outbox rows of (topic, envelope, headers) items, checked and encoded, not written: for a
+    writer that inserts them in a statement of its own (the preemption service's one-statement
+    commit, `services.preemption.store.commit_batch`). Raises `OutboxTopicError` before any I/O."""
+    rows: list[OutboxValues] = []
     for topic_name, envelope, headers in items:
         spec = topic(topic_name)
         if not isinstance(envelope.payload, tuple(spec.payload_types)):
@@ -93,7 +97,16 @@ async def enqueue_many(
             )
         carried = [[name, base64.b64encode(value).decode("ascii")] for name, value in headers]
         rows.append((topic_name, key_of(envelope), encode(envelope), json.dumps(carried)))
-    await connection.executemany(_INSERT_MANY, rows)
+    return rows
+
+
+async def enqueue_many(
+    connection: asyncpg.Connection,
+    items: Sequence[tuple[str, Envelope[Any], Iterable[tuple[str, bytes]]]],
+) -> None:
+    """`enqueue` for several envelopes in one round trip (topic, envelope, headers each); the
+    headers must already carry the trace context the row should continue."""
+    await connection.executemany(_INSERT_MANY, outbox_values(items))
 
 
 @dataclass(frozen=True, slots=True)

@@ -58,7 +58,7 @@ from services.platform.kafka.dead_letter import FailedRecord, build_dead_letter
 from services.platform.kafka.producer import EnvelopeProducer
 from services.platform.kafka.topic_admin import ensure_topics
 from services.platform.metrics import configure_metrics
-from services.platform.outbox import OutboxRelay, enqueue, enqueue_many
+from services.platform.outbox import OutboxRelay, enqueue, outbox_values
 from services.platform.postgres import open_pool
 from services.platform.settings import PlatformSettings
 from services.platform.signing import node_key, sign
@@ -593,24 +593,21 @@ class Decider:
         tracer = trace.get_tracer(TRACER)
         dry = self.settings.preemption_dry_run
         try:
-            async with self.pool.acquire() as connection, connection.transaction():
-                await store.check_epoch(connection, state.claim, next_offset)
-                await store.append_journal(connection, state.claim, rows)
-                outgoing: list[tuple[str, Envelope[Any], list[tuple[str, bytes]]]] = []
-                await store.record_decisions(
-                    connection,
-                    [
-                        (pool_name, with_trace_id(d, self.contexts))
-                        for pool_name, out, _ in effects
-                        for d in out.decisions
-                    ],
-                    dry_run=dry,
+            decisions = [
+                (pool_name, with_trace_id(d, self.contexts))
+                for pool_name, out, _ in effects
+                for d in out.decisions
+            ]
+            outgoing: list[tuple[str, Envelope[Any], list[tuple[str, bytes]]]] = []
+            for _, out, ctx in effects:
+                if not dry:
+                    outgoing += [self._outgoing(tracer, m, ctx) for m in [*out.events, *out.commands]]
+            # Epoch check, journal, decisions and outbox rows in one statement: one round trip.
+            values = outbox_values(outgoing)
+            async with self.pool.acquire() as connection:
+                await store.commit_batch(
+                    connection, state.claim, next_offset, rows, decisions, values, dry_run=dry
                 )
-                for _, out, ctx in effects:
-                    if not dry:
-                        outgoing += [self._outgoing(tracer, m, ctx) for m in [*out.events, *out.commands]]
-                if outgoing:
-                    await enqueue_many(connection, outgoing)
         except store.FencedError:
             await self._fenced(state)
             return
