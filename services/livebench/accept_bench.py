@@ -31,6 +31,7 @@ import heapq
 import json
 import os
 import random
+import socket
 import subprocess
 import sys
 import time
@@ -223,7 +224,7 @@ async def run_accept_bench(
     connection = await asyncpg.connect(dsn)
     await migrate(connection, discover())
     await connection.close()
-    port = 19000 + rng.randrange(1000)
+    port = _free_port()  # not from the seed: two runs side by side (before/after) must not collide
     env = os.environ | {
         "DATABASE_URL": dsn, "GFS_COMMAND_SECRET": secret,
         "PREEMPTION_GROUP": f"bench-accept-{run}", "PREEMPTION_ROUTER_GROUP": f"bench-accept-router-{run}",
@@ -249,6 +250,7 @@ async def run_accept_bench(
          f"{run_s:g} s once bound, HP share {hp_share:.0%}, seed {seed}")  # fmt: skip
     seen = Seen()
     reader: AIOKafkaConsumer | None = None
+    read_task: asyncio.Task[None] | None = None
     summary: dict[str, Any] = {}
     try:
         async with EnvelopeProducer(
@@ -365,6 +367,9 @@ async def run_accept_bench(
         echo(f"load average (1/5/15 min) before {_load(load_before)}, after {_load(load_after)}; "
              f"{os.cpu_count()} cores; the service's CPU {service_cpu_s:.1f} s")  # fmt: skip
     finally:
+        if read_task is not None:
+            read_task.cancel()
+            await asyncio.gather(read_task, return_exceptions=True)
         if reader is not None:
             await reader.stop()
         service.terminate()
@@ -376,6 +381,12 @@ async def run_accept_bench(
             await admin.execute(f'DROP SCHEMA "{schema}" CASCADE')
         await admin.close()
     return summary
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
 
 
 def _load(values: tuple[float, float, float]) -> str:
