@@ -346,6 +346,12 @@ async def route(
         auto_offset_reset=offset_reset, isolation_level="read_committed",
     )  # fmt: skip
     await consumer.start()
+    # The offset commit of a batch runs while the next batch is read and routed (issue 22: on a
+    # busy broker it was a serial round trip of tens of ms before every fetch). It is issued only
+    # after the batch's forwards were acknowledged, and commits stay in order (each waits for the
+    # one before), so delivery is at-least-once as before; a failed commit stops the loop at the
+    # next batch instead of this one (its records are read again, and deduped downstream).
+    committing: asyncio.Task[None] | None = None
     try:
         while not stop.is_set():
             batch = await consumer.getmany(timeout_ms=200, max_records=2000)
@@ -356,7 +362,16 @@ async def route(
                 for record in records:
                     await processor.process(record)
             await router.flush()
-            await consumer.commit({tp: records[-1].offset + 1 for tp, records in batch.items()})
+            if committing is not None:
+                await committing
+            offsets = {tp: records[-1].offset + 1 for tp, records in batch.items()}
+            committing = asyncio.create_task(consumer.commit(offsets))
             await note_heard(router, consumer)
+        if committing is not None:
+            await committing
     finally:
+        if committing is not None and not committing.done():
+            committing.cancel()
+        if committing is not None:
+            await asyncio.gather(committing, return_exceptions=True)
         await consumer.stop()
