@@ -670,10 +670,10 @@ class Decider:
             return
         tid = str(data["task"]["task_id"])
         carrier = data.get("trace")
-        if isinstance(carrier, dict) and carrier:
-            self.contexts[tid] = propagate.extract(carrier)
-        elif ctx is not None:
+        if ctx is not None:  # live: the record's own context (the carrier was injected from it)
             self.contexts[tid] = ctx
+        elif isinstance(carrier, dict) and carrier:  # replay: only the journaled carrier
+            self.contexts[tid] = propagate.extract(carrier)
 
     async def _fenced(self, state: PartitionState) -> None:
         self.stats.fenced += 1
