@@ -36,7 +36,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -81,12 +81,12 @@ finally:
 """
 
 
-def _percentile(values: list[float], q: float) -> float:
+def _percentile(values: Sequence[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
 
 
-def summarise(values: list[float]) -> dict[str, float]:
+def summarise(values: Sequence[float]) -> dict[str, float]:
     """Count, p50/p90/p99 (nearest rank, as the other live benchmarks) and max of `values` (ms)."""
     return {
         "n": float(len(values)),
