@@ -10,6 +10,8 @@
   (target: p99 under 50 ms);
 - `races` (issue 22): real agents with randomly delayed acks and short tasks racing evictions;
   counts GPUs bound twice, false evictions and lost tasks (target: 0 of each over 10,000 tasks).
+- `accept` (issue 22): submit -> TaskAccepted through a running preemption service, from broker
+  timestamps, at a steady rate on a small pool (target: p99 under 50 ms at 200/s).
 """
 
 from __future__ import annotations
@@ -314,6 +316,9 @@ def _register_preemption() -> None:
     from services.livebench.preemption_bench import preemption
 
     app.command("preemption")(preemption)
+    from services.livebench.accept_bench import accept
+
+    app.command("accept")(accept)
 
 
 _register_preemption()

@@ -77,13 +77,17 @@ async def enqueue(
     return int(row_id)
 
 
-async def enqueue_many(
-    connection: asyncpg.Connection,
+OutboxValues = tuple[str, bytes | None, bytes, str]
+"""One outbox row as its column values: topic, key, payload (the encoded envelope), headers (JSON)."""
+
+
+def outbox_values(
     items: Sequence[tuple[str, Envelope[Any], Iterable[tuple[str, bytes]]]],
-) -> None:
-    """`enqueue` for several envelopes in one round trip (topic, envelope, headers each); the
-    headers must already carry the trace context the row should continue."""
-    rows = []
+) -> list[OutboxValues]:
+    """The outbox rows of (topic, envelope, headers) items, checked and encoded, not written: for a
+    writer that inserts them in a statement of its own (the preemption service's one-statement
+    commit, `services.preemption.store.commit_batch`). Raises `OutboxTopicError` before any I/O."""
+    rows: list[OutboxValues] = []
     for topic_name, envelope, headers in items:
         spec = topic(topic_name)
         if not isinstance(envelope.payload, tuple(spec.payload_types)):
@@ -93,7 +97,16 @@ async def enqueue_many(
             )
         carried = [[name, base64.b64encode(value).decode("ascii")] for name, value in headers]
         rows.append((topic_name, key_of(envelope), encode(envelope), json.dumps(carried)))
-    await connection.executemany(_INSERT_MANY, rows)
+    return rows
+
+
+async def enqueue_many(
+    connection: asyncpg.Connection,
+    items: Sequence[tuple[str, Envelope[Any], Iterable[tuple[str, bytes]]]],
+) -> None:
+    """`enqueue` for several envelopes in one round trip (topic, envelope, headers each); the
+    headers must already carry the trace context the row should continue."""
+    await connection.executemany(_INSERT_MANY, outbox_values(items))
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,14 +187,22 @@ class OutboxRelay:
     async def run(self, stop: asyncio.Event, *, retry_after_s: float = 1.0) -> None:
         """Publish until `stop` is set; a failing batch is logged and retried after a pause."""
         while not stop.is_set():
+            # Cleared BEFORE the outbox is read, never after: a writer that commits and wakes us
+            # while a batch is being published (or just after the last look found nothing) must
+            # not be forgotten, or its rows wait a whole poll interval (issue 22: most of the
+            # submit -> TaskAccepted tail at 200/s). A wake during the batch makes the wait below
+            # return at once and the outbox is read again.
+            self._wake.clear()
             try:
-                await self.drain()
+                # A short batch means nothing else was committed when it was read; anything
+                # committed since comes with a wake (or the poll): no extra empty look.
+                while await self.publish_pending() >= self.batch:
+                    pass
             except Exception as exc:  # broker down (KafkaError kin), Postgres gone, a timeout
                 # Nothing was marked: the batch is published again on the next try.
                 log.warning("outbox relay: publish failed, retrying in %.1fs: %r", retry_after_s, exc)
                 await _sleep_or_stop(stop, retry_after_s)
                 continue
-            self._wake.clear()
             waiters = [asyncio.ensure_future(self._wake.wait()), asyncio.ensure_future(stop.wait())]
             _, rest = await asyncio.wait(
                 waiters, timeout=self.poll_interval_s, return_when=asyncio.FIRST_COMPLETED

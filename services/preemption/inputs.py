@@ -9,7 +9,7 @@ both paths run exactly the same code.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -50,6 +50,13 @@ def _journaled_cancel(data: dict[str, Any]) -> TaskCancelled:
         return TaskCancelled.model_construct(**data)  # a tenant of an older rule, as for submissions
 
 
+M = TypeVar("M", bound=BaseModel)
+
+
+def _given(payload: BaseModel | None, model: type[M], data: dict[str, Any]) -> M:
+    return payload if isinstance(payload, model) else model.model_validate(data)
+
+
 def entry_for(payload: BaseModel, at_s: float, *, duplicate: bool = False) -> Entry | None:
     """The journal entry of a decoded inbox payload (None: a heartbeat changes nothing durable)."""
     # An agent's signature was checked before the entry was built (report_auth.py); the journal
@@ -75,21 +82,26 @@ def entry_for(payload: BaseModel, at_s: float, *, duplicate: bool = False) -> En
     raise TypeError(f"the preemption service does not take {type(payload).__name__}")
 
 
-def apply(controller: PoolController, entry: Entry) -> Effects:
+def apply(controller: PoolController, entry: Entry, payload: BaseModel | None = None) -> Effects:
+    """Play one entry. `payload`: the decoded wire payload the live shell built the entry from
+    (`entry_for`), already validated when its record was read; it is used as is rather than
+    validated a second time from the entry's data (issue 22). A replay has only the journaled data
+    and validates it; both give the same model, since the data is the payload's own JSON dump."""
     kind, data, at = entry
     if kind == "submit":
-        return controller.submit(_journaled_submission(data["task"]), at, duplicate=bool(data["duplicate"]))
+        task = payload if isinstance(payload, TaskSubmitted) else _journaled_submission(data["task"])
+        return controller.submit(task, at, duplicate=bool(data["duplicate"]))
     if kind == "cancel":
-        cancel = _journaled_cancel(data)
+        cancel = payload if isinstance(payload, TaskCancelled) else _journaled_cancel(data)
         return controller.cancel(cancel.task_id, cancel.tenant, cancel.reason, at)
     if kind == "quota":
-        return controller.quota(SpotQuota.model_validate(data), at)
+        return controller.quota(_given(payload, SpotQuota, data), at)
     if kind == "evict_ack":
-        return controller.evict_ack(EvictAck.model_validate(data), at)
+        return controller.evict_ack(_given(payload, EvictAck, data), at)
     if kind == "worker_started":
-        return controller.worker_started(WorkerStarted.model_validate(data), at)
+        return controller.worker_started(_given(payload, WorkerStarted, data), at)
     if kind == "worker_exited":
-        return controller.worker_exited(WorkerExited.model_validate(data), at)
+        return controller.worker_exited(_given(payload, WorkerExited, data), at)
     if kind == "node_seen":
         return controller.node_seen(str(data["node"]), int(data["gpus"]), at)
     if kind == "node_down":

@@ -21,6 +21,7 @@ import asyncio
 import logging
 import math
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -93,6 +94,7 @@ class Router:
     skipped: int = 0
     poisoned: int = 0  # records dead-lettered because their route could not be stored
     in_flight: list[asyncio.Future[Any]] = field(default_factory=list)
+    held: list[tuple[Envelope[Any], MessageContext]] = field(default_factory=list)  # until `flush`
     unknown_nodes: dict[str, float] = field(default_factory=dict)  # node -> monotonic retry time
     # Every input sent before `heard` has been forwarded (None: not known yet): the decider does
     # not count a node's silence past it (liveness.py). Per source partition in `heard_by`.
@@ -106,6 +108,16 @@ class Router:
     unauthenticated: int = 0
 
     async def handle(self, envelope: Envelope[Any], context: MessageContext) -> None:
+        """Hold a decoded record until the batch is forwarded (`flush`): the routes of a batch's
+        submissions are then stored in one round trip, not one per record (issue 22: at 200
+        submissions/s the router spent its time on per-record queries and fell behind)."""
+        self.held.append((envelope, context))
+
+    async def _route(
+        self, envelope: Envelope[Any], context: MessageContext, stored: dict[uuid.UUID, tuple[str, bool]]
+    ) -> None:
+        """Route one held record, in the batch's order (a cancel after its submission finds the
+        route the batch stored); `stored` has the routes of the batch's submissions."""
         if isinstance(envelope.payload, ClockTick):
             if envelope.payload.clock != self.clock_name:
                 self.skipped += 1  # another replay's clock on the shared topic
@@ -127,7 +139,7 @@ class Router:
                 )
                 return
         try:
-            found = await self._pool_of_stored(envelope)
+            found = stored.get(envelope.event_id) or await self._pool_of_stored(envelope)
         except UnroutableError as exc:
             if self.pools is not None:
                 self.skipped += 1
@@ -158,17 +170,54 @@ class Router:
             headers.append((SOURCE_KEY_HEADER, context.key))
         if duplicate:
             headers.append((DUPLICATE_HEADER, b"1"))
+        # The record's own trace (its consume span): forwarded after the batch, not inside it.
+        carried = inject_headers(headers, context=context.trace_context)
         sent = await self.producer.send_raw_later(
-            self.inbox, value=encode(envelope), key=pool.encode(), headers=inject_headers(headers)
+            self.inbox, value=encode(envelope), key=pool.encode(), headers=carried
         )
         self.in_flight.append(sent)
         self.routed += 1
 
     async def flush(self) -> None:
-        """Wait for the broker's ack of everything forwarded so far (before offsets are committed)."""
+        """Route and forward the held records in their order, then wait for the broker's ack of
+        everything forwarded (before the batch's offsets are committed)."""
+        held, self.held = self.held, []
+        stored = await self._store_submissions([envelope for envelope, _ in held])
+        for envelope, context in held:
+            await self._route(envelope, context, stored)
         in_flight, self.in_flight = self.in_flight, []
         if in_flight:
             await asyncio.gather(*in_flight)
+
+    async def _store_submissions(self, envelopes: list[Envelope[Any]]) -> dict[uuid.UUID, tuple[str, bool]]:
+        """Store the routes of the batch's submissions in one round trip: event id -> (pool,
+        duplicate?). Left out (routed one by one, as before): a task id's later submissions in the
+        same batch, submissions of other deployments' pools, and everything when the batch's
+        statement failed with an error a record may cause (the poison rule then finds the record)."""
+        rows: dict[str, tuple[str, str, uuid.UUID]] = {}
+        for envelope in envelopes:
+            payload = envelope.payload
+            if not isinstance(payload, TaskSubmitted) or payload.task_id in rows:
+                continue
+            if self.pools is not None and payload.gpu_model not in self.pools:
+                continue
+            rows[payload.task_id] = (payload.task_id, payload.gpu_model, envelope.event_id)
+        if not rows:
+            return {}
+        try:
+            async with self.pool.acquire() as connection:
+                found = await store.route_tasks(connection, list(rows.values()))
+        except Exception as exc:
+            if not caused_by_record(exc):
+                raise
+            log.warning("router: storing %d routes at once failed, one by one now: %r", len(rows), exc)
+            return {}
+        out: dict[uuid.UUID, tuple[str, bool]] = {}
+        for task_id, _, event_id in rows.values():
+            if task_id in found:
+                pool, first = found[task_id]
+                out[event_id] = (pool, first != event_id)
+        return out
 
     async def _clock_pools(self) -> list[str]:
         """The pools a clock tick goes to: the allow-list, else every pool a node reported."""
@@ -300,9 +349,9 @@ async def route(
     topics: tuple[str, ...] = ROUTED_TOPICS,
 ) -> None:
     """The router's loop: per fetched batch, decode (bad records to the dead-letter topic, as the
-    platform's loop does), forward every record without waiting, then wait for all the acks and
-    commit the batch's offsets. At-least-once, one commit and one round of acks per batch instead
-    of per record."""
+    platform's loop does), store the batch's routes (one round trip for its submissions), forward
+    every record without waiting, then wait for all the acks and commit the batch's offsets.
+    At-least-once, one commit and one round of acks per batch instead of per record."""
     from aiokafka import AIOKafkaConsumer
 
     processor = RecordProcessor(
@@ -314,6 +363,12 @@ async def route(
         auto_offset_reset=offset_reset, isolation_level="read_committed",
     )  # fmt: skip
     await consumer.start()
+    # The offset commit of a batch runs while the next batch is read and routed (issue 22: on a
+    # busy broker it was a serial round trip of tens of ms before every fetch). It is issued only
+    # after the batch's forwards were acknowledged, and commits stay in order (each waits for the
+    # one before), so delivery is at-least-once as before; a failed commit stops the loop at the
+    # next batch instead of this one (its records are read again, and deduped downstream).
+    committing: asyncio.Task[None] | None = None
     try:
         while not stop.is_set():
             batch = await consumer.getmany(timeout_ms=200, max_records=2000)
@@ -324,7 +379,16 @@ async def route(
                 for record in records:
                     await processor.process(record)
             await router.flush()
-            await consumer.commit({tp: records[-1].offset + 1 for tp, records in batch.items()})
+            if committing is not None:
+                await committing
+            offsets = {tp: records[-1].offset + 1 for tp, records in batch.items()}
+            committing = asyncio.create_task(consumer.commit(offsets))
             await note_heard(router, consumer)
+        if committing is not None:
+            await committing
     finally:
+        if committing is not None and not committing.done():
+            committing.cancel()
+        if committing is not None:
+            await asyncio.gather(committing, return_exceptions=True)
         await consumer.stop()

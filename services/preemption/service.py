@@ -58,7 +58,7 @@ from services.platform.kafka.dead_letter import FailedRecord, build_dead_letter
 from services.platform.kafka.producer import EnvelopeProducer
 from services.platform.kafka.topic_admin import ensure_topics
 from services.platform.metrics import configure_metrics
-from services.platform.outbox import OutboxRelay, enqueue, enqueue_many
+from services.platform.outbox import OutboxRelay, enqueue, outbox_values
 from services.platform.postgres import open_pool
 from services.platform.settings import PlatformSettings
 from services.platform.signing import node_key, sign
@@ -348,7 +348,8 @@ class Decider:
             received = time.monotonic()
             now = self.clock.now()
             ticked = isinstance(self.clock, TickClock)
-            items: list[tuple[str, Entry, uuid.UUID | None, otel_context.Context]] = []
+            # (pool, entry, event id, trace, the validated payload the entry came from, if any)
+            items: list[tuple[str, Entry, uuid.UUID | None, otel_context.Context, BaseModel | None]] = []
             acks: dict[int, tuple[ConsumerRecord[bytes, bytes], Ack, str | None]] = {}
             for record in records:
                 if record.offset < state.next_offset:
@@ -398,7 +399,7 @@ class Decider:
                     if payload.node in controller.nodes and payload.node not in controller.down:
                         if report is not None:
                             data = {"node": payload.node, **report.as_data()}
-                            items.append((pool_name, ("node_report", data, now), None, ctx))
+                            items.append((pool_name, ("node_report", data, now), None, ctx, None))
                         continue  # a heartbeat: nothing else durable changes
                 entry = entry_for(payload, now, duplicate=duplicate)
                 if entry is None:
@@ -409,19 +410,19 @@ class Decider:
                     entry[1]["trace"] = carrier
                 if isinstance(payload, EvictAck | WorkerStarted | WorkerExited):
                     acks[len(items)] = (record, payload, source_key)
-                items.append((pool_name, entry, eid, ctx))
+                items.append((pool_name, entry, eid, ctx, payload))
                 if isinstance(payload, NodeTelemetry) and report is not None:  # after node_seen
                     data = {"node": payload.node, **report.as_data()}
-                    items.append((pool_name, ("node_report", data, now), None, ctx))
+                    items.append((pool_name, ("node_report", data, now), None, ctx, None))
             last_offset = records[-1].offset
             if not items:
                 await self._advance(state, last_offset + 1)
                 return
-            seen = await self._seen([e for _, _, e, _ in items if e is not None])
+            seen = await self._seen([e for _, _, e, _, _ in items if e is not None])
             rows: list[tuple[str, Entry, uuid.UUID | None]] = []
             effects: list[tuple[str, Effects, otel_context.Context | None]] = []
             touched: list[str] = []
-            for index, (pool_name, entry, eid, ctx) in enumerate(items):
+            for index, (pool_name, entry, eid, ctx, given) in enumerate(items):
                 if eid is not None and eid in seen:
                     self.stats.duplicates += 1
                     continue
@@ -441,7 +442,8 @@ class Decider:
                     quota_span = trace.get_current_span(ctx).get_span_context()
                     if quota_span.is_valid:
                         self.quota_spans[pool_name] = quota_span
-                effects.append((pool_name, apply(self.controller(state, pool_name), entry), ctx))
+                out = apply(self.controller(state, pool_name), entry, given)  # validated once
+                effects.append((pool_name, out, ctx))
                 rows.append((pool_name, entry, eid))
                 if pool_name not in touched:
                     touched.append(pool_name)
@@ -646,27 +648,22 @@ class Decider:
         tracer = trace.get_tracer(TRACER)
         dry = self.settings.preemption_dry_run
         try:
-            async with self.pool.acquire() as connection, connection.transaction():
-                await store.check_epoch(connection, state.claim, next_offset)
-                await store.append_journal(connection, state.claim, rows)
-                outgoing: list[tuple[str, Envelope[Any], list[tuple[str, bytes]]]] = []
-                await store.record_decisions(
-                    connection,
-                    [
-                        (pool_name, with_trace_id(d, self.contexts))
-                        for pool_name, out, _ in effects
-                        for d in out.decisions
-                    ],
-                    dry_run=dry,
+            decisions = [
+                (pool_name, with_trace_id(d, self.contexts))
+                for pool_name, out, _ in effects
+                for d in out.decisions
+            ]
+            outgoing: list[tuple[str, Envelope[Any], list[tuple[str, bytes]]]] = []
+            for pool_name, out, ctx in effects:
+                if not dry:
+                    quota = self.quota_spans.get(pool_name)
+                    outgoing += [self._outgoing(tracer, m, ctx, quota) for m in [*out.events, *out.commands]]
+            # Epoch check, journal, decisions and outbox rows in one statement: one round trip.
+            values = outbox_values(outgoing)
+            async with self.pool.acquire() as connection:
+                await store.commit_batch(
+                    connection, state.claim, next_offset, rows, decisions, values, dry_run=dry
                 )
-                for pool_name, out, ctx in effects:
-                    if not dry:
-                        quota = self.quota_spans.get(pool_name)
-                        outgoing += [
-                            self._outgoing(tracer, m, ctx, quota) for m in [*out.events, *out.commands]
-                        ]
-                if outgoing:
-                    await enqueue_many(connection, outgoing)
         except store.FencedError:
             await self._fenced(state)
             return
@@ -737,10 +734,10 @@ class Decider:
             return
         tid = str(data["task"]["task_id"])
         carrier = data.get("trace")
-        if isinstance(carrier, dict) and carrier:
-            self.contexts[tid] = propagate.extract(carrier)
-        elif ctx is not None:
+        if ctx is not None:  # live: the record's own context (the carrier was injected from it)
             self.contexts[tid] = ctx
+        elif isinstance(carrier, dict) and carrier:  # replay: only the journaled carrier
+            self.contexts[tid] = propagate.extract(carrier)
 
     async def _fenced(self, state: PartitionState) -> None:
         self.stats.fenced += 1
@@ -866,7 +863,9 @@ async def run_preemption_service(
     inbox = replace(inbox_spec(settings.preemption_inbox_partitions), name=settings.preemption_inbox_topic)
     runner: web.AppRunner | None = None
     async with (
-        open_pool(settings.database_url, max_size=6) as pool,
+        # No session reset on release: the service keeps no session state (its advisory locks are
+        # transaction-level), and the reset was one more round trip per acquisition (issue 22).
+        open_pool(settings.database_url, max_size=6, reset_session=False) as pool,
         EnvelopeProducer(
             bootstrap_servers=settings.bootstrap_servers, client_id=f"gfs-preemption-{instance}"
         ) as producer,

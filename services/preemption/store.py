@@ -21,6 +21,7 @@ from typing import Any
 
 import asyncpg
 
+from services.platform.outbox import OutboxValues
 from services.preemption.controller import Decision
 from services.preemption.inputs import Entry
 
@@ -138,6 +139,68 @@ async def check_epoch(connection: asyncpg.Connection, claim_: Claim, next_offset
         raise FencedError(f"partition {claim_.partition}: epoch {claim_.epoch} is no longer current")
 
 
+_COMMIT_BATCH = """
+WITH claim AS (
+    UPDATE preemption_partition SET next_offset = COALESCE($4::bigint, next_offset)
+    WHERE inbox_topic = $1 AND partition = $2 AND epoch = $3 RETURNING 1
+), journal AS (
+    INSERT INTO preemption_journal (inbox_topic, partition, epoch, pool, kind, at_s, data, event_id)
+    SELECT $1, $2, $3, j.pool, j.kind, j.at_s, j.data::jsonb, j.event_id
+    FROM unnest($5::text[], $6::text[], $7::float8[], $8::text[], $9::uuid[])
+         WITH ORDINALITY AS j(pool, kind, at_s, data, event_id, n)
+    WHERE EXISTS (SELECT 1 FROM claim) ORDER BY j.n
+    RETURNING 1
+), decision AS (
+    INSERT INTO preemption_decision (pool, task_id, kind, at, dry_run, detail)
+    SELECT d.pool, d.task_id, d.kind, d.at, $10, d.detail::jsonb
+    FROM unnest($11::text[], $12::text[], $13::text[], $14::timestamptz[], $15::text[])
+         WITH ORDINALITY AS d(pool, task_id, kind, at, detail, n)
+    WHERE EXISTS (SELECT 1 FROM claim) ORDER BY d.n
+    RETURNING 1
+), outgoing AS (
+    INSERT INTO outbox (topic, key, payload, headers)
+    SELECT o.topic, o.key, o.payload, o.headers::jsonb
+    FROM unnest($16::text[], $17::bytea[], $18::bytea[], $19::text[])
+         WITH ORDINALITY AS o(topic, key, payload, headers, n)
+    WHERE EXISTS (SELECT 1 FROM claim) ORDER BY o.n
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM claim) AS claimed, (SELECT count(*) FROM journal) AS journaled,
+       (SELECT count(*) FROM decision) AS decided, (SELECT count(*) FROM outgoing) AS queued
+"""
+
+
+async def commit_batch(
+    connection: asyncpg.Connection,
+    claim_: Claim,
+    next_offset: int | None,
+    rows: Sequence[tuple[str, Entry, uuid.UUID | None]],
+    decisions: Sequence[tuple[str, Decision]],
+    outgoing: Sequence[OutboxValues],
+    *,
+    dry_run: bool,
+) -> None:
+    """`check_epoch`, `append_journal`, `record_decisions` and the outbox rows in ONE statement,
+    so one round trip (issue 22: the transaction's seven round trips were most of the decider's
+    time on a busy machine, each one a chance to wait behind other work). A statement is atomic
+    like the transaction it replaces; every insert runs only if the epoch is still ours, in the
+    given order (ids and journal sequence follow it). Raises FencedError when it is not."""
+    at = [datetime.fromtimestamp(d.at_s, UTC) for _, d in decisions]
+    found = await connection.fetchrow(
+        _COMMIT_BATCH,
+        claim_.topic, claim_.partition, claim_.epoch, next_offset,
+        [pool for pool, _, _ in rows], [kind for _, (kind, _, _), _ in rows],
+        [float(a) for _, (_, _, a), _ in rows], [json.dumps(data) for _, (_, data, _), _ in rows],
+        [event_id for _, _, event_id in rows],
+        dry_run,
+        [pool for pool, _ in decisions], [d.task_id for _, d in decisions], [d.kind for _, d in decisions],
+        at, [json.dumps(d.detail, default=str) for _, d in decisions],
+        *([o[i] for o in outgoing] for i in range(4)),
+    )  # fmt: skip
+    if found is None or not found["claimed"]:
+        raise FencedError(f"partition {claim_.partition}: epoch {claim_.epoch} is no longer current")
+
+
 async def append_journal(
     connection: asyncpg.Connection, claim_: Claim, rows: Iterable[tuple[str, Entry, uuid.UUID | None]]
 ) -> None:
@@ -217,6 +280,35 @@ async def route_task(
         task_id, pool, event_id,
     )  # fmt: skip
     return str(row["pool"]), row["event_id"] != event_id
+
+
+async def route_tasks(
+    connection: asyncpg.Connection, rows: Sequence[tuple[str, str, uuid.UUID]]
+) -> dict[str, tuple[str, uuid.UUID]]:
+    """`route_task` for a batch's submissions (task id, pool, event id; distinct task ids) in one
+    round trip: task -> the (pool, event id) of its first submission, stored now or before. A
+    task missing from the answer was routed by a concurrent router after this statement's
+    snapshot: ask `route_task` again."""
+    if not rows:
+        return {}
+    # The SELECT half sees the table as it was before the INSERT half (one snapshot), so a task
+    # appears once: from `ins` when routed now, from the table when routed before.
+    found = await connection.fetch(
+        """
+        WITH input AS (
+            SELECT * FROM unnest($1::text[], $2::text[], $3::uuid[]) AS t(task_id, pool, event_id)
+        ), ins AS (
+            INSERT INTO preemption_task_route (task_id, pool, event_id)
+            SELECT task_id, pool, event_id FROM input
+            ON CONFLICT (task_id) DO NOTHING RETURNING task_id, pool, event_id
+        )
+        SELECT task_id, pool, event_id FROM ins
+        UNION ALL
+        SELECT r.task_id, r.pool, r.event_id FROM preemption_task_route r JOIN input USING (task_id)
+        """,
+        [t for t, _, _ in rows], [p for _, p, _ in rows], [e for _, _, e in rows],
+    )  # fmt: skip
+    return {str(r["task_id"]): (str(r["pool"]), r["event_id"]) for r in found}
 
 
 async def task_pool(connection: asyncpg.Connection, task_id: str) -> str | None:

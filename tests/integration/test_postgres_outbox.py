@@ -4,6 +4,8 @@ dies between the publish and the mark loses nothing and republishes the same eve
 
 from __future__ import annotations
 
+import asyncio
+import time
 import uuid
 from collections.abc import AsyncIterator, Iterable
 
@@ -104,3 +106,42 @@ async def test_relay_publishes_in_order_and_a_crash_loses_nothing(
     for _, ctx in ours:
         parent = traceparent_of(ctx.headers)
         assert parent is not None and parent.split("-")[1] == f"{writer_trace:032x}"
+
+
+class CommitLandsAfterTheLastLook(OutboxRelay):
+    """A relay whose writer commits a row and wakes it just after it read an empty outbox, before
+    it waits again: the race of a service committing while its relay finishes a batch."""
+
+    landed = False
+
+    async def publish_pending(self) -> int:
+        published = await super().publish_pending()
+        if published == 0 and not self.landed:
+            self.landed = True
+            async with self.pool.acquire() as connection, connection.transaction():
+                await enqueue(connection, SUBMIT, wrap(task_submitted("woken-late"), producer="it-outbox"))
+            self.wake()
+        return published
+
+
+async def test_a_wake_during_the_relays_last_look_is_not_lost(
+    pool: asyncpg.Pool, registry_topics: TopicsReport, kafka_bootstrap: str
+) -> None:
+    """Issue 22 (accepting takes milliseconds): the relay used to clear its wake-up after reading
+    the outbox, forgetting a commit that landed in between; its rows then waited the whole poll
+    interval (0.5 s in the preemption service, 30 s here so a forgotten wake cannot pass)."""
+    stop = asyncio.Event()
+    async with EnvelopeProducer(bootstrap_servers=kafka_bootstrap) as producer:
+        relay = CommitLandsAfterTheLastLook(pool, producer, poll_interval_s=30.0)
+        running = asyncio.create_task(relay.run(stop))
+        try:
+            deadline = time.monotonic() + 5.0
+            while not (relay.landed and relay.published >= 1) and time.monotonic() < deadline:
+                await asyncio.sleep(0.02)
+            async with pool.acquire() as connection:
+                left = await unpublished(connection)
+        finally:
+            stop.set()
+            await running
+    assert relay.landed, "the relay never read an empty outbox"
+    assert left == [] and relay.published == 1, f"the woken row waited for the poll: {left}"
