@@ -382,9 +382,11 @@ class Decider:
                 if isinstance(payload, NodeTelemetry):
                     fresh = now
                     if not ticked:  # on the controllable clock heartbeats never time out
-                        received = record.timestamp / 1000 if record.timestamp > 0 else now
+                        # When the router forwarded it (wall time; not `received`, the batch's
+                        # monotonic start that the decision-latency histogram is measured from).
+                        forwarded = record.timestamp / 1000 if record.timestamp > 0 else now
                         skew = self.settings.preemption_max_clock_skew_s
-                        fresh = liveness.freshness(payload.sampled_at.timestamp(), received, skew)
+                        fresh = liveness.freshness(payload.sampled_at.timestamp(), forwarded, skew)
                     state.last_seen[payload.node] = max(fresh, state.last_seen.get(payload.node, fresh))
                     if not ticked and payload.running is not None:
                         # The agent's report of its workers (reconcile.py): journaled when new.
