@@ -56,6 +56,7 @@ from schemas.workers import WorkerExited, WorkerStarted
 from services.platform.kafka.producer import EnvelopeProducer
 from services.platform.migrations import discover, migrate, with_search_path
 from services.platform.settings import PlatformSettings
+from services.platform.signing import SIGNED_TYPES, node_key, sign
 
 REPO = Path(__file__).resolve().parents[2]
 SHAPES = ((1, 0.40), (2, 0.20), (4, 0.20), (8, 0.20))  # GPUs per worker, share of tasks
@@ -125,12 +126,15 @@ class FakeAgents:
 
     producer: EnvelopeProducer
     run_s: float
+    secret: str  # the service's master secret: each message is signed with its node's key, as agents do
     exits: list[tuple[float, int, WorkerExited]] = field(default_factory=list)  # due (monotonic)
     running: dict[tuple[str, str], set[int]] = field(default_factory=dict)  # (task, node) -> workers
     pending: list[asyncio.Future[Any]] = field(default_factory=list)
     sequence: int = 0
 
     async def send(self, topic_name: str, payload: Any) -> None:
+        if isinstance(payload, SIGNED_TYPES):  # the service refuses unsigned acks and telemetry
+            payload = sign(payload, key=node_key(self.secret.encode("utf-8"), payload.node))
         envelope: Envelope[Any] = wrap(payload, producer="bench-agent")
         self.pending.append(
             await self.producer.send_raw_later(topic_name, value=encode(envelope), key=key_of(envelope))
@@ -256,7 +260,7 @@ async def run_accept_bench(
         async with EnvelopeProducer(
             bootstrap_servers=settings.bootstrap_servers, client_id=f"bench-accept-{run}"
         ) as producer:
-            agents = FakeAgents(producer, run_s)
+            agents = FakeAgents(producer, run_s, secret)
             reader = AIOKafkaConsumer(bootstrap_servers=settings.bootstrap_servers, enable_auto_commit=False)
             await reader.start()
             tps = [TopicPartition(t, p) for t in READ_TOPICS for p in range(topic(t).partitions)]
@@ -274,6 +278,7 @@ async def run_accept_bench(
                 )
                 for name in node_names:
                     telemetry = NodeTelemetry(node=name, gpu_model=pool, sampled_at=now, gpus=samples)
+                    telemetry = sign(telemetry, key=node_key(secret.encode("utf-8"), name))
                     await producer.send("gfs.nodes.telemetry", wrap(telemetry, producer="bench-agent"))
 
             quota = SpotQuota(
