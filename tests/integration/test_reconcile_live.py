@@ -14,6 +14,7 @@ import sys
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from live_harness import Tap
@@ -125,21 +126,7 @@ async def test_an_eviction_refused_as_stale_is_issued_again_and_the_hp_bind_wait
     # grace 2 s + margin 1 s: on today's main H is bound at 3 s, onto B's GPUs.
     settings = _settings(dsn, kafka_bootstrap, c.pool, **RECONCILE)
     async with _service(settings) as (decider, _), _reporting(c, nodes, running):
-        await c.quota(4.0)
-        await _until(_registered(decider, c.pool, 2))
-        await c.submit(a, TaskClass.SPOT)
-        (bind_a,) = await c.bind_of(a)
-        running[bind_a.node].add((a, 1, 0))
-        await _start(c, bind_a, 1)
-        await c.tap.wait(TaskStarted, lambda e: e.task_id == a)
-        await asyncio.sleep(1.0)
-        await c.submit(b, TaskClass.SPOT)
-        (bind_b,) = await c.bind_of(b)
-        running[bind_b.node].add((b, 1, 0))
-        await _start(c, bind_b, 1)
-        await c.tap.wait(TaskStarted, lambda e: e.task_id == b)
-        await c.submit(h, TaskClass.HP)
-        (evict,) = await c.tap.wait(EvictCommand, lambda e: e.preemptor_task_id == h)
+        bind_b, evict = await _two_spots_then_hp(c, decider, running, a, b, h)
         assert evict.task_ids == (b,) and evict.node == bind_b.node
         # The agent refused it as stale: no ack, B still runs. After grace + margin the eviction is
         # issued again (a new id, a fresh issued_at), and H is not bound while B runs.
@@ -180,21 +167,7 @@ async def test_a_forged_report_without_the_victim_does_not_release_the_hp_bind(
     running: dict[str, set[tuple[str, int, int]]] = {n0: set(), n1: set()}
     settings = _settings(dsn, kafka_bootstrap, c.pool, **RECONCILE)
     async with _service(settings) as (decider, _), _reporting(c, nodes, running):
-        await c.quota(4.0)
-        await _until(_registered(decider, c.pool, 2))
-        await c.submit(a, TaskClass.SPOT)
-        (bind_a,) = await c.bind_of(a)
-        running[bind_a.node].add((a, 1, 0))
-        await _start(c, bind_a, 1)
-        await c.tap.wait(TaskStarted, lambda e: e.task_id == a)
-        await asyncio.sleep(1.0)
-        await c.submit(b, TaskClass.SPOT)
-        (bind_b,) = await c.bind_of(b)
-        running[bind_b.node].add((b, 1, 0))
-        await _start(c, bind_b, 1)
-        await c.tap.wait(TaskStarted, lambda e: e.task_id == b)
-        await c.submit(h, TaskClass.HP)
-        (evict,) = await c.tap.wait(EvictCommand, lambda e: e.preemptor_task_id == h)
+        _, evict = await _two_spots_then_hp(c, decider, running, a, b, h)
         victim, other = evict.node, (n0 if evict.node == n1 else n1)
         samples = tuple(
             GpuSample(index=i, utilisation_pct=0, memory_used_mib=0, memory_total_mib=80_000)
@@ -359,3 +332,25 @@ async def test_the_real_agent_back_after_a_partition_stops_the_attempt_rerun_els
         for worker in journal.state.workers.values():
             if worker.pid is not None and worker.start_ticks is not None:
                 procs.signal_group(worker.pid, worker.start_ticks, signal.SIGKILL)
+
+
+async def _two_spots_then_hp(
+    c: Cluster, decider: Any, running: dict[str, set[tuple[str, int, int]]], a: str, b: str, h: str
+) -> tuple[BindCommand, EvictCommand]:
+    """Spot A, then spot B (younger, so the cheaper victim) start as their agents report them; HP
+    H then needs B's GPUs. Returns B's bind and the first eviction command for H."""
+    await c.quota(4.0)
+    await _until(_registered(decider, c.pool, 2))
+    binds = []
+    for tid in (a, b):
+        await c.submit(tid, TaskClass.SPOT)
+        (bind,) = await c.bind_of(tid)
+        running[bind.node].add((tid, 1, 0))
+        await _start(c, bind, 1)
+        await c.tap.wait(TaskStarted, lambda e, t=tid: e.task_id == t)
+        binds.append(bind)
+        if tid == a:
+            await asyncio.sleep(1.0)
+    await c.submit(h, TaskClass.HP)
+    (evict,) = await c.tap.wait(EvictCommand, lambda e: e.preemptor_task_id == h)
+    return binds[1], evict
