@@ -20,7 +20,7 @@ help:
 	@echo "make demo    setup + up + the live system replaying demo/sample (scripts/demo.sh)"
 	@echo "make demo-sim setup + up + the simulator replay (scripts/demo-sim.sh)"
 	@echo "make down    stop the stack              make reset   stop and wipe its data"
-	@echo "make status  is the stack up?            make lint    ruff + import contracts"
+	@echo "make status  is the stack up?            make lint    ruff check + format + imports"
 	@echo "make k8s-render  the Kubernetes manifests of infra/k8s/overlays/production (docs/kubernetes.md)"
 
 setup:
@@ -59,6 +59,7 @@ demo-sim: up
 
 lint: setup
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/lint-imports
 
 # The final YAML the cluster would get (needs the overlay's secrets/*.env, docs/kubernetes.md).

@@ -38,7 +38,7 @@ class Envelope(BaseModel, Generic[P]):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     event_id: UUID = Field(default_factory=uuid4, description="Unique per message; consumers dedupe on it.")
-    event_type: ShortName = Field( description="The payload's class name, e.g. 'TaskSubmitted'.")
+    event_type: ShortName = Field(description="The payload's class name, e.g. 'TaskSubmitted'.")
     schema_version: int = Field(
         default=CURRENT_SCHEMA_VERSION, ge=1, description="Version of the payload's schema."
     )

@@ -325,7 +325,12 @@ _CONTROL_CASES = [
     ("TaskSubmitted", ("payload", "tenant"), "org\x00", "U+0000 at index 3"),
     ("TaskSubmitted", ("payload", "gpu_model"), "A100\x00", "U+0000 at index 4"),
     ("TaskSubmitted", ("payload", "command"), "python -c 1\x00", "U+0000 at index 11"),
-    ("TaskSubmitted", ("payload", "command"), ["python", "-c\x00"], "argv item 1 contains the control character U+0000 at index 2"),  # noqa: E501
+    (
+        "TaskSubmitted",
+        ("payload", "command"),
+        ["python", "-c\x00"],
+        "argv item 1 contains the control character U+0000 at index 2",
+    ),
     ("TaskSubmitted", ("payload", "command"), ["python", "\x1b[2J"], "argv item 1 contains the control"),
     ("TaskSubmitted", ("payload", "task_id"), "job\n1", "U+000A at index 3"),
     ("TaskCancelled", ("payload", "reason"), "because\x00", "U+0000 at index 7"),

@@ -172,7 +172,11 @@ def all_examples() -> dict[str, BaseModel]:
             command_id=COMMAND_ID, node="node-1", task_id="job-1", worker_index=0, pid=4242, started_at=T0
         ),
         WorkerExited(
-            command_id=COMMAND_ID, node="node-1", task_id="job-1", worker_index=0, exit_code=0,
+            command_id=COMMAND_ID,
+            node="node-1",
+            task_id="job-1",
+            worker_index=0,
+            exit_code=0,
             exited_at=T0 + timedelta(seconds=60),
         ),
         ClockTick(clock="replay-1", at=T0, sequence=7, phase=ClockPhase.PASS),

@@ -79,8 +79,9 @@ def _task(c: Cluster, tid: str) -> TaskSubmitted:
 def _letters(c: Cluster, sent: RecordMetadata) -> list[DeadLetter]:
     return c.tap.payloads(
         DeadLetter,
-        lambda d: (d.source_topic, d.source_partition, d.source_offset)
-        == (sent.topic, sent.partition, sent.offset),
+        lambda d: (
+            (d.source_topic, d.source_partition, d.source_offset) == (sent.topic, sent.partition, sent.offset)
+        ),
     )
 
 
@@ -189,6 +190,7 @@ async def test_a_record_that_fails_to_store_twice_is_dead_lettered_and_the_parti
         assert by_router.consumer_group == settings.preemption_router_group
         assert "could not be stored (2 attempts" in by_router.error
         assert "test poison in the route of poison-route-1" in by_router.error
+
         # The decider could not store the journal row: dead-lettered from the inbox, once.
         def from_inbox() -> list[DeadLetter]:
             return c.tap.payloads(DeadLetter, lambda d: d.source_topic == settings.preemption_inbox_topic)

@@ -83,7 +83,9 @@ async def test_a_worker_started_from_a_leaky_base_environment_still_sees_no_secr
     harness: AgentHarness, tmp_path: Path
 ) -> None:
     # The harness's base environment is the test process's own: add the secrets to it.
-    harness.agent.worker_env.update(GFS_COMMAND_SECRET=MASTER, GFS_NODE_KEY="ab" * 32, DATABASE_URL="postgresql://x")
+    harness.agent.worker_env.update(
+        GFS_COMMAND_SECRET=MASTER, GFS_NODE_KEY="ab" * 32, DATABASE_URL="postgresql://x"
+    )
     env_file = tmp_path / "env.json"
     await harness.send(bind("job-env", "--duration", "0.2", "--env-file", str(env_file)))
     await harness.until(lambda: bool(harness.sink.payloads(WorkerExited)))
