@@ -55,6 +55,7 @@ from services.platform.openapi import add_openapi
 from services.platform.outbox import OutboxRelay
 from services.platform.postgres import open_pool, transaction
 from services.platform.settings import PlatformSettings
+from services.platform.timer import every, failure_counter
 from services.quota import store
 from services.quota.api_spec import API, ForecastHealth, Health, PoolQuota, Ready
 from services.quota.book import PoolBook, QuotaComputation
@@ -348,13 +349,6 @@ def build_api(service: QuotaService, metrics: Metrics, ready: asyncio.Event) -> 
     return app
 
 
-async def _every(seconds: float, stop: asyncio.Event, action: Callable[[], Awaitable[object]]) -> None:
-    while not stop.is_set():
-        await action()
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), timeout=seconds)
-
-
 async def run_quota_service(
     settings: QuotaServiceSettings,
     stop: asyncio.Event,
@@ -387,6 +381,7 @@ async def run_quota_service(
                 publish=relay.drain if settings.topic_clock else None,
             )  # fmt: skip
             register_metrics(metrics.meter(TRACER), service)
+            timer_failures = failure_counter(metrics.meter(TRACER))
             if settings.quota_api_port:
                 runner = web.AppRunner(build_api(service, metrics, ready))
                 await runner.setup()
@@ -432,7 +427,13 @@ async def run_quota_service(
                 asyncio.create_task(until_stop()),
             ]
             if not settings.topic_clock:  # on the topic clock, statuses are the refreshes
-                jobs.append(asyncio.create_task(_every(settings.quota_refresh_s, inner, service.refresh)))
+                # A failed refresh is logged, counted and retried at the next tick (the platform
+                # timer's policy); a lost fence ends the timer and steps the instance down below.
+                refresh = every(
+                    settings.quota_refresh_s, inner, service.refresh, name="quota.refresh",
+                    failures=timer_failures, fatal=(store.FenceLostError,),
+                )  # fmt: skip
+                jobs.append(asyncio.create_task(refresh))
             try:
                 # Any job ending ends the active period: stop asked, fence lost, or a failure.
                 done, _ = await asyncio.wait(jobs, return_when=asyncio.FIRST_COMPLETED)
