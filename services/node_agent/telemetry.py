@@ -1,0 +1,85 @@
+"""Telemetry: one sample of every GPU with the shares the agent's running workers hold, signed,
+on the wall clock (it doubles as the node's heartbeat).
+
+Part of the node agent (agent.py): a class over `AgentBase`.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import logging
+import os
+
+from schemas.envelope import wrap
+from schemas.telemetry import GpuAllocation, GpuProcess, GpuSample, NodeTelemetry, RunningWorker
+from services.node_agent.agent_base import PRODUCER, TELEMETRY_TOPIC, AgentBase
+from services.platform.signing import sign
+
+# Every part of the agent logs under the one logger name it always had, so a deployment's log
+# filters (and tests' caplog) see the same records whichever module emits them.
+log = logging.getLogger("services.node_agent.agent")
+
+
+class Telemetry(AgentBase):
+    def telemetry(self) -> NodeTelemetry:
+        """One sample of every GPU, with the shares the agent's running workers hold."""
+        shares: dict[int, dict[str, float]] = collections.defaultdict(dict)
+        task_of_group: dict[int, str] = {}
+        for worker in self.journal.live_workers():
+            if worker.pid is None:
+                continue
+            task_of_group[worker.pid] = worker.task_id
+            for index in worker.gpu_indices:
+                held = shares[index].get(worker.task_id, 0.0)
+                shares[index][worker.task_id] = min(1.0, held + worker.gpu_fraction)
+        samples = []
+        for reading in self.backend.read():
+            allocations: list[GpuAllocation] = []
+            total = 0.0
+            for task_id, fraction in sorted(shares.get(reading.index, {}).items()):
+                if total + fraction > 1.0 + 1e-6:
+                    log.warning(
+                        "GPU %d over-allocated: %s's share left out of telemetry", reading.index, task_id
+                    )
+                    continue
+                total += fraction
+                allocations.append(GpuAllocation(task_id=task_id, fraction=fraction))
+            samples.append(
+                GpuSample(
+                    index=reading.index,
+                    utilisation_pct=reading.utilisation_pct,
+                    memory_used_mib=reading.memory_used_mib,
+                    memory_total_mib=reading.memory_total_mib,
+                    processes=tuple(
+                        GpuProcess(pid=pid, task_id=_task_of(pid, task_of_group), used_memory_mib=used)
+                        for pid, used in reading.processes
+                    ),
+                    allocations=tuple(allocations),
+                )
+            )
+        # The report of what runs here (reconciliation, services/preemption/reconcile.py): every
+        # live worker with its attempt, also one still starting.
+        running = tuple(
+            RunningWorker(task_id=w.task_id, attempt=w.attempt, worker_index=w.worker_index)
+            for w in sorted(
+                self.journal.live_workers(), key=lambda w: (w.task_id, w.attempt or 0, w.worker_index)
+            )
+        )
+        return NodeTelemetry(
+            node=self.node, gpu_model=self.gpu_model, sampled_at=self.wall_clock(), gpus=tuple(samples),
+            running=running,
+        )  # fmt: skip
+
+    async def publish_telemetry(self) -> None:
+        # The heartbeat stays on the wall clock in topic mode: it says the node is alive now.
+        # Signed like every report (the heartbeat, capacity and `running` drive decisions).
+        sample = sign(self.telemetry(), key=self.guard.key)
+        await self.sink.send(TELEMETRY_TOPIC, wrap(sample, producer=PRODUCER, occurred_at=self.wall_clock()))
+
+
+def _task_of(pid: int, task_of_group: dict[int, str]) -> str | None:
+    # NVML lists the process using the GPU, often a child of the worker: map it by process group.
+    with contextlib.suppress(OSError):
+        return task_of_group.get(os.getpgid(pid))
+    return None
