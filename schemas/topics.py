@@ -37,8 +37,20 @@ from schemas.telemetry import NodeTelemetry
 from schemas.workers import WorkerExited, WorkerStarted
 
 __all__ = [
+    "BIND_TOPIC",
+    "CLOCK_ACK_TOPIC",
+    "CLOCK_TOPIC",
     "DEAD_LETTER_TOPIC",
+    "EVICT_ACK_TOPIC",
+    "EVICT_TOPIC",
+    "FORECASTS_TOPIC",
+    "POOL_STATUS_TOPIC",
+    "QUOTAS_TOPIC",
+    "TASK_LIFECYCLE_TOPIC",
+    "TASK_SUBMIT_TOPIC",
+    "TELEMETRY_TOPIC",
     "TOPICS",
+    "WORKER_ACK_TOPIC",
     "DeadLetter",
     "TopicSpec",
     "decode",
@@ -51,6 +63,20 @@ __all__ = [
 _HOUR_MS = 3_600_000
 _DAY_MS = 24 * _HOUR_MS
 
+# Every topic's name, once: code names a topic by these constants (a static test fails on a
+# literal "gfs.<topic>" anywhere else under services/), so a rename is one edit here.
+TASK_SUBMIT_TOPIC = "gfs.tasks.submit"
+TASK_LIFECYCLE_TOPIC = "gfs.tasks.lifecycle"
+TELEMETRY_TOPIC = "gfs.nodes.telemetry"
+FORECASTS_TOPIC = "gfs.forecasts"
+POOL_STATUS_TOPIC = "gfs.pools.status"
+QUOTAS_TOPIC = "gfs.quotas"
+BIND_TOPIC = "gfs.commands.bind"
+EVICT_TOPIC = "gfs.commands.evict"
+EVICT_ACK_TOPIC = "gfs.commands.evict-ack"
+WORKER_ACK_TOPIC = "gfs.commands.worker-ack"
+CLOCK_TOPIC = "gfs.control.clock"
+CLOCK_ACK_TOPIC = "gfs.control.clock-acks"
 DEAD_LETTER_TOPIC = "gfs.deadletter"
 
 
@@ -97,7 +123,7 @@ class TopicSpec:
 # topic is rare and read by humans: one partition keeps it in arrival order.
 TOPICS: tuple[TopicSpec, ...] = (
     TopicSpec(
-        name="gfs.tasks.submit",
+        name=TASK_SUBMIT_TOPIC,
         key_field="task_id",
         payload_types=(TaskSubmitted, TaskCancelled),
         partitions=6,
@@ -106,7 +132,7 @@ TOPICS: tuple[TopicSpec, ...] = (
         description="User requests: submit or cancel a task.",
     ),
     TopicSpec(
-        name="gfs.tasks.lifecycle",
+        name=TASK_LIFECYCLE_TOPIC,
         key_field="task_id",
         payload_types=(
             TaskAccepted,
@@ -123,7 +149,7 @@ TOPICS: tuple[TopicSpec, ...] = (
         description="What happened to each task, in order per task; the scheduler's event log.",
     ),
     TopicSpec(
-        name="gfs.nodes.telemetry",
+        name=TELEMETRY_TOPIC,
         key_field="node",
         payload_types=(NodeTelemetry,),
         partitions=6,
@@ -133,7 +159,7 @@ TOPICS: tuple[TopicSpec, ...] = (
         description="Per-GPU samples from every node agent; also the node heartbeat.",
     ),
     TopicSpec(
-        name="gfs.forecasts",
+        name=FORECASTS_TOPIC,
         key_field="pool",
         payload_types=(DemandForecast, PoolDemandForecast),
         partitions=3,
@@ -142,7 +168,7 @@ TOPICS: tuple[TopicSpec, ...] = (
         description="HP GPU demand forecasts per pool and tenant, and per pool (Gaussian per hour ahead).",
     ),
     TopicSpec(
-        name="gfs.pools.status",
+        name=POOL_STATUS_TOPIC,
         key_field="pool",
         payload_types=(PoolStatus,),
         partitions=3,
@@ -151,7 +177,7 @@ TOPICS: tuple[TopicSpec, ...] = (
         description="Per-pool scheduler status for the quota (compacted: the latest per pool).",
     ),
     TopicSpec(
-        name="gfs.quotas",
+        name=QUOTAS_TOPIC,
         key_field="pool",
         payload_types=(SpotQuota,),
         partitions=3,
@@ -160,7 +186,7 @@ TOPICS: tuple[TopicSpec, ...] = (
         description="Current spot quota per pool (compacted: the latest message per pool is the state).",
     ),
     TopicSpec(
-        name="gfs.commands.bind",
+        name=BIND_TOPIC,
         key_field="node",
         payload_types=(BindCommand,),
         partitions=6,
@@ -169,7 +195,7 @@ TOPICS: tuple[TopicSpec, ...] = (
         description="Start a task's workers on a node.",
     ),
     TopicSpec(
-        name="gfs.commands.evict",
+        name=EVICT_TOPIC,
         key_field="node",
         payload_types=(EvictCommand,),
         partitions=6,
@@ -178,7 +204,7 @@ TOPICS: tuple[TopicSpec, ...] = (
         description="Evict tasks from a node (idempotent by command_id).",
     ),
     TopicSpec(
-        name="gfs.commands.evict-ack",
+        name=EVICT_ACK_TOPIC,
         key_field="node",
         payload_types=(EvictAck,),
         partitions=6,
@@ -187,7 +213,7 @@ TOPICS: tuple[TopicSpec, ...] = (
         description="Node agents' answers to eviction commands.",
     ),
     TopicSpec(
-        name="gfs.commands.worker-ack",
+        name=WORKER_ACK_TOPIC,
         key_field="node",
         payload_types=(WorkerStarted, WorkerExited),
         partitions=6,
@@ -196,7 +222,7 @@ TOPICS: tuple[TopicSpec, ...] = (
         description="Node agents' per-worker reports: started (pid), exited (exit code).",
     ),
     TopicSpec(
-        name="gfs.control.clock",
+        name=CLOCK_TOPIC,
         key_field="clock",
         payload_types=(ClockTick,),
         partitions=1,
@@ -207,7 +233,7 @@ TOPICS: tuple[TopicSpec, ...] = (
         ),
     ),
     TopicSpec(
-        name="gfs.control.clock-acks",
+        name=CLOCK_ACK_TOPIC,
         key_field="clock",
         payload_types=(ClockAck,),
         partitions=1,

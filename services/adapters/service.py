@@ -22,13 +22,13 @@ import yaml
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from schemas.quota import SpotQuota
-from schemas.topics import decode, topic
+from schemas.topics import QUOTAS_TOPIC, decode, topic
 from services.adapters.adapter import QuotaAdapter
 from services.adapters.kueue import FIELD_MANAGER
 
 log = logging.getLogger(__name__)
 
-QUOTA_TOPIC = "gfs.quotas"
+QUOTA_TOPIC = QUOTAS_TOPIC
 Sink = Callable[[dict[str, Any]], Awaitable[None]]
 
 

@@ -50,12 +50,13 @@ from schemas.commands import BindCommand, EvictCommand
 from schemas.envelope import wrap
 from schemas.forecast import HourlyDemand, PoolDemandForecast
 from schemas.tasks import GuaranteePeriodClosed, TaskAccepted, TaskClass, TaskFinished, TaskSubmitted
-from schemas.topics import decode, topic
+from schemas.topics import BIND_TOPIC, EVICT_TOPIC, FORECASTS_TOPIC, TASK_LIFECYCLE_TOPIC, decode, topic
 from services.platform.kafka.producer import EnvelopeProducer
 from services.platform.migrations import migrated_schema
 from services.platform.settings import REPO_ROOT, PlatformSettings
+from services.platform.timer import every
 
-CHECKED_TOPICS = ("gfs.tasks.lifecycle", "gfs.commands.bind", "gfs.commands.evict")
+CHECKED_TOPICS = (TASK_LIFECYCLE_TOPIC, BIND_TOPIC, EVICT_TOPIC)
 
 
 @dataclass(frozen=True, slots=True)
@@ -263,7 +264,9 @@ async def run_faults(plan: FaultPlan, *, workdir: Path, keep_schema: bool = Fals
             stop = asyncio.Event()
             load = asyncio.create_task(_load(settings, pool, run, plan, rng, report, stop))
             supervise = asyncio.create_task(_supervise(services, stop))
-            forecasts = asyncio.create_task(_every(30.0, stop, lambda: _forecast(producer, pool, plan)))
+            forecasts = asyncio.create_task(
+                every(30.0, stop, lambda: _forecast(producer, pool, plan), name="faults.forecast")
+            )
             # Faults at random moments of the load window: kills of every service, then one
             # broker and one Postgres outage in the second half.
             events: list[tuple[float, str]] = []
@@ -346,14 +349,6 @@ def _script(name: str) -> None:
     subprocess.run(["bash", str(REPO_ROOT / "infra" / name)], check=False, capture_output=True, timeout=180)
 
 
-async def _every(seconds: float, stop: asyncio.Event, action: Any) -> None:
-    while not stop.is_set():
-        with contextlib.suppress(Exception):
-            await action()
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), timeout=seconds)
-
-
 async def _supervise(services: list[Supervised], stop: asyncio.Event) -> None:
     """Restart any service that exited on its own (it gave up on the broker or the database)."""
     while True:
@@ -411,7 +406,7 @@ async def _forecast(producer: EnvelopeProducer, pool: str, plan: FaultPlan) -> N
         model_version=f"{int(now.timestamp())}",
         horizon=horizon,
     )
-    await producer.send("gfs.forecasts", wrap(forecast, producer="faults"))
+    await producer.send(FORECASTS_TOPIC, wrap(forecast, producer="faults"))
 
 
 async def _load(

@@ -37,6 +37,7 @@ import logging
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Literal
 
 import faust
@@ -45,15 +46,24 @@ from opentelemetry import trace
 from pydantic import AliasChoices, Field, field_validator
 
 from schemas.clock import CLOCK_KEY, ClockPhase, ClockTick
-from schemas.envelope import wrap
+from schemas.envelope import Envelope, wrap
 from schemas.forecast import DemandForecast, PoolDemandForecast
-from schemas.topics import DEAD_LETTER_TOPIC, decode, encode, key_of
+from schemas.topics import (
+    CLOCK_TOPIC,
+    DEAD_LETTER_TOPIC,
+    FORECASTS_TOPIC,
+    TASK_LIFECYCLE_TOPIC,
+    TASK_SUBMIT_TOPIC,
+    decode,
+    encode,
+    key_of,
+)
 from services.forecast import pipeline
 from services.forecast.api_spec import API
 from services.forecast.forecasting import HOUR, PoolHistory, StreamForecaster
 from services.forecast.metrics import register_metrics
 from services.forecast.pipeline import Delta, PoolDemand, TaskRecord, apply_task_event
-from services.platform.kafka.dead_letter import FailedRecord, build_dead_letter, describe_error
+from services.platform.kafka.dead_letter import DeadLetterPublisher
 from services.platform.metrics import configure_metrics
 from services.platform.openapi import render
 from services.platform.paths import state_dir
@@ -62,9 +72,8 @@ from services.platform.tracing import extract_context, inject_headers
 
 log = logging.getLogger(__name__)
 
-SOURCES = ("gfs.tasks.submit", "gfs.tasks.lifecycle")
-FORECASTS = "gfs.forecasts"
-CLOCK_TOPIC = "gfs.control.clock"
+SOURCES = (TASK_SUBMIT_TOPIC, TASK_LIFECYCLE_TOPIC)
+FORECASTS = FORECASTS_TOPIC
 HOUR_S = HOUR.total_seconds()
 PRODUCER = "gfs-forecast"
 TRACER = "gfs.forecast"
@@ -219,15 +228,25 @@ def make_app(settings: ForecastServiceSettings, forecaster: StreamForecaster | N
             history[pool] = hist.to_json()
         first_forecast_done.add(pool)
 
+    class FaustDeadLetters:
+        """The platform's dead-letter sink over Faust's raw dead-letter topic."""
+
+        async def send(self, topic_name: str, envelope: Envelope[Any]) -> object:
+            return await dead.send(key=key_of(envelope), value=encode(envelope))
+
+    letters = DeadLetterPublisher(
+        sink=FaustDeadLetters(), consumer_group=settings.forecast_app_id, producer=PRODUCER
+    )
+
     async def dead_letter(topic_name: str, event: Any, exc: Exception) -> None:
         message = event.message
-        failed = FailedRecord(topic=topic_name, partition=message.partition, offset=message.offset,
-                              value=event.value, consumer_group=settings.forecast_app_id)  # fmt: skip
-        letter = build_dead_letter(failed, error=exc, failed_at=datetime.now(UTC), producer=PRODUCER)
-        await dead.send(key=key_of(letter), value=encode(letter))
+        consumed = SimpleNamespace(
+            topic=topic_name, partition=message.partition, offset=message.offset, value=event.value
+        )
+        letter = await letters.publish(consumed, exc)
         counters["dead_lettered"] += 1
         log.warning(
-            "dead-lettered %s[%d]@%d: %s", topic_name, message.partition, message.offset, describe_error(exc)
+            "dead-lettered %s[%d]@%d: %s", topic_name, message.partition, message.offset, letter.payload.error
         )
 
     @app.agent(sources)

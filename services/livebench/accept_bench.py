@@ -51,7 +51,20 @@ from schemas.envelope import Envelope, wrap
 from schemas.quota import GuaranteeQuota, SpotQuota
 from schemas.tasks import TaskAccepted, TaskClass, TaskRejected, TaskSubmitted
 from schemas.telemetry import GpuSample, NodeTelemetry
-from schemas.topics import decode, encode, key_of, topic
+from schemas.topics import (
+    BIND_TOPIC,
+    EVICT_ACK_TOPIC,
+    EVICT_TOPIC,
+    QUOTAS_TOPIC,
+    TASK_LIFECYCLE_TOPIC,
+    TASK_SUBMIT_TOPIC,
+    TELEMETRY_TOPIC,
+    WORKER_ACK_TOPIC,
+    decode,
+    encode,
+    key_of,
+    topic,
+)
 from schemas.workers import WorkerExited, WorkerStarted
 from services.platform.kafka.producer import EnvelopeProducer
 from services.platform.migrations import discover, migrate, with_search_path
@@ -61,7 +74,7 @@ from services.platform.signing import SIGNED_TYPES, node_key, sign
 REPO = Path(__file__).resolve().parents[2]
 SHAPES = ((1, 0.40), (2, 0.20), (4, 0.20), (8, 0.20))  # GPUs per worker, share of tasks
 INBOX_PARTITIONS = 6  # the run's inbox topic (the service creates it with this many)
-READ_TOPICS = ("gfs.tasks.submit", "gfs.tasks.lifecycle", "gfs.commands.bind", "gfs.commands.evict")
+READ_TOPICS = (TASK_SUBMIT_TOPIC, TASK_LIFECYCLE_TOPIC, BIND_TOPIC, EVICT_TOPIC)
 
 
 # The service under cProfile with the process's CPU time as its clock (the wall clock of a shared
@@ -148,7 +161,7 @@ class FakeAgents:
             started = WorkerStarted(command_id=bind.command_id, node=bind.node, task_id=bind.task_id,
                                     worker_index=p.worker_index, pid=1000 + p.worker_index, started_at=now,
                                     attempt=bind.attempt)  # fmt: skip
-            await self.send("gfs.commands.worker-ack", started)
+            await self.send(WORKER_ACK_TOPIC, started)
             exited = WorkerExited(command_id=bind.command_id, node=bind.node, task_id=bind.task_id,
                                   worker_index=p.worker_index, exit_code=0, exited_at=now,
                                   attempt=bind.attempt)  # fmt: skip
@@ -166,7 +179,7 @@ class FakeAgents:
         outcome = EvictOutcome.CHECKPOINTED if ran else EvictOutcome.NOT_RUNNING
         ack = EvictAck(command_id=command.command_id, node=command.node, task_ids=command.task_ids,
                        outcome=outcome, acked_at=datetime.now(UTC), attempt=command.attempt)  # fmt: skip
-        await self.send("gfs.commands.evict-ack", ack)
+        await self.send(EVICT_ACK_TOPIC, ack)
 
     async def due(self) -> None:
         """Send the exits whose run time is over."""
@@ -180,7 +193,7 @@ class FakeAgents:
             if not workers:
                 del self.running[(exited.task_id, exited.node)]
             now_exited = exited.model_copy(update={"exited_at": datetime.now(UTC)})
-            await self.send("gfs.commands.worker-ack", now_exited)
+            await self.send(WORKER_ACK_TOPIC, now_exited)
 
     async def flush(self) -> None:
         pending, self.pending = self.pending, []
@@ -279,7 +292,7 @@ async def run_accept_bench(
                 for name in node_names:
                     telemetry = NodeTelemetry(node=name, gpu_model=pool, sampled_at=now, gpus=samples)
                     telemetry = sign(telemetry, key=node_key(secret.encode("utf-8"), name))
-                    await producer.send("gfs.nodes.telemetry", wrap(telemetry, producer="bench-agent"))
+                    await producer.send(TELEMETRY_TOPIC, wrap(telemetry, producer="bench-agent"))
 
             quota = SpotQuota(
                 pool=pool, quotas=tuple(GuaranteeQuota(guarantee_hours=h, quota_gpus=0.6 * capacity)
@@ -296,7 +309,7 @@ async def run_accept_bench(
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"the service did not register the pool in 120 s; see {log_path}")
                 await heartbeat()
-                await producer.send("gfs.quotas", wrap(quota, producer="bench"))
+                await producer.send(QUOTAS_TOPIC, wrap(quota, producer="bench"))
                 await asyncio.sleep(1.0)
             echo(f"registered {nodes} nodes and the quota in {time.perf_counter() - t0:.1f} s")
 
@@ -319,7 +332,7 @@ async def run_accept_bench(
                     envelope = wrap(task, producer="bench")
                     submissions.append(
                         await producer.send_raw_later(
-                            "gfs.tasks.submit", value=encode(envelope), key=key_of(envelope)
+                            TASK_SUBMIT_TOPIC, value=encode(envelope), key=key_of(envelope)
                         )
                     )
                     k += 1
@@ -508,7 +521,7 @@ async def _stages(settings: PlatformSettings, dsn: str, inbox: str, seen: Seen) 
             )
         }
         rows = await connection.fetch(
-            "SELECT key, payload, created_at FROM outbox WHERE topic = 'gfs.tasks.lifecycle' ORDER BY id"
+            "SELECT key, payload, created_at FROM outbox WHERE topic = $1 ORDER BY id", TASK_LIFECYCLE_TOPIC
         )
     finally:
         await connection.close()

@@ -104,7 +104,7 @@ async def _quota_latency(n: int, rate: float) -> None:
     from schemas.envelope import wrap
     from schemas.forecast import HourlyDemand, PoolDemandForecast
     from schemas.pool_status import PoolStatus
-    from schemas.topics import decode
+    from schemas.topics import FORECASTS_TOPIC, POOL_STATUS_TOPIC, QUOTAS_TOPIC, decode
     from services.platform.kafka.producer import EnvelopeProducer
     from services.quota.service import QuotaServiceSettings, run_quota_service
 
@@ -116,7 +116,7 @@ async def _quota_latency(n: int, rate: float) -> None:
     service = asyncio.create_task(run_quota_service(settings, stop, ready=ready))
     await asyncio.wait_for(ready.wait(), 60)
     consumer = AIOKafkaConsumer(
-        "gfs.quotas",
+        QUOTAS_TOPIC,
         bootstrap_servers=settings.bootstrap_servers,
         auto_offset_reset="latest",
         isolation_level="read_committed",
@@ -133,7 +133,7 @@ async def _quota_latency(n: int, rate: float) -> None:
             for records in (await consumer.getmany(timeout_ms=200)).values():
                 for record in records:
                     now = time.perf_counter()
-                    quota = decode("gfs.quotas", record.value or b"").payload
+                    quota = decode(QUOTAS_TOPIC, record.value or b"").payload
                     tag = quota.forecast_version.split("@")[0].split(":")[-1]
                     if quota.pool == pool and tag in sent:
                         latencies.append(1000 * (now - sent.pop(tag)))
@@ -150,7 +150,7 @@ async def _quota_latency(n: int, rate: float) -> None:
             hp_running_gpus=300.0,
             hp_queued_gpus=20.0,
         )
-        await producer.send("gfs.pools.status", wrap(status, producer="bench"))
+        await producer.send(POOL_STATUS_TOPIC, wrap(status, producer="bench"))
         await asyncio.sleep(1.0)
         origin0 = now - timedelta(hours=1)
         hours = lambda k: tuple(  # noqa: E731
@@ -173,7 +173,7 @@ async def _quota_latency(n: int, rate: float) -> None:
                 model_version=tag,
             )
             sent[tag] = time.perf_counter()
-            await producer.send("gfs.forecasts", wrap(fc, producer="bench"))
+            await producer.send(FORECASTS_TOPIC, wrap(fc, producer="bench"))
             await asyncio.sleep(1.0 / rate)
     try:
         await asyncio.wait_for(reader, 60)
@@ -205,7 +205,7 @@ async def _stream(rate: float, seconds: float, pools: int, tenants: int) -> None
 
     from schemas.envelope import wrap
     from schemas.tasks import TaskAccepted, TaskClass, TaskFinished, TaskSubmitted
-    from schemas.topics import encode, key_of
+    from schemas.topics import TASK_LIFECYCLE_TOPIC, TASK_SUBMIT_TOPIC, encode, key_of
     from services.platform.settings import PlatformSettings
 
     servers = PlatformSettings().bootstrap_servers
@@ -230,7 +230,7 @@ async def _stream(rate: float, seconds: float, pools: int, tenants: int) -> None
     await producer.start()
     await admin.start()
     await probe.start()
-    topics = ("gfs.tasks.submit", "gfs.tasks.lifecycle")
+    topics = (TASK_SUBMIT_TOPIC, TASK_LIFECYCLE_TOPIC)
     parts = [TopicPartition(t, p) for t in topics for p in range(6)]
     start_offsets = await probe.end_offsets(parts)
     try:
@@ -262,7 +262,7 @@ async def _stream(rate: float, seconds: float, pools: int, tenants: int) -> None
                 if live and rng.random() < 0.5:
                     tid, pool = live.pop(rng.randrange(len(live)))
                     env_ = wrap(TaskFinished(task_id=tid, exit_code=0, finished_at=now), producer="bench")
-                    topic = "gfs.tasks.lifecycle"
+                    topic = TASK_LIFECYCLE_TOPIC
                 elif rng.random() < 0.5 or not live:
                     tid = f"{run}-{sent}"
                     pool = f"BP{rng.randrange(pools)}"
@@ -278,14 +278,14 @@ async def _stream(rate: float, seconds: float, pools: int, tenants: int) -> None
                         ),
                         producer="bench",
                     )
-                    topic = "gfs.tasks.submit"
+                    topic = TASK_SUBMIT_TOPIC
                     live.append((tid, pool))
                 else:
                     tid, pool = live[-1]
                     env_ = wrap(
                         TaskAccepted(task_id=tid, pool=pool, task_class=TaskClass.HP), producer="bench"
                     )
-                    topic = "gfs.tasks.lifecycle"
+                    topic = TASK_LIFECYCLE_TOPIC
                 await producer.send(topic, value=encode(env_), key=key_of(env_))
                 sent += 1
             if time.monotonic() >= next_probe:
@@ -354,7 +354,7 @@ async def _agent_sigterm(n: int, rate: float, grace: float) -> None:
     from schemas.commands import BindCommand, EvictCommand
     from schemas.envelope import wrap
     from schemas.tasks import EvictionReason, Placement, TaskClass
-    from schemas.topics import decode
+    from schemas.topics import BIND_TOPIC, EVICT_ACK_TOPIC, EVICT_TOPIC, WORKER_ACK_TOPIC, decode
     from services.platform.kafka.producer import EnvelopeProducer
     from services.platform.settings import PlatformSettings
     from services.platform.signing import node_key, sign
@@ -376,9 +376,7 @@ async def _agent_sigterm(n: int, rate: float, grace: float) -> None:
     )  # fmt: skip
     acks = AIOKafkaConsumer(bootstrap_servers=servers, enable_auto_commit=False)
     await acks.start()
-    parts = [
-        TopicPartition(t, p) for t in ("gfs.commands.worker-ack", "gfs.commands.evict-ack") for p in range(6)
-    ]
+    parts = [TopicPartition(t, p) for t in (WORKER_ACK_TOPIC, EVICT_ACK_TOPIC) for p in range(6)]
     acks.assign(parts)
     await acks.seek_to_end(*parts)
     counts = {"WorkerStarted": 0, "EvictAck": 0}
@@ -415,7 +413,7 @@ async def _agent_sigterm(n: int, rate: float, grace: float) -> None:
                     placements=(Placement(worker_index=0, node=node, gpu_indices=(i,)),), command=argv,
                     issued_at=datetime.now(UTC),
                 )  # fmt: skip
-                await producer.send("gfs.commands.bind", wrap(sign(bind, key=key), producer="bench"))
+                await producer.send(BIND_TOPIC, wrap(sign(bind, key=key), producer="bench"))
             await until("the workers' WorkerStarted", lambda: counts["WorkerStarted"] >= n, 300)
             await until("the workers to run", lambda: workers_ready() >= n, 300)
             typer.echo(f"{n} fake tasks bound and running in {time.monotonic() - t0:.1f} s")
@@ -425,7 +423,7 @@ async def _agent_sigterm(n: int, rate: float, grace: float) -> None:
                     command_id=uuid.uuid4(), node=node, task_ids=(f"{node}-t{i}",),
                     reason=EvictionReason.PREEMPTED_BY_HP, grace_seconds=grace, issued_at=datetime.now(UTC),
                 )  # fmt: skip
-                await producer.send("gfs.commands.evict", wrap(sign(command, key=key), producer="bench"))
+                await producer.send(EVICT_TOPIC, wrap(sign(command, key=key), producer="bench"))
 
             t0 = time.monotonic()
             if rate <= 0:

@@ -47,7 +47,17 @@ from schemas.envelope import wrap
 from schemas.quota import GuaranteeQuota, SpotQuota
 from schemas.tasks import TaskClass, TaskSubmitted
 from schemas.telemetry import GpuSample, NodeTelemetry
-from schemas.topics import decode, topic
+from schemas.topics import (
+    BIND_TOPIC,
+    EVICT_ACK_TOPIC,
+    EVICT_TOPIC,
+    QUOTAS_TOPIC,
+    TASK_SUBMIT_TOPIC,
+    TELEMETRY_TOPIC,
+    WORKER_ACK_TOPIC,
+    decode,
+    topic,
+)
 from schemas.workers import WorkerExited
 from services.platform.kafka.producer import EnvelopeProducer
 from services.platform.migrations import discover, migrate, with_search_path
@@ -177,7 +187,7 @@ async def _bench(
                     for i in range(gpus)
                 )
                 await producer.send(
-                    "gfs.nodes.telemetry",
+                    TELEMETRY_TOPIC,
                     wrap(
                         _signed(
                             NodeTelemetry(
@@ -198,7 +208,7 @@ async def _bench(
                     valid_until=now + timedelta(days=1),
                     forecast_version="bench",
                 )
-                await producer.send("gfs.quotas", wrap(q, producer="bench"))
+                await producer.send(QUOTAS_TOPIC, wrap(q, producer="bench"))
             await _until_registered(port, len(inventory))
             print(f"registered {len(inventory)} nodes in {time.perf_counter() - t0:.1f} s")
             # A new router group starts at the beginning of the input topics (earlier runs' records,
@@ -231,7 +241,7 @@ async def _bench(
                     task.task_class, task.gpus_per_worker * task.workers, workers=task.workers
                 )
                 state.submitted_at[task.task_id] = time.perf_counter()
-                await producer.send("gfs.tasks.submit", wrap(task, producer="bench"))
+                await producer.send(TASK_SUBMIT_TOPIC, wrap(task, producer="bench"))
 
             # Fill to the target, then queue gangs that cannot fit now.
             t1 = time.perf_counter()
@@ -277,7 +287,7 @@ async def _bench(
                                 exited_at=datetime.now(UTC),
                             )
                             signed = _signed(ack, secret)
-                            await producer.send("gfs.commands.worker-ack", wrap(signed, producer="bench"))
+                            await producer.send(WORKER_ACK_TOPIC, wrap(signed, producer="bench"))
                     offered["finish"] += 1
                 else:
                     await submit(new_task())
@@ -348,11 +358,7 @@ async def _read(
     consumer = AIOKafkaConsumer(bootstrap_servers=settings.bootstrap_servers, enable_auto_commit=False)
     await consumer.start()
     try:
-        tps = [
-            TopicPartition(t, p)
-            for t in ("gfs.commands.bind", "gfs.commands.evict")
-            for p in range(topic(t).partitions)
-        ]
+        tps = [TopicPartition(t, p) for t in (BIND_TOPIC, EVICT_TOPIC) for p in range(topic(t).partitions)]
         consumer.assign(tps)
         await consumer.seek_to_end(*tps)
         prefix = f"{run}-"
@@ -392,7 +398,7 @@ async def _read(
                             acked_at=datetime.now(UTC),
                         )
                         signed = _signed(ack, secret)
-                        await producer.send("gfs.commands.evict-ack", wrap(signed, producer="bench"))
+                        await producer.send(EVICT_ACK_TOPIC, wrap(signed, producer="bench"))
     finally:
         await consumer.stop()
 

@@ -45,7 +45,17 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from schemas.envelope import wrap
 from schemas.quota import GuaranteeQuota, SpotQuota
 from schemas.tasks import TaskAccepted, TaskClass, TaskFinished, TaskRejected, TaskSubmitted
-from schemas.topics import decode, topic
+from schemas.topics import (
+    BIND_TOPIC,
+    EVICT_ACK_TOPIC,
+    EVICT_TOPIC,
+    QUOTAS_TOPIC,
+    TASK_LIFECYCLE_TOPIC,
+    TASK_SUBMIT_TOPIC,
+    WORKER_ACK_TOPIC,
+    decode,
+    topic,
+)
 from services.livebench.race_check import RaceReport, Seen, check
 from services.node_agent.journal import CommandEntry, JournalState, WorkerEntry
 from services.platform.kafka.producer import EnvelopeProducer
@@ -53,11 +63,11 @@ from services.platform.migrations import migrated_schema
 from services.platform.settings import REPO_ROOT, PlatformSettings
 
 READ_TOPICS = (
-    "gfs.tasks.lifecycle",
-    "gfs.commands.bind",
-    "gfs.commands.evict",
-    "gfs.commands.worker-ack",
-    "gfs.commands.evict-ack",
+    TASK_LIFECYCLE_TOPIC,
+    BIND_TOPIC,
+    EVICT_TOPIC,
+    WORKER_ACK_TOPIC,
+    EVICT_ACK_TOPIC,
 )
 
 
@@ -143,7 +153,7 @@ class _Reader:
         self._task = asyncio.create_task(self._run())
 
     def _mine(self, topic_name: str, key: bytes) -> bool:
-        if topic_name == "gfs.tasks.lifecycle":
+        if topic_name == TASK_LIFECYCLE_TOPIC:
             return key.startswith(self.task_prefix)
         return key in self.nodes
 
@@ -292,7 +302,7 @@ async def run_races(plan: RacePlan, workdir: Path, *, echo: Any = print) -> tupl
                 quotas = tuple(GuaranteeQuota(guarantee_hours=h, quota_gpus=share) for h in (1, 2, 4))
                 q = SpotQuota(pool=pool, quotas=quotas, eta=1.0, capacity_gpus=capacity, valid_from=now,
                               valid_until=now + timedelta(days=1), forecast_version=run)  # fmt: skip
-                await out.send("gfs.quotas", wrap(q, producer="races"))
+                await out.send(QUOTAS_TOPIC, wrap(q, producer="races"))
                 await asyncio.sleep(1.0)
                 _, body = await _get(f"{api}/pools")
                 return bool(((body or {}).get("pools", {}).get(pool) or {}).get("quota_version"))
@@ -320,7 +330,7 @@ async def run_races(plan: RacePlan, workdir: Path, *, echo: Any = print) -> tupl
                     if any(not p.alive() for p in procs):
                         raise RuntimeError("a process of the run exited; see its log in " + str(workdir))
                 tid = f"{prefix}{k}"
-                await out.send("gfs.tasks.submit", wrap(_task(plan, rng, tid, pool), producer="races"))
+                await out.send(TASK_SUBMIT_TOPIC, wrap(_task(plan, rng, tid, pool), producer="races"))
                 submitted.append(tid)
                 if time.monotonic() >= next_line:
                     next_line += 30

@@ -32,11 +32,12 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from schemas.envelope import Envelope
+from schemas.topics import EVICT_ACK_TOPIC, WORKER_ACK_TOPIC
 
 log = logging.getLogger(__name__)
 
 # The topics whose records are acknowledgements (the ones delayed).
-DELAYED_TOPICS = frozenset({"gfs.commands.worker-ack", "gfs.commands.evict-ack"})
+DELAYED_TOPICS = frozenset({WORKER_ACK_TOPIC, EVICT_ACK_TOPIC})
 
 
 class Sink(Protocol):

@@ -34,13 +34,11 @@ from uuid import UUID
 
 from schemas.commands import BindCommand, EvictCommand
 from schemas.envelope import Envelope
+from schemas.topics import EVICT_ACK_TOPIC, WORKER_ACK_TOPIC
 from services.node_agent.agent_base import (
-    ACK_TOPIC,
-    EVICT_ACK_TOPIC,
     NOT_STARTED_EXIT_CODE,
     PRODUCER,
     SIM_ENV,
-    TELEMETRY_TOPIC,
     TRACER,
     UNKNOWN_EXIT_CODE,
     UNKNOWN_EXIT_DETAIL,
@@ -58,12 +56,9 @@ from services.node_agent.telemetry import Telemetry
 
 # The agent's public names, where its users (the service, tests) have always imported them from.
 __all__ = [
-    "ACK_TOPIC",
-    "EVICT_ACK_TOPIC",
     "NOT_STARTED_EXIT_CODE",
     "PRODUCER",
     "SIM_ENV",
-    "TELEMETRY_TOPIC",
     "TRACER",
     "UNKNOWN_EXIT_CODE",
     "UNKNOWN_EXIT_DETAIL",
@@ -124,9 +119,9 @@ class NodeAgent(Recovery, Telemetry, ClockTicks):
         if seen.kind == "bind":
             for worker in self.journal.workers_of_command(seen.command_id):
                 if worker.pid is not None:
-                    await self._publish(ACK_TOPIC, self._started(worker), seen)
+                    await self._publish(WORKER_ACK_TOPIC, self._started(worker), seen)
                 elif worker.exit_code == NOT_STARTED_EXIT_CODE:
-                    await self._publish(ACK_TOPIC, self._exited_ack(worker), seen)
+                    await self._publish(WORKER_ACK_TOPIC, self._exited_ack(worker), seen)
         elif seen.ack is not None:
             await self._publish(EVICT_ACK_TOPIC, seen.ack, seen)
             seen.ack_published = True
@@ -197,11 +192,11 @@ class NodeAgent(Recovery, Telemetry, ClockTicks):
         wanted = {p.worker_index for p in command.placements}
         for worker in running.values():
             if worker.pid is not None and worker.worker_index in wanted:
-                await self._publish(ACK_TOPIC, self._started(worker), entry)
+                await self._publish(WORKER_ACK_TOPIC, self._started(worker), entry)
         for worker in workers:
             if worker.pid is not None:
-                await self._publish(ACK_TOPIC, self._started(worker), entry)
+                await self._publish(WORKER_ACK_TOPIC, self._started(worker), entry)
                 worker.started_acked = True  # only now may the watcher report its exit
             else:
                 worker.exit_acked = True  # set first so the watcher does not report it too
-                await self._publish(ACK_TOPIC, self._exited_ack(worker), entry)
+                await self._publish(WORKER_ACK_TOPIC, self._exited_ack(worker), entry)

@@ -35,9 +35,6 @@ from services.platform.tracing import extract_context
 
 PRODUCER = "gfs-node-agent"
 TRACER = "gfs.node_agent"
-ACK_TOPIC = "gfs.commands.worker-ack"
-EVICT_ACK_TOPIC = "gfs.commands.evict-ack"
-TELEMETRY_TOPIC = "gfs.nodes.telemetry"
 
 # A re-adopted worker is not the new agent's child, so its exit status cannot be collected
 # (only a parent may wait for it). Its WorkerExited carries this code and says so in `detail`.

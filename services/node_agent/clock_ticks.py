@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from schemas.clock import ClockAck, ClockPhase, ClockTick
+from schemas.topics import CLOCK_ACK_TOPIC
 from services.node_agent import procs
 from services.node_agent.journal import WorkerEntry
 from services.node_agent.sim_clock import epoch_to_utc, read_seen
@@ -28,7 +29,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("services.node_agent.agent")
 
-CLOCK_ACK_TOPIC = "gfs.control.clock-acks"
 _CLOCK_POLL_S = 0.01
 _CLOCK_ACK_ATTEMPTS = 3
 

@@ -14,8 +14,8 @@ from datetime import datetime, timedelta
 
 from schemas.commands import EvictAck, EvictCommand, EvictOutcome
 from schemas.fields import scrub_text
+from schemas.topics import EVICT_ACK_TOPIC
 from services.node_agent import procs
-from services.node_agent.agent_base import EVICT_ACK_TOPIC
 from services.node_agent.journal import CommandEntry, WorkerEntry
 from services.node_agent.workers import WorkerSupervision
 

@@ -9,8 +9,9 @@ from __future__ import annotations
 import logging
 import signal
 
+from schemas.topics import WORKER_ACK_TOPIC
 from services.node_agent import procs
-from services.node_agent.agent_base import ACK_TOPIC, WORKER_MARKER
+from services.node_agent.agent_base import WORKER_MARKER
 from services.node_agent.eviction import Evictions
 
 # Every part of the agent logs under the one logger name it always had, so a deployment's log
@@ -41,7 +42,9 @@ class Recovery(Evictions):
         self.journal.save()
         for worker in list(self.journal.state.workers.values()):
             if worker.pid is not None and not worker.started_acked:
-                await self._publish(ACK_TOPIC, self._started(worker), self.journal.command(worker.command_id))
+                await self._publish(
+                    WORKER_ACK_TOPIC, self._started(worker), self.journal.command(worker.command_id)
+                )
                 worker.started_acked = True
         for entry in list(self.journal.state.commands.values()):
             if entry.kind == "evict" and entry.state == "accepted":

@@ -13,7 +13,8 @@ import os
 
 from schemas.envelope import wrap
 from schemas.telemetry import GpuAllocation, GpuProcess, GpuSample, NodeTelemetry, RunningWorker
-from services.node_agent.agent_base import PRODUCER, TELEMETRY_TOPIC, AgentBase
+from schemas.topics import TELEMETRY_TOPIC
+from services.node_agent.agent_base import PRODUCER, AgentBase
 from services.platform.signing import sign
 
 # Every part of the agent logs under the one logger name it always had, so a deployment's log

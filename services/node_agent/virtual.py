@@ -24,7 +24,15 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from schemas.commands import BindCommand, EvictAck, EvictCommand, EvictOutcome
 from schemas.envelope import wrap
 from schemas.telemetry import GpuSample, NodeTelemetry
-from schemas.topics import decode, topic
+from schemas.topics import (
+    BIND_TOPIC,
+    EVICT_ACK_TOPIC,
+    EVICT_TOPIC,
+    TELEMETRY_TOPIC,
+    WORKER_ACK_TOPIC,
+    decode,
+    topic,
+)
 from schemas.workers import WorkerExited, WorkerStarted
 from services.platform.kafka.producer import EnvelopeProducer
 from services.platform.signing import SignatureCheck, check_signature, node_key, sign
@@ -76,7 +84,7 @@ class VirtualNodes:
                 for i in range(gpus)
             )
             await self.producer.send(
-                "gfs.nodes.telemetry",
+                TELEMETRY_TOPIC,
                 wrap(
                     sign(
                         NodeTelemetry(node=node, gpu_model=model, sampled_at=now, gpus=samples),
@@ -111,7 +119,7 @@ class VirtualNodes:
                                     worker_index=p.worker_index, pid=1, started_at=now,
                                     attempt=command.attempt)  # fmt: skip
                 await self.producer.send(
-                    "gfs.commands.worker-ack", wrap(sign(ack, key=self.key(ack.node)), producer=PRODUCER)
+                    WORKER_ACK_TOPIC, wrap(sign(ack, key=self.key(ack.node)), producer=PRODUCER)
                 )
             seconds = duration_of(command.command)
             handle = None
@@ -134,7 +142,7 @@ class VirtualNodes:
         done = EvictAck(command_id=command.command_id, node=command.node, task_ids=command.task_ids,
                         outcome=outcome, acked_at=datetime.now(UTC), attempt=command.attempt)  # fmt: skip
         await self.producer.send(
-            "gfs.commands.evict-ack", wrap(sign(done, key=self.key(done.node)), producer=PRODUCER)
+            EVICT_ACK_TOPIC, wrap(sign(done, key=self.key(done.node)), producer=PRODUCER)
         )
 
     def _exit_later(self, command: BindCommand) -> None:
@@ -149,7 +157,7 @@ class VirtualNodes:
                                worker_index=p.worker_index, exit_code=code, exited_at=datetime.now(UTC),
                                evicted=evicted, attempt=command.attempt)  # fmt: skip
             await self.producer.send(
-                "gfs.commands.worker-ack", wrap(sign(ack, key=self.key(ack.node)), producer=PRODUCER)
+                WORKER_ACK_TOPIC, wrap(sign(ack, key=self.key(ack.node)), producer=PRODUCER)
             )
 
 
@@ -165,11 +173,7 @@ async def run_virtual_nodes(
         host = VirtualNodes(nodes, secret, producer)
         consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
         await consumer.start()
-        tps = [
-            TopicPartition(t, p)
-            for t in ("gfs.commands.bind", "gfs.commands.evict")
-            for p in range(topic(t).partitions)
-        ]
+        tps = [TopicPartition(t, p) for t in (BIND_TOPIC, EVICT_TOPIC) for p in range(topic(t).partitions)]
         consumer.assign(tps)
         await consumer.seek_to_end(*tps)  # a virtual host starts fresh: no old command is acted on
         last_beat = 0.0

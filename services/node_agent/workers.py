@@ -15,10 +15,9 @@ from pathlib import Path
 
 from schemas.commands import BindCommand
 from schemas.fields import scrub_text
+from schemas.topics import EVICT_ACK_TOPIC, WORKER_ACK_TOPIC
 from services.node_agent import procs
 from services.node_agent.agent_base import (
-    ACK_TOPIC,
-    EVICT_ACK_TOPIC,
     NOT_STARTED_EXIT_CODE,
     SIM_ENV,
     UNKNOWN_EXIT_CODE,
@@ -185,7 +184,7 @@ class WorkerSupervision(AgentBase):
             return
         results = await asyncio.gather(
             *(
-                self._publish(ACK_TOPIC, self._exited_ack(w), self.journal.command(w.command_id))
+                self._publish(WORKER_ACK_TOPIC, self._exited_ack(w), self.journal.command(w.command_id))
                 for w in pending
             ),
             return_exceptions=True,

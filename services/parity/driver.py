@@ -46,6 +46,17 @@ from schemas.clock import ClockPhase, ClockTick
 from schemas.envelope import wrap
 from schemas.fields import GuaranteeHours
 from schemas.tasks import TaskClass, TaskSubmitted
+from schemas.topics import (
+    CLOCK_TOPIC,
+    EVICT_ACK_TOPIC,
+    FORECASTS_TOPIC,
+    POOL_STATUS_TOPIC,
+    QUOTAS_TOPIC,
+    TASK_LIFECYCLE_TOPIC,
+    TASK_SUBMIT_TOPIC,
+    TELEMETRY_TOPIC,
+    WORKER_ACK_TOPIC,
+)
 from schemas.topics import topic as registry_topic
 from services.faults.harness import Supervised, _free_port, _get
 from services.parity.barrier import Barrier
@@ -60,12 +71,11 @@ from services.simulator.traces.records import Trace, TraceJob
 log = logging.getLogger(__name__)
 
 BASE_S = 1767225600.0  # 2026-01-01T00:00:00Z is the trace's t = 0: a whole hour, so hours line up
-CLOCK_TOPIC = "gfs.control.clock"
-FORECAST_SOURCES = ("gfs.tasks.submit", "gfs.tasks.lifecycle")
-QUOTA_TOPICS = ("gfs.forecasts", "gfs.pools.status", "gfs.tasks.lifecycle")
+FORECAST_SOURCES = (TASK_SUBMIT_TOPIC, TASK_LIFECYCLE_TOPIC)
+QUOTA_TOPICS = (FORECASTS_TOPIC, POOL_STATUS_TOPIC, TASK_LIFECYCLE_TOPIC)
 ROUTER_TOPICS = (
-    "gfs.tasks.submit", "gfs.nodes.telemetry", "gfs.quotas", "gfs.commands.evict-ack",
-    "gfs.commands.worker-ack", CLOCK_TOPIC,
+    TASK_SUBMIT_TOPIC, TELEMETRY_TOPIC, QUOTAS_TOPIC, EVICT_ACK_TOPIC,
+    WORKER_ACK_TOPIC, CLOCK_TOPIC,
 )  # fmt: skip
 
 

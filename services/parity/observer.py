@@ -20,18 +20,27 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from schemas.clock import ClockAck
 from schemas.commands import BindCommand, EvictAck, EvictCommand
 from schemas.tasks import TaskEvicted, TaskFinished, TaskRejected, TaskWithdrawn
-from schemas.topics import decode, topic
+from schemas.topics import (
+    BIND_TOPIC,
+    CLOCK_ACK_TOPIC,
+    EVICT_ACK_TOPIC,
+    EVICT_TOPIC,
+    TASK_LIFECYCLE_TOPIC,
+    WORKER_ACK_TOPIC,
+    decode,
+    topic,
+)
 from schemas.workers import WorkerStarted
 
 log = logging.getLogger(__name__)
 
 WATCHED = (
-    "gfs.commands.bind",
-    "gfs.commands.evict",
-    "gfs.commands.worker-ack",
-    "gfs.commands.evict-ack",
-    "gfs.control.clock-acks",
-    "gfs.tasks.lifecycle",
+    BIND_TOPIC,
+    EVICT_TOPIC,
+    WORKER_ACK_TOPIC,
+    EVICT_ACK_TOPIC,
+    CLOCK_ACK_TOPIC,
+    TASK_LIFECYCLE_TOPIC,
 )
 
 

@@ -41,11 +41,11 @@ from rich.console import Console
 from schemas.dead_letter import DeadLetter
 from schemas.envelope import Envelope, wrap
 from schemas.tasks import TaskClass, TaskSubmitted
-from schemas.topics import DEAD_LETTER_TOPIC, decode, encode
+from schemas.topics import DEAD_LETTER_TOPIC, TASK_SUBMIT_TOPIC, decode, encode
 from services.platform.kafka import NO_RETRY, EnvelopeProducer, MessageContext, consume
 from services.platform.tracing import inject_headers, traceparent_of
 
-SUBMIT_TOPIC = "gfs.tasks.submit"
+SUBMIT_TOPIC = TASK_SUBMIT_TOPIC
 PRODUCER_NAME = "gfs-smoke"
 MISSING_FIELD = "workers"
 

@@ -62,15 +62,15 @@ from schemas.tasks import (
     TaskSubmitted,
     TaskWithdrawn,
 )
-from schemas.topics import decode, key_of, topic
+from schemas.topics import TASK_LIFECYCLE_TOPIC, TASK_SUBMIT_TOPIC, decode, key_of, topic
 from services.platform.kafka.producer import EnvelopeProducer
 from services.platform.tracing import inject_headers
 from services.producers.partitioning import partition_for_key
 
 log = logging.getLogger(__name__)
 
-SUBMIT_TOPIC = "gfs.tasks.submit"
-LIFECYCLE_TOPIC = "gfs.tasks.lifecycle"
+SUBMIT_TOPIC = TASK_SUBMIT_TOPIC
+LIFECYCLE_TOPIC = TASK_LIFECYCLE_TOPIC
 TRACER_NAME = "gfs.producers"
 
 # How far before the submission `follow`/`status` start reading the lifecycle partition: lifecycle

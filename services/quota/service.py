@@ -43,6 +43,7 @@ from schemas.envelope import Envelope, wrap
 from schemas.forecast import DemandForecast, PoolDemandForecast
 from schemas.pool_status import PoolStatus
 from schemas.tasks import GuaranteeOutcome, GuaranteePeriodClosed
+from schemas.topics import FORECASTS_TOPIC, POOL_STATUS_TOPIC, TASK_LIFECYCLE_TOPIC
 from services.core.quota import QuotaSettings
 from services.platform.clock import Clock, SystemClock
 from services.platform.fence import AdvisoryFence
@@ -64,7 +65,7 @@ from services.quota.metrics import register_metrics
 
 log = logging.getLogger(__name__)
 
-TOPICS = ("gfs.forecasts", "gfs.pools.status", "gfs.tasks.lifecycle")
+TOPICS = (FORECASTS_TOPIC, POOL_STATUS_TOPIC, TASK_LIFECYCLE_TOPIC)
 PRODUCER = "gfs-quota"
 FENCE_KEY = 0x6766_735F_7175_6F74  # "gfs_quot": one active quota instance per database
 TRACER = "gfs.quota"

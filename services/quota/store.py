@@ -19,10 +19,11 @@ import asyncpg
 
 from schemas.envelope import Envelope
 from schemas.quota import SpotQuota
+from schemas.topics import QUOTAS_TOPIC
 from services.platform.outbox import enqueue
 from services.quota.book import QuotaComputation
 
-QUOTA_TOPIC = "gfs.quotas"
+QUOTA_TOPIC = QUOTAS_TOPIC
 
 
 class FenceLostError(RuntimeError):

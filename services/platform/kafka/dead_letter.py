@@ -1,8 +1,9 @@
-"""Dead-letter records: what the consumer publishes when a message cannot be decoded.
+"""Dead-letter records: what a consumer publishes when a message cannot be decoded or handled.
 
-Pure functions only (no Kafka here) so the record and its human-readable reason are unit-tested
-without a broker; `services.platform.kafka.consumer` publishes the result to
-`schemas.topics.DEAD_LETTER_TOPIC`.
+No Kafka here, so the record and its human-readable reason are unit-tested without a broker.
+`DeadLetterPublisher` is the one way every consumer dead-letters a record (the platform's consume
+loop, the forecast stream, the node agent): build the letter from the consumed record, publish it
+on `schemas.topics.DEAD_LETTER_TOPIC` through whatever sink the consumer has, and count it.
 """
 
 from __future__ import annotations
@@ -10,13 +11,16 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
+from typing import Any, Protocol
 
 from pydantic import ValidationError
 
 from schemas.dead_letter import DeadLetter
 from schemas.envelope import Envelope, wrap
+from schemas.topics import DEAD_LETTER_TOPIC
 
 # Longest reason kept in a dead letter: a ValidationError on a large payload can list hundreds
 # of errors; the first few name the problem and the original bytes are kept for the rest.
@@ -87,3 +91,59 @@ def build_dead_letter(
         consumer_group=record.consumer_group,
     )
     return wrap(payload, producer=producer, occurred_at=failed_at)
+
+
+class DeadLetterSink(Protocol):
+    """Where letters go: `EnvelopeProducer`, or an adapter over another client (Faust's topic)."""
+
+    async def send(self, topic_name: str, envelope: Envelope[Any]) -> object: ...
+
+
+class ConsumedRecord(Protocol):
+    """What a letter needs of the consumed record (aiokafka's `ConsumerRecord` has it)."""
+
+    @property
+    def topic(self) -> str: ...
+    @property
+    def partition(self) -> int: ...
+    @property
+    def offset(self) -> int: ...
+    @property
+    def value(self) -> bytes | None: ...
+
+
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass(slots=True, kw_only=True)
+class DeadLetterPublisher:
+    """Dead-letters records for one consumer group: build, publish, count. (The caller logs, in
+    its own service's words: operators grep each service's line.)
+
+    The publish is awaited (the broker's ack) before the caller goes on to commit the record's
+    offset, so a letter is never lost to a crash in between (it may be published twice instead,
+    same original and coordinates)."""
+
+    sink: DeadLetterSink
+    consumer_group: str
+    producer: str
+    now: Callable[[], datetime] = _utc_now
+    published: int = 0
+
+    async def publish(
+        self, record: ConsumedRecord, error: BaseException, *, failed_at: datetime | None = None
+    ) -> Envelope[DeadLetter]:
+        """Publish the letter for `record` (`failed_at`: when it failed; default `now()`)."""
+        failed = FailedRecord(
+            topic=record.topic,
+            partition=record.partition,
+            offset=record.offset,
+            value=record.value,
+            consumer_group=self.consumer_group,
+        )
+        when = self.now() if failed_at is None else failed_at
+        letter = build_dead_letter(failed, error=error, failed_at=when, producer=self.producer)
+        await self.sink.send(DEAD_LETTER_TOPIC, letter)
+        self.published += 1
+        return letter

@@ -20,7 +20,7 @@ from opentelemetry import trace
 
 from schemas.envelope import Envelope
 from schemas.topics import DEAD_LETTER_TOPIC, decode
-from services.platform.kafka.dead_letter import FailedRecord, build_dead_letter, describe_error
+from services.platform.kafka.dead_letter import DeadLetterPublisher, describe_error
 from services.platform.tracing import TRACER_NAME, extract_context
 
 log = logging.getLogger(__name__)
@@ -145,12 +145,10 @@ class RecordProcessor:
             )  # fmt: skip
             self.stats.skipped += 1
             return
-        failed = FailedRecord(
-            topic=record.topic, partition=record.partition, offset=record.offset,
-            value=record.value, consumer_group=self.group,
-        )  # fmt: skip
-        letter = build_dead_letter(failed, error=exc, failed_at=self.now(), producer=self.producer_name)
-        await self.sink.send(DEAD_LETTER_TOPIC, letter)
+        letters = DeadLetterPublisher(
+            sink=self.sink, consumer_group=self.group, producer=self.producer_name, now=self.now
+        )
+        await letters.publish(record, exc)
         log.warning(
             "dead-lettered topic=%s partition=%d offset=%d reason=%s",
             record.topic, record.partition, record.offset, reason,
