@@ -1,20 +1,25 @@
-"""`gfs livebench preemption`: submit -> BindCommand latency and decisions/s with full-scale state.
+"""`gfs bench pipeline`: submit -> BindCommand latency and decisions/s with full-scale state.
 
 What it does, on the running stack (`make up`):
 1. starts `gfs serve preemption` as a child process on a fresh Postgres schema, with an inbox
    topic, consumer groups and pool names of its own (pools are "<GPU model>.<run id>"), so runs
    never see each other;
 2. registers every node of the inventory (default: the GFS cluster, 4,278 nodes, 10,412 GPUs)
-   with one NodeTelemetry each, and a SpotQuota per pool (60% of the pool);
+   with one NodeTelemetry each, and a SpotQuota per pool (60% of the pool for 1 and 2 h, none
+   for 4 h);
 3. fills the cluster to the target allocation (default 80%) with HP and spot tasks, and adds
-   gangs that cannot fit, so queues are not empty;
+   gangs that cannot fit, so queues are not empty; with `--backlog N`, also N spot tasks asking
+   for a 4-h guarantee (mixed shapes, 1-4 workers), which wait for quota for the whole run: a
+   production-sized queue the passes must not slow down on (services/livebench/pipeline_ramp.py);
 4. for `--seconds`, offers task events at `--rate` per second: submissions and finishes
    (WorkerExited for every worker of a running task), chosen to hold the allocation near the
    target; it plays the node agents' part for evictions (an EvictAck at once), so held binds go
    out after one round trip;
 5. prints the configuration, the latency of tasks placed on arrival (submit sent -> BindCommand
    read back), split into "no preemption" and "with preemption" (which includes the ack round
-   trip), a latency histogram, and the decisions committed per second.
+   trip), a latency histogram, and the decisions committed per second. With `--ramp` it instead
+   offers rising rates in steps of `--step-s` and prints each step's p50/p99 and lag, and the
+   highest rate whose p99 stayed under `--p99-limit-ms` without the lag growing (pipeline_ramp.py).
 
 Heartbeats are not sent during the run (the node timeout is set out of reach): 4,278 agents
 every 5 s would be another 856 records/s through the router; they change nothing durable.
@@ -25,7 +30,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import csv
-import json
 import os
 import random
 import subprocess
@@ -33,7 +37,6 @@ import sys
 import time
 import uuid
 from collections import Counter
-from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Annotated
@@ -54,51 +57,25 @@ from schemas.topics import (
     QUOTAS_TOPIC,
     TASK_SUBMIT_TOPIC,
     TELEMETRY_TOPIC,
-    WORKER_ACK_TOPIC,
     decode,
     topic,
 )
-from schemas.workers import WorkerExited
+from services.livebench.pipeline_load import (
+    BenchState,
+    Load,
+    Running,
+    on_arrival_latencies,
+    percentile,
+    signed,
+)
+from services.livebench.pipeline_ramp import RampOptions, run_ramp, submit_backlog
 from services.platform.kafka.producer import EnvelopeProducer
 from services.platform.migrations import discover, migrate, with_search_path
 from services.platform.paths import state_dir
 from services.platform.settings import PlatformSettings
-from services.platform.signing import SignedCommand, node_key, sign
 
 REPO = Path(__file__).resolve().parents[2]
 SHAPES = ((1, 0.40), (2, 0.20), (4, 0.20), (8, 0.20))  # GPUs per worker, share of tasks
-
-
-@dataclass(slots=True)
-class Running:
-    cls: TaskClass
-    gpus: float
-    binds: list[BindCommand] = field(default_factory=list)
-    workers: int = 1
-
-
-@dataclass(slots=True)
-class BenchState:
-    capacity: int = 0
-    allocated: float = 0.0
-    submitted_at: dict[str, float] = field(default_factory=dict)  # task -> perf_counter at submit
-    latency: dict[str, float] = field(default_factory=dict)  # task -> first bind latency
-    running: dict[str, Running] = field(default_factory=dict)
-    pending: dict[str, Running] = field(default_factory=dict)  # submitted, not bound yet
-    binds: int = 0
-    evicts: int = 0
-    exits: int = 0
-
-
-def _signed(message: SignedCommand, secret: str) -> SignedCommand:
-    """An agent's message signed with its node's key, as an agent signs it (the service refuses
-    unsigned acks and telemetry)."""
-    return sign(message, key=node_key(secret.encode("utf-8"), message.node))
-
-
-def _percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
 
 
 def _inventory(path: Path) -> list[tuple[str, str, int]]:
@@ -120,19 +97,32 @@ def preemption(
     profile: Annotated[
         Path | None, typer.Option(help="run the service under cProfile, stats to this file")
     ] = None,
+    backlog: Annotated[
+        int, typer.Option(help="spot tasks kept queued (4-h guarantee, quota 0) before measuring")
+    ] = 0,
+    ramp: Annotated[
+        bool, typer.Option(help="raise the rate step by step until p99 or lag breaks; print the ceiling")
+    ] = False,
+    ramp_start: Annotated[float, typer.Option(help="--ramp: the first step's rate")] = 50.0,
+    ramp_factor: Annotated[float, typer.Option(help="--ramp: each step's rate over the last's")] = 1.5,
+    step_s: Annotated[float, typer.Option(help="--ramp: length of each step")] = 60.0,
+    p99_limit_ms: Annotated[float, typer.Option(help="--ramp: the p99 that ends the ramp")] = 100.0,
 ) -> None:
     """Submit -> BindCommand latency (p50/p99/p99.9) and decisions/s through a running preemption
     service with full-scale cluster state (prints numbers; needs `make up`)."""
     settings = PlatformSettings()
     inventory = nodes or settings.gfs_shared_dir / "data" / "gfs-v2026" / "node_info_df.csv"
+    steps = RampOptions(ramp_start, ramp_factor, step_s, p99_limit_ms) if ramp else None
     asyncio.run(
-        _bench(settings, _inventory(inventory), rate, seconds, fill, hp_share, seed, keep_schema, profile)
-    )
+        _bench(settings, _inventory(inventory), rate, seconds, fill, hp_share, seed, keep_schema, profile,
+               backlog=backlog, ramp=steps)
+    )  # fmt: skip
 
 
 async def _bench(
     settings: PlatformSettings, inventory: list[tuple[str, str, int]], rate: float, seconds: float,
     fill: float, hp_share: float, seed: int, keep_schema: bool, profile: Path | None = None,
+    *, backlog: int = 0, ramp: RampOptions | None = None,
 ) -> dict[str, float]:  # fmt: skip
     rng = random.Random(seed)
     run = uuid.uuid4().hex[:6]
@@ -189,7 +179,7 @@ async def _bench(
                 await producer.send(
                     TELEMETRY_TOPIC,
                     wrap(
-                        _signed(
+                        signed(
                             NodeTelemetry(
                                 node=f"{run}-{name}", gpu_model=f"{model}.{run}", sampled_at=now, gpus=samples
                             ),
@@ -201,7 +191,11 @@ async def _bench(
             for pool, cap in pools.items():
                 q = SpotQuota(
                     pool=pool,
-                    quotas=tuple(GuaranteeQuota(guarantee_hours=h, quota_gpus=0.6 * cap) for h in (1, 2, 4)),
+                    # 4 h gets no quota: the backlog's spot tasks ask for 4 h, so they stay queued.
+                    quotas=tuple(
+                        GuaranteeQuota(guarantee_hours=h, quota_gpus=0.6 * cap if h < 4 else 0.0)
+                        for h in (1, 2, 4)
+                    ),
                     eta=1.0,
                     capacity_gpus=cap,
                     valid_from=now,
@@ -236,6 +230,11 @@ async def _bench(
                     command=("gfs", "fake-task"),
                 )
 
+            def new_backlog_task() -> TaskSubmitted:
+                task = new_task(TaskClass.SPOT)
+                workers = rng.choice((1, 1, 2, 4))
+                return task.model_copy(update={"guarantee_hours": 4, "workers": workers})
+
             async def submit(task: TaskSubmitted) -> None:
                 state.pending[task.task_id] = Running(
                     task.task_class, task.gpus_per_worker * task.workers, workers=task.workers
@@ -262,42 +261,20 @@ async def _bench(
                 f"filled to {state.allocated / state.capacity:.1%} allocated ({len(state.running)} running, "
                 f"{len(state.pending)} queued) in {time.perf_counter() - t1:.1f} s"
             )
-            state.latency.clear()
-            measured_from = datetime.now(UTC)
-            start = time.perf_counter()
-            offered: Counter[str] = Counter()
-            k = 0
-            while time.perf_counter() - start < seconds:
-                due = start + k / rate
-                if due > time.perf_counter():
-                    await asyncio.sleep(due - time.perf_counter())
-                k += 1
-                if state.allocated > fill * state.capacity and state.running:
-                    tid = rng.choice(list(state.running))
-                    r = state.running.pop(tid)
-                    state.allocated -= r.gpus
-                    for b in r.binds:
-                        for p in b.placements:
-                            ack = WorkerExited(
-                                command_id=b.command_id,
-                                node=b.node,
-                                task_id=tid,
-                                worker_index=p.worker_index,
-                                exit_code=0,
-                                exited_at=datetime.now(UTC),
-                            )
-                            signed = _signed(ack, secret)
-                            await producer.send(WORKER_ACK_TOPIC, wrap(signed, producer="bench"))
-                    offered["finish"] += 1
-                else:
-                    await submit(new_task())
-                    offered["submit"] += 1
-            measured_s = time.perf_counter() - start
-            await asyncio.sleep(3.0)
+            if backlog:
+                await submit_backlog(state, backlog, new_backlog_task, submit, settings, run)
+            load = Load(state, producer, secret, rng, fill, new_task, submit)
+            if ramp is not None:
+                summary = await run_ramp(load, ramp, dsn, settings, run)
+            else:
+                state.latency.clear()
+                measured_from = datetime.now(UTC)
+                offered, measured_s = await load.offer(rate, seconds)
+                await asyncio.sleep(3.0)
+                summary = await _report(dsn, state, measured_from, measured_s, offered, rate)
             reader.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await reader
-        summary = await _report(dsn, state, measured_from, measured_s, offered, rate)
     finally:
         service.terminate()
         with contextlib.suppress(subprocess.TimeoutExpired):
@@ -397,8 +374,8 @@ async def _read(
                             outcome=EvictOutcome.CHECKPOINTED,
                             acked_at=datetime.now(UTC),
                         )
-                        signed = _signed(ack, secret)
-                        await producer.send(EVICT_ACK_TOPIC, wrap(signed, producer="bench"))
+                        reply = wrap(signed(ack, secret), producer="bench")
+                        await producer.send(EVICT_ACK_TOPIC, reply)
     finally:
         await consumer.stop()
 
@@ -408,11 +385,7 @@ async def _report(
 ) -> dict[str, float]:
     connection = await asyncpg.connect(dsn)
     try:
-        rows = await connection.fetch(
-            "SELECT task_id, kind, at, detail FROM preemption_decision "
-            "WHERE kind IN ('accepted', 'started') AND at >= $1",
-            since,
-        )
+        plain, preempting = await on_arrival_latencies(connection, state, since)
         decided = await connection.fetchval(
             "SELECT count(*) FROM preemption_decision WHERE at >= $1 "
             "AND kind IN ('started', 'evicted', 'rejected', 'finished', 'accepted')",
@@ -427,18 +400,6 @@ async def _report(
         )
     finally:
         await connection.close()
-    accepted: dict[str, datetime] = {}
-    first_start: dict[str, tuple[datetime, bool]] = {}
-    for r in rows:
-        if r["kind"] == "accepted":
-            accepted[r["task_id"]] = r["at"]
-        elif r["task_id"] not in first_start:
-            first_start[r["task_id"]] = (r["at"], bool(json.loads(r["detail"]).get("preempted")))
-    plain: list[float] = []
-    preempting: list[float] = []
-    for tid, (at, preempted) in first_start.items():
-        if accepted.get(tid) == at and tid in state.latency:  # placed in the pass of its own submission
-            (preempting if preempted else plain).append(state.latency[tid] * 1000)
     span = (window["b"] - window["a"]).total_seconds() if window["a"] is not None else measured_s
     print(f"\nmeasured phase: {measured_s:.1f} s, offered {sum(offered.values()) / measured_s:.1f} events/s "
           f"(target {rate:g}): {offered['submit']} submissions, {offered['finish']} finishes")  # fmt: skip
@@ -455,8 +416,8 @@ async def _report(
             print(f"{name}: none")
             continue
         print(
-            f"{name}: n={len(values)} submit->BindCommand ms p50 {_percentile(values, 0.5):.1f} "
-            f"p99 {_percentile(values, 0.99):.1f} p99.9 {_percentile(values, 0.999):.1f} "
+            f"{name}: n={len(values)} submit->BindCommand ms p50 {percentile(values, 0.5):.1f} "
+            f"p99 {percentile(values, 0.99):.1f} p99.9 {percentile(values, 0.999):.1f} "
             f"max {max(values):.1f}"
         )
     edges = [5, 10, 20, 50, 100, 200, 500, 1000, 5000]
@@ -468,4 +429,4 @@ async def _report(
     )
     return {"decisions": float(decided), "placements": float(placements), "binds": float(state.binds),
             "submissions": float(offered["submit"]), "on_arrival": float(len(plain) + len(preempting)),
-            "p99_ms": _percentile(plain, 0.99) if plain else float("nan")}  # fmt: skip
+            "p99_ms": percentile(plain, 0.99) if plain else float("nan")}  # fmt: skip
