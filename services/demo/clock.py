@@ -16,7 +16,11 @@ Unlike the parity driver it waits for no barrier (services/parity/barrier.py): n
 between phases, so what the pipeline takes in wall time (a fraction of a second) is seen as that
 times the speed in the sample's time; a tick coming late does not skip sample time, it only slows
 the wall speed. That is what makes it a demo and not a parity run: the decisions are the live
-service's at the instants its inputs arrive.
+service's at the instants its inputs arrive. One wait is kept, `gate`: the clock does not play an
+instant the gate refuses. The demo's gate holds the clock while the forecast the quota uses is more
+than two sample hours old (the LSTM's first forecasts of a pool cost seconds of CPU; without the
+hold, on a busy machine, they arrive after the hours they forecast and the quota falls back to the
+idle GPUs). A hold slows the wall speed; the time held is counted.
 
 `plan` (pure) says what each instant holds; `run_clock` publishes it.
 """
@@ -28,7 +32,7 @@ import contextlib
 import logging
 import math
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -87,6 +91,7 @@ class ClockState:
     done: bool = False  # the whole sample was submitted and its end played
     ticks: int = 0
     late_ticks: int = 0  # instants played later than their wall slot (the machine was busy)
+    held_s: float = 0.0  # wall seconds the gate held the clock
     started: float = field(default_factory=time.monotonic)
 
 
@@ -103,11 +108,13 @@ async def run_clock(
     to_task: Callable[[TraceJob], object],
     state: ClockState,
     stop: asyncio.Event,
+    gate: Callable[[float], Awaitable[bool]] | None = None,
 ) -> None:
     """Play `plan(jobs)` on the clock `name` (t = 0 is `base_s`, epoch seconds), one instant per
     `period_s` wall seconds, until `stop`; after the sample's end it keeps ticking (the tasks still
     running finish on the clock) until `stop`. `to_task` maps a job to its TaskSubmitted (raising
-    pydantic's ValidationError for a job the wire contract refuses: skipped and counted)."""
+    pydantic's ValidationError for a job the wire contract refuses: skipped and counted). `gate(t)`
+    (sample seconds): False holds the clock before instant t until it says True (module doc)."""
     from services.platform.kafka.producer import EnvelopeProducer
     from services.producers.client import GfsClient
 
@@ -136,6 +143,16 @@ async def run_clock(
         while not stop.is_set():
             instant = next(instants, None)
             t = instant.at_s if instant is not None else k * step_s
+            if gate is not None:
+                held = time.monotonic()
+                while not stop.is_set() and not await gate(t):
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(stop.wait(), timeout=0.1)
+                if time.monotonic() - held > 0.05:  # a held instant: its wall slots start again
+                    state.held_s += time.monotonic() - held
+                    began += time.monotonic() - held
+                if stop.is_set():
+                    break  # stopped while held: the instant is not played
             now["t"] = t
             await tick(ClockPhase.ADVANCE, t)
             for job in instant.submit if instant is not None else ():
@@ -152,7 +169,7 @@ async def run_clock(
                 await tick(ClockPhase.STATUS, t)
             await tick(ClockPhase.PASS, t)
             state.at_s, state.ticks = t, state.ticks + 1
-            state.done = instant is None
+            state.done = t >= end_s and state.submitted + state.skipped == len(jobs)
             k += 1
             delay = began + k * period_s - time.monotonic()
             if delay < 0:

@@ -51,6 +51,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -81,6 +82,8 @@ BASE_S = 1767225600.0  # 2026-01-01T00:00:00Z
 TICK_S = 0.5
 STATUS_S = 300.0
 HISTORY_DAYS = 9  # >= the LSTM's 168 h lookback + its 24 calibration hours + its 4 h horizon
+# The clock waits while the forecast behind a pool's quota is older than this (services/demo/clock.py).
+MAX_FORECAST_AGE_S = 2 * 3600.0
 FORECAST_SOURCES = ("gfs.tasks.submit", "gfs.tasks.lifecycle")  # the forecast stream's inputs
 TARGET = QuotaSettings().target  # the eviction rate the quota promises (1 - p = 0.1)
 
@@ -192,7 +195,8 @@ def _render(view: View, run: str, ports: dict[str, int]) -> Group:
         at = view.clock.at_s
         played = (
             f"sample time day {int(at // 86400) + 1} {int(at % 86400 // 3600):02d}:"
-            f"{int(at % 3600 // 60):02d} ({view.speed:g}x, {view.clock.submitted} submitted); "
+            f"{int(at % 3600 // 60):02d} ({view.speed:g}x, {view.clock.submitted} submitted, "
+            f"held {view.clock.held_s:.0f} s for the forecast); "
         )
     footer = (
         f"{played}first decision: {first}; replay {'done' if view.replay_done else 'running'}; "
@@ -394,7 +398,7 @@ async def run_demo(
             ticking = asyncio.Event()  # set to stop the clock (the replay's end on the wall clock)
             if accelerated:
                 driver = asyncio.create_task(
-                    _drive_clock(settings, clock_name, sample, run, gfs, speed, view, ticking)
+                    _drive_clock(settings, clock_name, sample, run, gfs, speed, view, ticking, dsn)
                 )
             else:
                 if not stopping.is_set():
@@ -454,6 +458,7 @@ async def run_demo(
                     "counts": {f"{p}/{k}": n for (p, k), n in view.counts.items()},
                     "first_decision_s": view.first_decision_s,
                     "clock": clock,
+                    "clock_held_s": view.clock.held_s if view.clock is not None else 0.0,
                     "wall_s": time.monotonic() - view.started,
                     "lstm_quotas": lstm,
                     "eviction_rates": _rates(view),
@@ -530,8 +535,10 @@ async def _drive_clock(
     speed: float,
     view: View,
     stop: asyncio.Event,
+    dsn: str,
 ) -> None:
-    """The accelerated clock (services/demo/clock.py) over the sample, at `speed`x."""
+    """The accelerated clock (services/demo/clock.py) over the sample, at `speed`x, held while a
+    pool's forecast lags (`_forecast_gate`)."""
     from services.demo.clock import run_clock
     from services.producers.replay import job_to_submission
     from services.simulator.traces.gfs_format import load_gfs_trace
@@ -539,12 +546,37 @@ async def _drive_clock(
     trace = load_gfs_trace(sample)
     end = max([trace.horizon_s, *(j.submit_s for j in trace.jobs)])
     view.clock, view.speed = ClockState(), speed
-    await run_clock(
-        name=name, base_s=BASE_S, jobs=trace.jobs, end_s=end, step_s=speed * TICK_S, period_s=TICK_S,
-        status_every_s=STATUS_S, bootstrap=settings.bootstrap_servers,
-        to_task=lambda job: job_to_submission(job, speed=1.0, task_prefix=f"{run}-", gfs_program=gfs),
-        state=view.clock, stop=stop,
-    )  # fmt: skip
+    gate, connection = await _forecast_gate(dsn, {n.gpu_model for n in trace.nodes})
+    try:
+        await run_clock(
+            name=name, base_s=BASE_S, jobs=trace.jobs, end_s=end, step_s=speed * TICK_S, period_s=TICK_S,
+            status_every_s=STATUS_S, bootstrap=settings.bootstrap_servers,
+            to_task=lambda job: job_to_submission(job, speed=1.0, task_prefix=f"{run}-", gfs_program=gfs),
+            state=view.clock, stop=stop, gate=gate,
+        )  # fmt: skip
+    finally:
+        await connection.close()
+
+
+async def _forecast_gate(dsn: str, pools: set[str]) -> tuple[Callable[[float], Awaitable[bool]], Any]:
+    """The clock's gate and the connection it reads with: sample instant t may be played while the
+    newest forecast the quota service has received for each of `pools` is at most
+    MAX_FORECAST_AGE_S older than t (a pool with none yet counts as one from the sample's start).
+    Read from the quota service's own record of its inputs (`quota_input_latest`), which a new
+    forecast updates at once (its quota waits for the next STATUS: gating on the quota would never
+    open a held clock)."""
+    connection = await asyncpg.connect(dsn)
+
+    async def fresh(t: float) -> bool:
+        rows = await connection.fetch(
+            "SELECT pool, as_of FROM quota_input_latest WHERE kind = 'forecast' AND pool = ANY($1::text[])",
+            sorted(pools),
+        )
+        origins = {r["pool"]: r["as_of"].timestamp() - BASE_S for r in rows}
+        oldest = min((origins.get(p, 0.0) for p in pools), default=0.0)
+        return t - oldest <= MAX_FORECAST_AGE_S
+
+    return fresh, connection
 
 
 async def _periods(db: asyncpg.Connection, run: str) -> dict[str, tuple[int, int]]:

@@ -279,6 +279,28 @@ async def test_demo_dashboard_in_headless_chromium_then_ctrl_c(
         # README.md): about 160 s into the replay at 480x.
         await _until("an HP task preempting spot ones (the sample shows preemption)", 240, evicted, demo)
 
+        # Item 5 on the page (issue 24 item 6), loaded right after the first eviction, while the
+        # latest 200 decisions still hold it: each evicted row says in words what was evicted from
+        # which node for which HP task, and links to its explanation (and, traced, to its trace).
+        dom = await asyncio.to_thread(
+            _run_chromium,
+            chromium,
+            demo.out.parent / "chromium",
+            "--dump-dom",
+            f"{demo.api}/dashboard?limit=200",
+        )
+        assert dom.returncode == 0 and "<table" in dom.stdout, (dom.returncode, dom.stderr[-3000:])
+        words = _Values()
+        words.feed(dom.stdout)
+        rows = [j for j in range(200) if words.values.get(f"decision:{j}:kind") == "evicted"]
+        assert rows, "no evicted row among the page's latest 200 decisions"
+        for j in rows:
+            task, text = words.values[f"decision:{j}:task_id"], words.values[f"decision:{j}:explanation"]
+            assert text.startswith(f"evicted {task} from {demo.run}-") and " for HP " in text, text
+            assert words.links[f"decision:{j}:explain"] == f"/explain/{task}", j
+            if os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"):
+                assert words.links[f"decision:{j}:trace"].startswith(f"{JAEGER_UI}/trace/"), j
+
         # The demo's processes run, marked with its run id; so do the agents' workers.
         pids = demo.pids()
         assert {"forecast", "quota", "preemption", "virtual-nodes"} <= set(pids), pids

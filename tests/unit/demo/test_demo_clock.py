@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import pytest
 
 from services.demo.clock import plan
@@ -41,3 +43,72 @@ def test_the_plan_runs_to_the_sample_end_even_after_the_last_submission() -> Non
 def test_a_clock_that_does_not_move_is_refused() -> None:
     with pytest.raises(ValueError, match="positive"):
         next(plan([], step_s=0.0, status_every_s=300.0, end_s=10.0))
+
+
+class _Producer:
+    sent: ClassVar[list[tuple[str, float]]] = []
+
+    def __init__(self, **_: object) -> None:
+        _Producer.sent = []
+
+    async def __aenter__(self) -> _Producer:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        return None
+
+    async def send(self, topic: str, envelope: object) -> None:
+        tick = envelope.payload  # type: ignore[attr-defined]
+        _Producer.sent.append((f"{tick.phase}", tick.at.timestamp() - BASE))
+
+
+class _Client(_Producer):
+    submitted: ClassVar[list[tuple[str, float]]] = []
+
+    def __init__(self, *, now: object, **_: object) -> None:
+        self.now = now
+        _Client.submitted = []
+
+    async def submit(self, task: object) -> None:
+        _Client.submitted.append((str(task), self.now().timestamp() - BASE))  # type: ignore[operator]
+
+
+BASE = 1767225600.0
+
+
+async def test_the_clock_plays_advance_submissions_status_pass_and_waits_for_its_gate(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import asyncio
+
+    import services.platform.kafka.producer as producer_module
+    import services.producers.client as client_module
+    from services.demo.clock import ClockState, run_clock
+
+    monkeypatch.setattr(producer_module, "EnvelopeProducer", _Producer)
+    monkeypatch.setattr(client_module, "GfsClient", _Client)
+    stop = asyncio.Event()
+    asked: list[float] = []
+
+    async def gate(t: float) -> bool:
+        # Refuses t = 240 twice (the forecast lags), then lets it through; stops after t = 480.
+        asked.append(t)
+        if t > 480:
+            stop.set()
+            return False
+        return not (t == 240 and asked.count(240) <= 2)
+
+    state = ClockState()
+    await run_clock(
+        name="c", base_s=BASE, jobs=[_job("a", 0.0), _job("b", 100.0)], end_s=400.0, step_s=240.0,
+        period_s=0.01, status_every_s=300.0, bootstrap="x", to_task=lambda j: j.name, state=state,
+        stop=stop, gate=gate,
+    )  # fmt: skip
+    assert _Producer.sent == [
+        ("ADVANCE", 0.0), ("STATUS", 0.0), ("PASS", 0.0),
+        ("ADVANCE", 240.0), ("PASS", 240.0),
+        ("ADVANCE", 480.0), ("STATUS", 480.0), ("PASS", 480.0),
+    ]  # fmt: skip
+    assert _Client.submitted == [("a", 0.0), ("b", 240.0)]  # stamped with the clock's time
+    assert asked == [0.0, 240.0, 240.0, 240.0, 480.0, 720.0]
+    assert state.held_s >= 0.15 and state.at_s == 480.0 and state.submitted == 2 and state.done
