@@ -18,7 +18,7 @@ times the speed in the sample's time; a tick coming late does not skip sample ti
 the wall speed. That is what makes it a demo and not a parity run: the decisions are the live
 service's at the instants its inputs arrive. One wait is kept, `gate`: the clock does not play an
 instant the gate refuses. The demo's gate holds the clock while the forecast the quota uses is more
-than two sample hours old (the LSTM's first forecasts of a pool cost seconds of CPU; without the
+than three sample hours old (the LSTM's first forecasts of a pool cost seconds of CPU; without the
 hold, on a busy machine, they arrive after the hours they forecast and the quota falls back to the
 idle GPUs). A hold slows the wall speed; the time held is counted.
 

@@ -7,12 +7,12 @@ then replays the bundled synthetic sample (`demo/sample`, made by `gfs trace syn
 
 Time (`clock`):
 - "accelerated" (the default, `make demo`): every process runs on the controllable clock
-  (schemas/clock.py), which the demo drives free-running (services/demo/clock.py): `speed` sample
-  seconds per wall second, a tick every `TICK_S`, the sample's submissions stamped on the same
-  clock. Sample hours close every few wall seconds, so the forecast stream publishes the shipped
-  LSTM's forecasts (services/forecast/model/lstm-observed; the version names it) and the quota
-  follows them. The model needs a week of history plus a day to calibrate on
-  (`ml/calibrated.py`): the stream's history starts `HISTORY_DAYS` before the sample
+  (schemas/clock.py), which the demo drives free-running (services/demo/clock.py,
+  services/demo/accelerated.py): `speed` sample seconds per wall second, a tick every 0.5 s, the
+  sample's submissions stamped on the same clock. Sample hours close every few wall seconds, so the
+  forecast stream publishes the shipped LSTM's forecasts (services/forecast/model/lstm-observed;
+  the version names it) and the quota follows them. The model needs a week of history plus a day
+  to calibrate on (`ml/calibrated.py`): the stream's history starts 9 days before the sample
   (`FORECAST_HISTORY_ORIGIN`), hours in which the demo's fresh cluster ran nothing, so they are
   zeros, and the LSTM forecasts from those and the hours the sample has played so far.
 - "wall": the services on the wall clock, as in production, the sample replayed by `gfs replay`
@@ -51,9 +51,8 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +63,7 @@ from rich.live import Live
 from rich.table import Table
 
 from services.core.quota import QuotaSettings
+from services.demo.accelerated import BASE_S, clock_env, drive_clock
 from services.demo.clock import CLOCK_TOPIC, ClockState
 from services.demo.side_by_side import Row, live, simulated
 from services.node_agent.worker_env import DEFAULT_ALLOW
@@ -75,15 +75,6 @@ DEMO_DIR = REPO_ROOT / "demo"
 SAMPLE = DEMO_DIR / "sample"
 PORTS = {"quota": 8081, "preemption": 8082, "forecast": 6066}
 AGENT_METRICS = 9101  # Prometheus scrapes agents on 9101-9110
-# Accelerated clock: t = 0 of the sample is this instant (a midnight, so the sample's hours are the
-# hours of the day the LSTM's calendar features see); one tick per TICK_S wall seconds; the quota
-# is computed every STATUS_S seconds of the sample, as the simulator refreshes it.
-BASE_S = 1767225600.0  # 2026-01-01T00:00:00Z
-TICK_S = 0.5
-STATUS_S = 300.0
-HISTORY_DAYS = 9  # >= the LSTM's 168 h lookback + its 24 calibration hours + its 4 h horizon
-# The clock waits while the forecast behind a pool's quota is older than this (services/demo/clock.py).
-MAX_FORECAST_AGE_S = 2 * 3600.0
 FORECAST_SOURCES = ("gfs.tasks.submit", "gfs.tasks.lifecycle")  # the forecast stream's inputs
 TARGET = QuotaSettings().target  # the eviction rate the quota promises (1 - p = 0.1)
 
@@ -253,7 +244,7 @@ async def run_demo(
         "AGENT_WORKER_ENV_ALLOW": worker_env_allow,
     }
     clock_name = f"demo-{run}"  # the run's own clock: another run's ticks never move its services
-    timed = _clock_env(clock_name) if accelerated else {k: {} for k in ("forecast", "quota", "pre", "agent")}
+    timed = clock_env(clock_name) if accelerated else {k: {} for k in ("forecast", "quota", "pre", "agent")}
     rows = list(csv.DictReader((DEMO_DIR / "cluster.csv").open()))
     agents = [r for r in rows if r["node_name"].startswith("agent-")]
     virtual = workdir / "virtual.csv"
@@ -397,8 +388,9 @@ async def run_demo(
                 await asyncio.sleep(0.5)
             ticking = asyncio.Event()  # set to stop the clock (the replay's end on the wall clock)
             if accelerated:
+                view.clock, view.speed = ClockState(), speed
                 driver = asyncio.create_task(
-                    _drive_clock(settings, clock_name, sample, run, gfs, speed, view, ticking, dsn)
+                    drive_clock(settings, clock_name, sample, run, gfs, speed, view.clock, ticking, dsn)
                 )
             else:
                 if not stopping.is_set():
@@ -491,92 +483,6 @@ async def _start_at_end(bootstrap: list[str] | str, group: str, topics: tuple[st
         await consumer.commit({tp: await consumer.position(tp) for tp in partitions})
     finally:
         await consumer.stop()
-
-
-def _clock_env(name: str) -> dict[str, dict[str, str]]:
-    """Each process's settings on the run's accelerated clock (module doc), by role. Sample time
-    runs `speed` times the wall, so what the wall-clock defaults give in wall seconds (a grace, an
-    ack's margin, a command's age) is stretched to what a wall second or two is in sample time."""
-    origin = datetime.fromtimestamp(BASE_S, UTC) - timedelta(days=HISTORY_DAYS)
-    return {
-        "forecast": {
-            "FORECAST_CLOCK": "topic",
-            "FORECAST_CLOCK_NAME": name,
-            "FORECAST_HISTORY_ORIGIN": origin.isoformat(),
-        },
-        # A quota is computed at every STATUS tick (STATUS_S) and stays in force two refreshes: at
-        # 480x the wall seconds from a status to its quota at the scheduler would outlast 2 x 300 s
-        # of the sample and freeze spot at what runs (quota_expired). Stretched to an hour here.
-        "quota": {"QUOTA_CLOCK": "topic", "QUOTA_REFRESH_S": "1800"},
-        "pre": {
-            "PREEMPTION_CLOCK": "topic",
-            "PREEMPTION_CLOCK_NAME": name,
-            # An ack takes a wall second or so: at 480x that is minutes of the sample.
-            "PREEMPTION_ACK_MARGIN_S": "1800",
-            "PREEMPTION_BIND_START_TIMEOUT_S": "3600",
-            "PREEMPTION_UNKNOWN_WORK_AFTER_S": "3600",
-            "PREEMPTION_GRACE_S": "60",
-        },
-        "agent": {
-            "AGENT_CLOCK": "topic",
-            "AGENT_CLOCK_NAME": name,
-            "AGENT_COMMAND_MAX_AGE_S": "86400",
-            "AGENT_CLOCK_SKEW_S": "86400",
-        },
-    }
-
-
-async def _drive_clock(
-    settings: PlatformSettings,
-    name: str,
-    sample: Path,
-    run: str,
-    gfs: str,
-    speed: float,
-    view: View,
-    stop: asyncio.Event,
-    dsn: str,
-) -> None:
-    """The accelerated clock (services/demo/clock.py) over the sample, at `speed`x, held while a
-    pool's forecast lags (`_forecast_gate`)."""
-    from services.demo.clock import run_clock
-    from services.producers.replay import job_to_submission
-    from services.simulator.traces.gfs_format import load_gfs_trace
-
-    trace = load_gfs_trace(sample)
-    end = max([trace.horizon_s, *(j.submit_s for j in trace.jobs)])
-    view.clock, view.speed = ClockState(), speed
-    gate, connection = await _forecast_gate(dsn, {n.gpu_model for n in trace.nodes})
-    try:
-        await run_clock(
-            name=name, base_s=BASE_S, jobs=trace.jobs, end_s=end, step_s=speed * TICK_S, period_s=TICK_S,
-            status_every_s=STATUS_S, bootstrap=settings.bootstrap_servers,
-            to_task=lambda job: job_to_submission(job, speed=1.0, task_prefix=f"{run}-", gfs_program=gfs),
-            state=view.clock, stop=stop, gate=gate,
-        )  # fmt: skip
-    finally:
-        await connection.close()
-
-
-async def _forecast_gate(dsn: str, pools: set[str]) -> tuple[Callable[[float], Awaitable[bool]], Any]:
-    """The clock's gate and the connection it reads with: sample instant t may be played while the
-    newest forecast the quota service has received for each of `pools` is at most
-    MAX_FORECAST_AGE_S older than t (a pool with none yet counts as one from the sample's start).
-    Read from the quota service's own record of its inputs (`quota_input_latest`), which a new
-    forecast updates at once (its quota waits for the next STATUS: gating on the quota would never
-    open a held clock)."""
-    connection = await asyncpg.connect(dsn)
-
-    async def fresh(t: float) -> bool:
-        rows = await connection.fetch(
-            "SELECT pool, as_of FROM quota_input_latest WHERE kind = 'forecast' AND pool = ANY($1::text[])",
-            sorted(pools),
-        )
-        origins = {r["pool"]: r["as_of"].timestamp() - BASE_S for r in rows}
-        oldest = min((origins.get(p, 0.0) for p in pools), default=0.0)
-        return t - oldest <= MAX_FORECAST_AGE_S
-
-    return fresh, connection
 
 
 async def _periods(db: asyncpg.Connection, run: str) -> dict[str, tuple[int, int]]:
