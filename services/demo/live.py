@@ -277,6 +277,9 @@ async def run_demo(
                 "QUOTA_GROUP": f"demo-quota-{run}",
                 "QUOTA_REFRESH_S": "10",
                 "QUOTA_API_PORT": str(ports["quota"]),
+                # The fence is an advisory lock per database, not per schema: with the default key
+                # another quota service on the stack's Postgres (a test's) would hold this one back.
+                "QUOTA_FENCE_KEY": str(uuid.uuid4().int % 2**48),
             }
             | timed["quota"],
             workdir / "quota.log",

