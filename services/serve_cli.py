@@ -207,7 +207,11 @@ def virtual_nodes(
 
     async def main(stop: asyncio.Event) -> None:
         await run_virtual_nodes(
-            nodes, bootstrap=settings.bootstrap_servers, secret=secret, telemetry_s=telemetry_s, stop=stop,
+            nodes,
+            bootstrap=settings.bootstrap_servers,
+            secret=secret,
+            telemetry_s=telemetry_s,
+            stop=stop,
             clock_name=clock_name,
         )
 
