@@ -7,4 +7,4 @@
 set -euo pipefail
 REPO_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$REPO_DIR"
-exec "$REPO_DIR/.venv/bin/gfs" demo live --speed "${GFS_DEMO_SPEED:-120}" "$@"
+exec "$REPO_DIR/.venv/bin/gfs" demo live --speed "${GFS_DEMO_SPEED:-480}" "$@"

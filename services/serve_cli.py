@@ -185,6 +185,9 @@ def virtual_nodes(
     nodes_csv: str = typer.Option(..., "--nodes", help="CSV with node_name,gpu_model,gpu_capacity_num"),
     prefix: str = typer.Option("", "--prefix", help="prepended to every node name"),
     telemetry_s: float = typer.Option(5.0, "--telemetry-s", help="heartbeat interval"),
+    clock_name: str | None = typer.Option(
+        None, "--clock-name", help="follow this controllable clock on gfs.control.clock (default: wall)"
+    ),
 ) -> None:
     """Many virtual GPU nodes in one process (demos at scale): heartbeats and agent-like acks."""
     import csv
@@ -204,7 +207,12 @@ def virtual_nodes(
 
     async def main(stop: asyncio.Event) -> None:
         await run_virtual_nodes(
-            nodes, bootstrap=settings.bootstrap_servers, secret=secret, telemetry_s=telemetry_s, stop=stop
+            nodes,
+            bootstrap=settings.bootstrap_servers,
+            secret=secret,
+            telemetry_s=telemetry_s,
+            stop=stop,
+            clock_name=clock_name,
         )
 
     _run_until_signalled(main)

@@ -14,7 +14,14 @@ app = typer.Typer(help="Demos: the live system, or the simulator replay.", no_ar
 
 @app.command("live")
 def live(
-    speed: Annotated[float, typer.Option(help="trace seconds per wall second")] = 120.0,
+    speed: Annotated[float, typer.Option(help="trace seconds per wall second")] = 480.0,
+    clock: Annotated[
+        str,
+        typer.Option(
+            help="accelerated: the services on the demo's controllable clock (the LSTM forecasts); "
+            "wall: the wall clock, as in production (no forecast hour closes in a demo)"
+        ),
+    ] = "accelerated",
     settle_s: Annotated[float, typer.Option(help="keep watching after the replay ended")] = 30.0,
     max_s: Annotated[float, typer.Option(help="stop after this long in any case")] = 600.0,
     sample: Annotated[
@@ -48,6 +55,7 @@ def live(
                 sample=sample or SAMPLE,
                 ports=ports,
                 agent_metrics_port=agent_metrics_port,
+                clock=clock,
             )
         )
     )

@@ -69,10 +69,17 @@ def simulated(sample: Path, policies: Sequence[str] = SIM_POLICIES) -> list[Row]
 
 
 def live(
-    decisions: Iterable[Mapping[str, Any]], trace: Trace, *, prefix: str, speed: float, stopped_at: datetime
+    decisions: Iterable[Mapping[str, Any]],
+    trace: Trace,
+    *,
+    prefix: str,
+    speed: float,
+    stopped_at: datetime,
+    name: str | None = None,
 ) -> Row:
     """The live run's row from its decision records (task_id, kind, at, detail), for the tasks of
-    `trace` named `prefix + job name` (the replay's names)."""
+    `trace` named `prefix + job name` (the replay's names). On the accelerated clock the records
+    are stamped in the sample's time: `speed` 1."""
     jobs = {f"{prefix}{j.name}": j for j in trace.jobs}
     events: dict[str, list[tuple[datetime, str]]] = defaultdict(list)
     evictions = 0
@@ -105,7 +112,7 @@ def live(
             if job.job_class == "SPOT":
                 gpu_hours += job.gpus_per_worker * job.workers * job.duration_s / 3600.0
     return Row(
-        f"live gfs ({speed:g}x wall time)",
+        name or f"live gfs ({speed:g}x wall time)",
         evictions,
         _mean(waits["SPOT"]),
         _mean(waits["HP"]),

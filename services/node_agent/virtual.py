@@ -7,6 +7,13 @@ fake-task command) has passed, and for an eviction an EvictAck (CHECKPOINTED) wi
 marked evicted; each signed with its node's key, as a real agent signs them. It keeps its state in
 memory: a restarted host forgets its workers (use real agents, `gfs serve node-agent`, where that
 matters).
+
+Its time is the wall clock, or (`clock_name` set, `--clock topic`) the controllable clock of
+schemas/clock.py, as a node agent's `AGENT_CLOCK=topic`: the latest ADVANCE tick of that clock is
+"now" for heartbeats, acks and the freshness check, and a worker exits at the first ADVANCE at or
+after its start plus its `--duration` (so the accelerated demo's virtual workers run for their
+trace durations in the trace's time, however fast the clock goes). It sends no ClockAck: the demo's
+free-running clock waits for nobody (services/demo/clock.py).
 """
 
 from __future__ import annotations
@@ -21,11 +28,13 @@ from uuid import UUID
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
+from schemas.clock import ClockPhase, ClockTick
 from schemas.commands import BindCommand, EvictAck, EvictCommand, EvictOutcome
 from schemas.envelope import wrap
 from schemas.telemetry import GpuSample, NodeTelemetry
 from schemas.topics import (
     BIND_TOPIC,
+    CLOCK_TOPIC,
     EVICT_ACK_TOPIC,
     EVICT_TOPIC,
     TELEMETRY_TOPIC,
@@ -57,6 +66,12 @@ class VirtualNodes:
     secret: bytes
     producer: EnvelopeProducer
     max_age_s: float = 300.0
+    max_ahead_s: float = 30.0  # how far a command's issued_at may be ahead of this host's clock
+    # The controllable clock's time (the last ADVANCE); None: the wall clock.
+    sim_now: datetime | None = None
+    # On the controllable clock, (task, command id) -> when its worker exits (no timer: the clock's
+    # ticks, not the wall, make it due).
+    due: dict[tuple[str, UUID], datetime] = field(default_factory=dict)
     keys: dict[str, bytes] = field(default_factory=dict)
     # (task, command id) -> the timer that reports its exit
     running: dict[tuple[str, UUID], tuple[BindCommand, asyncio.TimerHandle | None]] = field(
@@ -70,6 +85,19 @@ class VirtualNodes:
     # Exit reports in flight: held so the loop does not drop (garbage-collect) a pending one.
     exiting: set[asyncio.Future[None]] = field(default_factory=set)
 
+    def now(self) -> datetime:
+        return self.sim_now if self.sim_now is not None else datetime.now(UTC)
+
+    async def advance(self, at: datetime) -> None:
+        """The controllable clock moved to `at`: workers due by then exit (never backwards)."""
+        if self.sim_now is not None and at <= self.sim_now:
+            return
+        self.sim_now = at
+        for key, when in sorted(self.due.items(), key=lambda item: item[1]):
+            if when <= at and key in self.running:
+                self.due.pop(key, None)
+                await self._exit(self.running[key][0], evicted=False)
+
     def key(self, node: str) -> bytes:
         found = self.keys.get(node)
         if found is None:
@@ -77,7 +105,7 @@ class VirtualNodes:
         return found
 
     async def heartbeat(self) -> None:
-        now = datetime.now(UTC)
+        now = self.now()
         for node, (model, gpus) in self.nodes.items():
             samples = tuple(
                 GpuSample(index=i, utilisation_pct=0, memory_used_mib=0, memory_total_mib=80_000)
@@ -97,8 +125,12 @@ class VirtualNodes:
     async def handle(self, command: BindCommand | EvictCommand) -> None:
         if command.node not in self.nodes:
             return
-        now = datetime.now(UTC)
-        fresh = now - timedelta(seconds=self.max_age_s) <= command.issued_at <= now + timedelta(seconds=30)
+        now = self.now()
+        fresh = (
+            now - timedelta(seconds=self.max_age_s)
+            <= command.issued_at
+            <= now + timedelta(seconds=self.max_ahead_s)
+        )
         if check_signature(command, key=self.key(command.node)) is not SignatureCheck.VALID or not fresh:
             self.rejected += 1
             log.warning(
@@ -123,7 +155,9 @@ class VirtualNodes:
                 )
             seconds = duration_of(command.command)
             handle = None
-            if seconds is not None:
+            if seconds is not None and self.sim_now is not None:
+                self.due[(command.task_id, command.command_id)] = now + timedelta(seconds=seconds)
+            elif seconds is not None:
                 loop = asyncio.get_running_loop()
                 handle = loop.call_later(seconds, self._exit_later, command)
             self.running[(command.task_id, command.command_id)] = (command, handle)
@@ -140,7 +174,7 @@ class VirtualNodes:
                 stopped += 1
         outcome = EvictOutcome.CHECKPOINTED if stopped else EvictOutcome.NOT_RUNNING
         done = EvictAck(command_id=command.command_id, node=command.node, task_ids=command.task_ids,
-                        outcome=outcome, acked_at=datetime.now(UTC), attempt=command.attempt)  # fmt: skip
+                        outcome=outcome, acked_at=self.now(), attempt=command.attempt)  # fmt: skip
         await self.producer.send(
             EVICT_ACK_TOPIC, wrap(sign(done, key=self.key(done.node)), producer=PRODUCER)
         )
@@ -152,9 +186,10 @@ class VirtualNodes:
 
     async def _exit(self, command: BindCommand, *, evicted: bool, code: int = 0) -> None:
         self.running.pop((command.task_id, command.command_id), None)
+        self.due.pop((command.task_id, command.command_id), None)
         for p in command.placements:
             ack = WorkerExited(command_id=command.command_id, node=command.node, task_id=command.task_id,
-                               worker_index=p.worker_index, exit_code=code, exited_at=datetime.now(UTC),
+                               worker_index=p.worker_index, exit_code=code, exited_at=self.now(),
                                evicted=evicted, attempt=command.attempt)  # fmt: skip
             await self.producer.send(
                 WORKER_ACK_TOPIC, wrap(sign(ack, key=self.key(ack.node)), producer=PRODUCER)
@@ -168,12 +203,21 @@ async def run_virtual_nodes(
     secret: bytes,
     telemetry_s: float,
     stop: asyncio.Event,
+    clock_name: str | None = None,
 ) -> None:
+    """Serve `nodes` until `stop`; `clock_name`: follow that controllable clock (module doc)."""
     async with EnvelopeProducer(bootstrap_servers=bootstrap, client_id="gfs-virtual-nodes") as producer:
         host = VirtualNodes(nodes, secret, producer)
+        if clock_name is not None:
+            # The clock runs ahead of the wall by design, and the host may read a command before
+            # the tick it was issued at: freshness is the agents' on the topic clock (a day).
+            host.max_age_s = host.max_ahead_s = 86400.0
         consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
         await consumer.start()
-        tps = [TopicPartition(t, p) for t in (BIND_TOPIC, EVICT_TOPIC) for p in range(topic(t).partitions)]
+        watched = (BIND_TOPIC, EVICT_TOPIC)
+        if clock_name is not None:
+            watched += (CLOCK_TOPIC,)
+        tps = [TopicPartition(t, p) for t in watched for p in range(topic(t).partitions)]
         consumer.assign(tps)
         await consumer.seek_to_end(*tps)  # a virtual host starts fresh: no old command is acted on
         last_beat = 0.0
@@ -185,6 +229,9 @@ async def run_virtual_nodes(
                 batch = await consumer.getmany(timeout_ms=200)
                 for records in batch.values():
                     for r in records:
+                        if r.topic == CLOCK_TOPIC:
+                            await _on_tick(host, r.value or b"", clock_name)
+                            continue
                         if (r.key or b"").decode() not in nodes:
                             continue
                         with contextlib.suppress(ValueError):
@@ -193,3 +240,11 @@ async def run_virtual_nodes(
                                 await host.handle(payload)
         finally:
             await consumer.stop()
+
+
+async def _on_tick(host: VirtualNodes, value: bytes, clock_name: str | None) -> None:
+    """An ADVANCE of the followed clock moves the host's time; other clocks and phases are ignored."""
+    with contextlib.suppress(ValueError):
+        tick = decode(CLOCK_TOPIC, value).payload
+        if isinstance(tick, ClockTick) and tick.clock == clock_name and tick.phase is ClockPhase.ADVANCE:
+            await host.advance(tick.at)

@@ -121,20 +121,25 @@ def _quantile_key(horizon: list[dict[str, Any]]) -> str:
     return keys[-1] if keys else ""
 
 
-async def _evictions(connection: asyncpg.Connection, window_s: int, bucket_s: int) -> dict[str, Any]:
+async def _evictions(
+    connection: asyncpg.Connection, window_s: int, bucket_s: int, now_s: float
+) -> dict[str, Any]:
+    # The window ends at the service's own time (`now_s`), not Postgres's: on the controllable
+    # clock (the accelerated demo) decisions are stamped in the replay's time.
     rows = await connection.fetch(
-        """SELECT pool, floor(extract(epoch FROM at) / $2) * $2 AS bucket, count(*) AS n
+        """SELECT pool, floor(extract(epoch FROM at) / $1) * $1 AS bucket, count(*) AS n
            FROM preemption_decision
-           WHERE kind = 'evicted' AND NOT dry_run AND at > now() - make_interval(secs => $1)
+           WHERE kind = 'evicted' AND NOT dry_run AND at > $2
            GROUP BY 1, 2 ORDER BY 2, 1""",
-        float(window_s), float(bucket_s),
+        float(bucket_s), datetime.fromtimestamp(now_s - window_s, UTC),
     )  # fmt: skip
     series: dict[str, dict[str, int]] = {}
     for r in rows:
         at = datetime.fromtimestamp(float(r["bucket"]), UTC).isoformat()
         series.setdefault(r["pool"], {})[at] = int(r["n"])
     return {"window_s": window_s, "bucket_s": bucket_s, "by_pool": series,
-            "total": sum(sum(v.values()) for v in series.values())}  # fmt: skip
+            "total": sum(sum(v.values()) for v in series.values()),
+            "until": datetime.fromtimestamp(now_s, UTC).isoformat()}  # fmt: skip
 
 
 async def dashboard_data(
@@ -157,7 +162,7 @@ async def dashboard_data(
         }
     async with decider.pool.acquire() as connection:
         forecasts = await _forecasts(connection, list(owned))
-        evictions = await _evictions(connection, window_s, bucket_s)
+        evictions = await _evictions(connection, window_s, bucket_s, decider.clock.now())
         rows = await store.recent_decisions(connection, limit)
     for name, entry in pools.items():
         entry["forecast"] = forecasts.get(name)
@@ -304,7 +309,7 @@ def evictions_svg(data: dict[str, Any]) -> bytes:
         fontsize=9,
         loc="left",
     )
-    end = datetime.now(UTC) + timedelta(seconds=ev["bucket_s"])
+    end = datetime.fromisoformat(ev["until"]) + timedelta(seconds=ev["bucket_s"])
     ax.set_xlim(
         min(times[0], end - timedelta(seconds=ev["window_s"])), end
     )  # the whole window, now on the right

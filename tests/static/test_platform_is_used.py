@@ -24,7 +24,6 @@ BEING_SPLIT = frozenset(
         "services/preemption/service.py",
         "services/preemption/inputs.py",
         "services/preemption/controller.py",
-        "services/demo/live.py",
     }
 )
 # Where the dead-letter envelope is built and the timer lives.
