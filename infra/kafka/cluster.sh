@@ -50,11 +50,15 @@ port_taken() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
 # A Kafka cluster id is 16 random bytes in URL-safe base64 without padding (22 characters); made
 # here rather than by StorageTool to save a JVM start. Shared by the three nodes, kept in the folder.
+# Never one that starts with "-": StorageTool would read it as an option (Kafka's own ids avoid it too).
 cluster_id() {
-  local file="$CLUSTER_DIR/cluster-id"
+  local file="$CLUSTER_DIR/cluster-id" id="-"
   if [[ ! -s "$file" ]]; then
     mkdir -p "$CLUSTER_DIR"
-    head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n' >"$file"
+    while [[ "$id" == -* ]]; do
+      id="$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n')"
+    done
+    echo -n "$id" >"$file"
   fi
   cat "$file"
 }
@@ -152,8 +156,19 @@ case "${1:-}" in
     # Formatting runs one JVM per node: in parallel, the three take the time of one. The id is
     # made first, or each subshell would make its own and the quorum would refuse to form.
     cluster_id >/dev/null
-    for n in "${NODES[@]}"; do render "$n"; format "$n" & done
-    wait
+    pids=()
+    for n in "${NODES[@]}"; do
+      render "$n"
+      format "$n" &
+      pids+=("$!")
+    done
+    for i in "${!pids[@]}"; do
+      if ! wait "${pids[$i]}"; then
+        echo "kafka-cluster: formatting node ${NODES[$i]} failed:" >&2
+        cat "$(node_dir "${NODES[$i]}")/logs/format.log" >&2
+        exit 1
+      fi
+    done
     for n in "${NODES[@]}"; do start_node "$n"; done
     for n in "${NODES[@]}"; do wait_node "$n"; done
     echo "kafka-cluster: ready on $(bootstrap)" ;;
