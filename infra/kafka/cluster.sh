@@ -145,6 +145,17 @@ stop_node() {
   echo "kafka-cluster: node $n stopped (SIG$signal)"
 }
 
+# All three at once: stopped one by one, the last two lose the controller quorum and each waits
+# out KAFKA_STOP_TIMEOUT in a controlled shutdown that cannot finish.
+stop_all() {
+  local n pids=()
+  for n in "${NODES[@]}"; do
+    stop_node "$n" &
+    pids+=("$!")
+  done
+  for n in "${pids[@]}"; do wait "$n" || true; done
+}
+
 node_arg() {
   [[ "${1:-}" =~ ^[123]$ ]] || { echo "kafka-cluster: node must be 1, 2 or 3" >&2; exit 2; }
   echo "$1"
@@ -172,9 +183,9 @@ case "${1:-}" in
     for n in "${NODES[@]}"; do start_node "$n"; done
     for n in "${NODES[@]}"; do wait_node "$n"; done
     echo "kafka-cluster: ready on $(bootstrap)" ;;
-  down) for n in "${NODES[@]}"; do stop_node "$n"; done ;;
+  down) stop_all ;;
   reset)
-    for n in "${NODES[@]}"; do stop_node "$n"; done
+    stop_all
     rm -rf "$CLUSTER_DIR"
     echo "kafka-cluster: data wiped" ;;
   status)

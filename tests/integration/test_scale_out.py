@@ -170,6 +170,11 @@ async def test_two_instances_share_the_pools_through_an_instance_kill_and_a_brok
     port1, port2 = _free_port(), _free_port()
     first = live.preemption("pre-1", port1, pools)
     live.preemption("pre-2", port2, pools)
+    # Both in the group before any input flows (a router whose group rebalances with records in
+    # flight can die on its offset commit: docs/operations.md, "Scaling out on Kafka").
+    await _until(
+        lambda: _partitions_split(port1, port2), 120, "the inbox partitions split over both instances"
+    )
     for p in pools:
         live.agent(nodes[p], p, gpus=GPUS)
         await live.quota(p, float(GPUS), GPUS)
@@ -260,6 +265,13 @@ async def test_two_instances_share_the_pools_through_an_instance_kill_and_a_brok
     except BaseException:
         print(live.logs())
         raise
+
+
+async def _partitions_split(port1: int, port2: int) -> bool:
+    a, b = await _get(port1, "/readyz"), await _get(port2, "/readyz")
+    if not a or not b or not a.get("partitions") or not b.get("partitions"):
+        return False
+    return sorted(a["partitions"] + b["partitions"]) == list(range(INBOX_PARTITIONS))
 
 
 async def _owns_all(port: int, pools: list[str]) -> bool:
