@@ -6,6 +6,10 @@
 #   down    stop all four (data kept)       reset   stop all four and wipe their data
 #   status  exit 0 only when all four run   env     print the exports clients need
 #   env --traces   the same plus OTEL_EXPORTER_OTLP_ENDPOINT (services then export spans to Jaeger)
+#   cluster up|down|reset|status|env|stop-broker N|start-broker N
+#           a 3-broker KRaft cluster (replication factor 3, min.insync.replicas 2) on ports of its
+#           own (29092-29094 by default), beside the single broker, which it never touches
+#           (infra/kafka/cluster.sh; docs/operations.md, "Scaling out")
 set -euo pipefail
 INFRA_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO_DIR="$(cd "$INFRA_DIR/.." && pwd)"
@@ -104,5 +108,6 @@ case "${1:-}" in
     "$INFRA_DIR/jaeger/reset.sh"; "$INFRA_DIR/prometheus/reset.sh" ;;
   status) stack_status ;;
   env) stack_env "${2:-}" ;;
-  *) echo "usage: infra/stack.sh up|down|status|env [--traces]|reset" >&2; exit 2 ;;
+  cluster) exec "$INFRA_DIR/kafka/cluster.sh" "${@:2}" ;;
+  *) echo "usage: infra/stack.sh up|down|status|env [--traces]|reset|cluster ..." >&2; exit 2 ;;
 esac

@@ -319,6 +319,9 @@ def _register_preemption() -> None:
     from services.livebench.accept_bench import accept
 
     app.command("accept")(accept)
+    from services.livebench.scale_bench import scale  # issue 23 item 5: N instances sharing the pools
+
+    app.command("scale")(scale)
 
 
 _register_preemption()
