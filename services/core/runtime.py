@@ -122,6 +122,17 @@ class PoolRuntime:
             raise ValueError(f"time went back: {now} < {self.now}")
         self.now = now
 
+    @property
+    def indexed(self) -> bool:
+        """Whether passes use the demand indexes (the pool's free-slot counts, the queue's gang
+        list). A debug switch: off, every query scans as before issue 23; decisions are the same
+        either way (tests/property/test_incremental_pass.py), only the cost differs."""
+        return self.state.indexed
+
+    @indexed.setter
+    def indexed(self, on: bool) -> None:
+        self.state.indexed = on
+
     def _queue(self, cls: TaskClass) -> BucketQueue:
         return self.hp if cls is TaskClass.HP else self.spot
 
@@ -334,7 +345,7 @@ class PoolRuntime:
         # Starvation is relative: a gang is starved when it waited well past what HP tasks that
         # started lately waited, not when the whole pool is overloaded (reservation.py).
         after = max(after, RESERVE_RELATIVE_WAIT * self._hp_waits.mean(now))
-        holder = pick_holder(self.hp, now, after)
+        holder = self.hp.oldest_gang(now, after) if self.indexed else pick_holder(self.hp, now, after)
         if holder is None:
             # Passes come with every event; a minute's delay in reserving costs nothing next to
             # the hour waited, and an overloaded queue's old single-worker tasks are not rescanned.
