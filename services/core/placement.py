@@ -121,8 +121,6 @@ def place_task(pool: PoolState, spec: TaskSpec, chooser: NodeChooser) -> tuple[W
     cls = spec.task_class
     if not spec.is_fractional:
         k = spec.whole_gpus_per_worker
-        if pool.whole_slots(k) < spec.workers:
-            return None  # the free GPUs cannot hold that many workers of k GPUs, on any nodes
         nodes = chooser.fill(pool, k, cls, spec.workers)
         if nodes is None:
             return None

@@ -54,13 +54,6 @@ class PoolState:
         # has no free GPUs and nothing preemptible, so neither placement nor preemption picks it.
         self.online_cap = self.node_cap.copy()
         self.online_capacity = self.capacity  # GPUs on nodes that are up (`capacity`: installed)
-        # Demand-side index (issue 23): how many workers of k whole GPUs the free GPUs hold,
-        # sum(free // k), per k, valid while `free` has not changed since (`_free_changes`). A
-        # pass asks it for every bucket head it retries; most heads fail against the same `free`,
-        # so "does a worker of this size fit anywhere" is a lookup, not a scan of the nodes.
-        self._free_changes = 0
-        self._slots: dict[int, tuple[int, int]] = {}
-        self.indexed = True  # debug switch: False recomputes on every query (differential tests)
         self._empty()
         self._journal: list[tuple[str, RunningTask]] | None = None
 
@@ -70,7 +63,6 @@ class PoolState:
         for node in np.flatnonzero(self.spot_gpus):  # a node with spot holdings has spot GPUs
             self.spot_whole[node].clear()
         self.free = self.online_cap.copy()
-        self._free_changes += 1
         self.hp_gpus = np.zeros(n, dtype=np.int64)
         self.spot_gpus = np.zeros(n, dtype=np.int64)
         # Best-fit composite keys per class (see `best_fit_key`), built on first use and then
@@ -132,7 +124,6 @@ class PoolState:
         self.online_cap = np.append(self.online_cap, np.int64(gpus))
         self.online_capacity += gpus
         self.free = np.append(self.free, np.int64(gpus))
-        self._free_changes += 1
         self.shared_on_node = np.append(self.shared_on_node, np.int64(0))
         self.gpu_shared = np.append(self.gpu_shared, np.zeros(gpus, dtype=bool))
         self.gpu_hp = np.append(self.gpu_hp, np.zeros(gpus, dtype=np.float64))
@@ -230,7 +221,6 @@ class PoolState:
         self.online_cap[node] = cap if online else 0
         self.online_capacity += delta
         self.free[node] += delta
-        self._free_changes += 1
         if self._fit_keys:
             self._shift_fit_keys(node, delta, None, 0)
 
@@ -261,19 +251,8 @@ class PoolState:
         raise ValueError(f"node {node} has no unshared GPU")
 
     # ----- low-level GPU accounting (also used for tentative per-worker reservations) --------
-    def whole_slots(self, gpus: int) -> int:
-        """Workers of `gpus` whole GPUs that the free GPUs could hold at once: sum(free // gpus).
-        No placement of more such workers exists, whatever the node chooser."""
-        cached = self._slots.get(gpus)
-        if cached is not None and cached[0] == self._free_changes and self.indexed:
-            return cached[1]
-        slots = int((self.free // gpus).sum())
-        self._slots[gpus] = (self._free_changes, slots)
-        return slots
-
     def take_whole(self, node: int, gpus: int, cls: TaskClass) -> None:
         self.free[node] -= gpus
-        self._free_changes += 1
         if cls is TaskClass.HP:
             self.hp_gpus[node] += gpus
         else:
@@ -291,7 +270,6 @@ class PoolState:
             self.gpu_shared[slot] = True
             self.shared_on_node[node] += 1
             self.free[node] -= 1
-            self._free_changes += 1
             if self._fit_keys:
                 self._shift_fit_keys(node, -1, None, 0)
         if cls is TaskClass.HP:
@@ -315,7 +293,6 @@ class PoolState:
             self.gpu_shared[slot] = False
             self.shared_on_node[node] -= 1
             self.free[node] += 1
-            self._free_changes += 1
             if self._fit_keys:
                 self._shift_fit_keys(node, 1, None, 0)
 

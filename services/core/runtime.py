@@ -102,6 +102,10 @@ class PoolRuntime:
         self.feasibility = PoolFeasibility(tuple(int(g) for g in state.node_cap))
         self._verdicts: dict[tuple[float, int], Rejection | None] = {}  # by (gpus per worker, workers)
         self.passes = 0
+        # Debug switch: False finds the reservation's holder by scanning the whole HP queue, as
+        # before issue 23, instead of reading its gang list; decisions are the same either way
+        # (tests/property/test_incremental_pass.py), only the cost differs (`gfs bench pass`).
+        self.indexed = True
         self.now = -math.inf
         self.tasks: dict[TaskId, TaskSpec] = {}  # every task queued or running here
         # Guarantee periods already logged (period ticks) in a running task's current run; its start
@@ -121,17 +125,6 @@ class PoolRuntime:
         if now < self.now:
             raise ValueError(f"time went back: {now} < {self.now}")
         self.now = now
-
-    @property
-    def indexed(self) -> bool:
-        """Whether passes use the demand indexes (the pool's free-slot counts, the queue's gang
-        list). A debug switch: off, every query scans as before issue 23; decisions are the same
-        either way (tests/property/test_incremental_pass.py), only the cost differs."""
-        return self.state.indexed
-
-    @indexed.setter
-    def indexed(self, on: bool) -> None:
-        self.state.indexed = on
 
     def _queue(self, cls: TaskClass) -> BucketQueue:
         return self.hp if cls is TaskClass.HP else self.spot

@@ -1,12 +1,12 @@
-"""Differential: passes that read the demand indexes decide exactly what scanning passes decide.
+"""Differential: passes that read the queue's gang index decide exactly what scanning passes decide.
 
 Two runtimes see the same seeded random sequence of driver calls (submits of mixed shapes, passes
 with and without preemption and quota, finishes, cancels, guarantee ticks, nodes down and up,
 quota changes, the eviction cap, lease renewals, waits that make reservations due). One reads the
-indexes (the default: the pool's free-slot counts refuse a bucket's head without a node scan, the
-queue's gang list finds the reservation's holder); the other has `indexed` off and scans as before
-issue 23. After every call both must have returned the same outcomes and hold the same running
-tasks, queues and reservation. Every policy, 40 scenarios each.
+index (the default: the queue's gang list finds the reservation's holder); the other has `indexed`
+off and scans the whole HP queue as before issue 23. After every call both must have returned the
+same outcomes and hold the same running tasks, queues and reservation. Every policy, 40 scenarios
+each.
 
 Why not against a pass that ignores the memos: that is not today's behaviour. A bucket's memo
 survives evictions made earlier in the same pass (they do not change the capacity version), so a
@@ -33,7 +33,7 @@ def _pair(policy: str, nodes: tuple[int, ...]) -> tuple[PoolRuntime, PoolRuntime
     incremental = PoolRuntime(a_pool(*nodes), build_policy(policy), RuntimeSettings())
     scanning = PoolRuntime(a_pool(*nodes), build_policy(policy), RuntimeSettings())
     scanning.indexed = False
-    assert incremental.state.indexed and not scanning.state.indexed  # two paths, not one twice
+    assert incremental.indexed and not scanning.indexed  # two paths, not one twice
     return incremental, scanning
 
 
