@@ -140,19 +140,27 @@ def _queue_pass(
     same capacity version is skipped without re-trying it (the memo keeps long queues cheap).
     """
     order = queue.order
+    size = order.size
+    specs = queue.specs
+    memos = queue.blocked
+    version = ctx.version
     threshold = order.initial_threshold
+    # The walk visits every bucket, most of them only to skip it (over the threshold, or blocked
+    # at this capacity version with the same head): that path reads two dicts and nothing else.
     for bucket, entries in queue.buckets():
-        first = queue.specs[entries[0][1]]
-        if order.size(first) >= threshold:
+        head = entries[0][1]
+        head_size = size(specs[head])
+        if head_size >= threshold:
             skipped.append((task_class, bucket))
             continue
-        memo = _still_blocked(queue, bucket, entries[0][1], ctx.version)
-        if memo is not None:
-            threshold = order.size(first) if memo.raises_threshold else threshold
+        memo = memos.get(bucket)
+        if memo is not None and memo.version == version and memo.head == head:
+            if memo.raises_threshold:
+                threshold = head_size
             continue
         for _, tid in entries:
-            spec = queue.specs[tid]
-            if order.size(spec) >= threshold:
+            spec = specs[tid]
+            if size(spec) >= threshold:
                 break
             attempt = try_start(spec)
             if attempt is _Attempt.STARTED or attempt is _Attempt.HOLDS_RESERVATION:

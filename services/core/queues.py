@@ -54,6 +54,9 @@ class BucketQueue:
         self.entered_s: dict[TaskId, float] = {}
         self.specs: dict[TaskId, TaskSpec] = {}
         self.blocked: dict[SortKey, Blocked] = {}
+        # The queued whole-GPU gangs (two workers or more), task id -> when it entered, in entering
+        # order: the reservation's candidates, so finding the longest-waiting one reads only them.
+        self.gangs: dict[TaskId, float] = {}
         self.gpus = 0.0  # g x w summed over the queued tasks (observed demand, quota inputs)
 
     def __len__(self) -> int:
@@ -73,6 +76,8 @@ class BucketQueue:
         self.index[spec.task_id] = (bucket, key)
         self.entered_s[spec.task_id] = now
         self.specs[spec.task_id] = spec
+        if spec.workers >= 2 and not spec.is_fractional:
+            self.gangs[spec.task_id] = now
         self.gpus += spec.total_gpus
 
     def remove(self, task_id: TaskId) -> TaskSpec:
@@ -85,6 +90,7 @@ class BucketQueue:
             self._bucket_keys.remove(bucket)
             self.blocked.pop(bucket, None)
         del self.entered_s[task_id]
+        self.gangs.pop(task_id, None)
         spec = self.specs.pop(task_id)
         # An empty queue holds exactly 0: float sums of fractional requests would otherwise drift.
         self.gpus = self.gpus - spec.total_gpus if self.index else 0.0
@@ -106,6 +112,19 @@ class BucketQueue:
         if not self._bucket_keys:
             return None
         return self._buckets[self._bucket_keys[0]][0][1]
+
+    def oldest_gang(self, now: float, after_s: float) -> TaskSpec | None:
+        """The longest-waiting queued whole-GPU gang that has waited at least `after_s` (ties: the
+        smaller task id), or None: `reservation.pick_holder`'s answer, read from `gangs` alone.
+        Entering times never decrease along the dict (a queue only appends at the driver's
+        current time), so the scan stops at the first gang too young or younger than the best."""
+        best: tuple[float, TaskId] | None = None
+        for tid, entered in self.gangs.items():
+            if now - entered < after_s or (best is not None and entered > best[0]):
+                break
+            if best is None or (entered, tid) < best:
+                best = (entered, tid)
+        return None if best is None else self.specs[best[1]]
 
     def task_ids(self) -> list[TaskId]:
         return list(self.index)

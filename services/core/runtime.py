@@ -102,6 +102,10 @@ class PoolRuntime:
         self.feasibility = PoolFeasibility(tuple(int(g) for g in state.node_cap))
         self._verdicts: dict[tuple[float, int], Rejection | None] = {}  # by (gpus per worker, workers)
         self.passes = 0
+        # Debug switch: False finds the reservation's holder by scanning the whole HP queue, as
+        # before issue 23, instead of reading its gang list; decisions are the same either way
+        # (tests/property/test_incremental_pass.py), only the cost differs (`gfs bench pass`).
+        self.indexed = True
         self.now = -math.inf
         self.tasks: dict[TaskId, TaskSpec] = {}  # every task queued or running here
         # Guarantee periods already logged (period ticks) in a running task's current run; its start
@@ -334,7 +338,7 @@ class PoolRuntime:
         # Starvation is relative: a gang is starved when it waited well past what HP tasks that
         # started lately waited, not when the whole pool is overloaded (reservation.py).
         after = max(after, RESERVE_RELATIVE_WAIT * self._hp_waits.mean(now))
-        holder = pick_holder(self.hp, now, after)
+        holder = self.hp.oldest_gang(now, after) if self.indexed else pick_holder(self.hp, now, after)
         if holder is None:
             # Passes come with every event; a minute's delay in reserving costs nothing next to
             # the hour waited, and an overloaded queue's old single-worker tasks are not rescanned.

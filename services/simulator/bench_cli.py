@@ -75,3 +75,56 @@ def bench_sim(
             f"{events:,} events, {events / max(sim_s, 1e-9):,.0f} events/s, "
             f"peak RSS {_peak_rss_mb():,.0f} MB"
         )
+
+
+@app.command("pass")
+def bench_pass(
+    queued: Annotated[
+        list[int] | None,
+        typer.Option("--queued", help="tasks queued (repeatable; default 1000, 10000, 50000)"),
+    ] = None,
+    passes: Annotated[int, typer.Option("--passes", help="measured passes per size")] = 300,
+    sim_queued: Annotated[
+        int, typer.Option("--sim-queued", help="backlog of the simulated trace (0: no simulation)")
+    ] = 10000,
+    seed: Annotated[int, typer.Option("--seed")] = 0,
+    policy: Annotated[str, typer.Option("--policy")] = "gfs",
+) -> None:
+    """One scheduling pass's time against the queue's length, and a backlog-heavy simulation's
+    wall time, on the scanning path (before issue 23) and the indexed one, side by side in one run
+    (pass_bench.py says what is measured). It also checks that both paths decided the same."""
+    from services.simulator.pass_bench import measure, simulate
+
+    sizes = queued or [1000, 10000, 50000]
+    typer.echo(f"policy {policy}, 432 nodes x 8 GPUs, ~80% full before the backlog; {passes} passes per size")
+    typer.echo("pass and status times: the thread's CPU time; simulation: wall and CPU time")
+    typer.echo(
+        f"{'queued':>8} {'path':>9} {'mean ms':>8} {'p50 ms':>8} {'p99 ms':>8} {'status ms':>9} decisions"
+    )
+    for size in sizes:
+        runs = {
+            name: measure(size, passes, seed, policy, indexed=name == "indexed")
+            for name in ("scanning", "indexed")
+        }
+        for name, r in runs.items():
+            typer.echo(
+                f"{r.queued:>8,} {name:>9} {r.mean_ms:8.3f} {r.p50_ms:8.3f} {r.p99_ms:8.3f} "
+                f"{r.status_ms:9.3f} {r.decisions}"
+            )
+        if runs["scanning"].fingerprint != runs["indexed"].fingerprint:
+            typer.echo(f"the two paths decided differently at {size} queued", err=True)
+            raise typer.Exit(1)
+    if sim_queued > 0:
+        sims = {
+            name: simulate(sim_queued, seed, policy, indexed=name == "indexed")
+            for name in ("scanning", "indexed")
+        }
+        for name, s in sims.items():
+            typer.echo(
+                f"simulation ({s.jobs:,} jobs, backlog ~{sim_queued:,}) {name:>9}: "
+                f"wall {s.wall_s:.2f}s, CPU {s.cpu_s:.2f}s, {s.events:,} events"
+            )
+        if sims["scanning"].metrics != sims["indexed"].metrics:
+            typer.echo("the two paths' simulations differ", err=True)
+            raise typer.Exit(1)
+    typer.echo("decisions identical on both paths")
