@@ -66,7 +66,8 @@ from schemas.topics import CLOCK_TOPIC, FORECASTS_TOPIC, TASK_LIFECYCLE_TOPIC, T
 from services.core.quota import QuotaSettings
 from services.demo.accelerated import BASE_S, clock_env, drive_clock
 from services.demo.clock import ClockState
-from services.demo.side_by_side import Row, live, simulated
+from services.demo.report_page import write_page
+from services.demo.side_by_side import COLUMNS, TITLE, Row, caption, cells, live, simulated
 from services.node_agent.worker_env import DEFAULT_ALLOW
 from services.platform.migrations import migrated_schema
 from services.platform.paths import state_dir
@@ -463,7 +464,8 @@ async def run_demo(
                 indent=2,
             )
         )
-        console.print(f"logs and the report: {workdir}")
+        page = write_page(workdir, json.loads((workdir / "report.json").read_text()), speed, accelerated)
+        console.print(f"logs and the report: {workdir} (as a page: {page.as_uri()})", soft_wrap=True)
         return 0
     finally:
         stop_all([replay])
@@ -640,38 +642,13 @@ async def _side_by_side(
 
 
 def _side_by_side_table(rows: list[Row], speed: float, *, accelerated: bool = False) -> Table:
-    table = Table(title="Side by side on the same sample (times in the sample's hours and minutes)")
-    for column in ("run", "spot evictions", "spot queueing (mean)", "HP queueing (mean)",
-                   "spot GPU-h completed", "tasks finished"):  # fmt: skip
+    table = Table(title=TITLE)
+    for column in COLUMNS:
         table.add_column(column, justify="right")
     for r in rows:
-        table.add_row(
-            r.name, str(r.spot_evictions), _minutes(r.spot_queue_mean_s), _minutes(r.hp_queue_mean_s),
-            f"{r.spot_gpu_hours_completed:.1f}", f"{r.finished} of {r.tasks}",
-        )  # fmt: skip
-    if accelerated:
-        table.caption = (
-            f"The live run played the sample on an accelerated clock ({speed:g} sample seconds per "
-            "wall second) and stops soon after its end, counting only what finished by then; the "
-            "simulator drains every task. Live GFS forecasts with the LSTM and runs the simulator's "
-            "policy code, but its clock waits for nothing: a wall second of pipeline latency is "
-            f"{speed / 60:g} sample minutes, so it is not decision-for-decision equal to simulated "
-            "GFS (persistence forecast) here; that equality holds when the clock waits for the "
-            "pipeline to settle (`gfs parity run`, docs/parity.md)."
-        )
-    else:
-        table.caption = (
-            f"The live run stops soon after its replay (at {speed:g}x wall time) and counts only what "
-            "finished by then; the simulator drains every task. Live GFS runs the simulator's policy "
-            "code but decides at the instants its inputs arrive, so it is not decision-for-decision "
-            "equal to simulated GFS here; that equality holds on the controllable clock "
-            "(`gfs parity run`, docs/parity.md)."
-        )
+        table.add_row(*cells(r))
+    table.caption = caption(speed, accelerated=accelerated)
     return table
-
-
-def _minutes(seconds: float) -> str:
-    return f"{seconds / 60:.1f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
 
 
 def _kill_workers(workdir: Path, run: str) -> None:

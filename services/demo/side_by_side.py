@@ -128,3 +128,39 @@ _ORDER = {"accepted": 0, "evicted": 1, "started": 2, "finished": 3}
 
 def _mean(values: list[float]) -> float:
     return sum(values) / len(values) if values else 0.0
+
+
+TITLE = "Side by side on the same sample (times in the sample's hours and minutes)"
+COLUMNS = ("run", "spot evictions", "spot queueing (mean)", "HP queueing (mean)", "spot GPU-h completed",
+           "tasks finished")  # fmt: skip
+
+
+def minutes(seconds: float) -> str:
+    return f"{seconds / 60:.1f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
+
+
+def cells(r: Row) -> tuple[str, ...]:
+    """One row as printed, in the terminal and on the report page alike (`COLUMNS`)."""
+    return (r.name, str(r.spot_evictions), minutes(r.spot_queue_mean_s), minutes(r.hp_queue_mean_s),
+            f"{r.spot_gpu_hours_completed:.1f}", f"{r.finished} of {r.tasks}")  # fmt: skip
+
+
+def caption(speed: float, *, accelerated: bool) -> str:
+    """What the table can and cannot say: the live row is not the simulator's decision log."""
+    if accelerated:
+        return (
+            f"The live run played the sample on an accelerated clock ({speed:g} sample seconds per "
+            "wall second) and stops soon after its end, counting only what finished by then; the "
+            "simulator drains every task. Live GFS forecasts with the LSTM and runs the simulator's "
+            "policy code, but its clock waits for nothing: a wall second of pipeline latency is "
+            f"{speed / 60:g} sample minutes, so it is not decision-for-decision equal to simulated "
+            "GFS (persistence forecast) here; that equality holds when the clock waits for the "
+            "pipeline to settle (`gfs parity run`, docs/parity.md)."
+        )
+    return (
+        f"The live run stops soon after its replay (at {speed:g}x wall time) and counts only what "
+        "finished by then; the simulator drains every task. Live GFS runs the simulator's policy "
+        "code but decides at the instants its inputs arrive, so it is not decision-for-decision "
+        "equal to simulated GFS here; that equality holds on the controllable clock "
+        "(`gfs parity run`, docs/parity.md)."
+    )

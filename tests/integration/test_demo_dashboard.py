@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import csv
+import html
 import json
 import os
 import re
@@ -462,6 +463,25 @@ async def test_demo_dashboard_in_headless_chromium_then_ctrl_c(
         assert r["target"] == pytest.approx(0.1) and r["periods"] > 0, (pool, r)
         assert r["rate"] == pytest.approx(r["failed"] / r["periods"]), (pool, r)
     assert "quotas from a model forecast: " in demo.output() and ARTIFACT in demo.output(), demo.logs()
+    # The final report as a page, read by headless Chromium: the side-by-side table's rows as the
+    # report holds them, each pool's rate against its target; its screenshot is kept.
+    page = demo.workdir / "report.html"
+    dom = await asyncio.to_thread(
+        _run_chromium, chromium, demo.out.parent / "chromium", "--dump-dom", page.as_uri()
+    )
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    for row in side:
+        assert f"<td>{html.escape(row['name'])}</td><td>{row['spot_evictions']}</td>" in dom.stdout, row
+    for pool, r in rates.items():
+        assert f"<td>{pool}</td><td>{r['failed']}</td><td>{r['periods']}</td>" in dom.stdout, (pool, r)
+    assert 'id="lstm-quotas"' in dom.stdout and ARTIFACT in dom.stdout
+    shot = ARTIFACTS / f"demo-report-{demo.run}.png"
+    out = await asyncio.to_thread(
+        _run_chromium, chromium, demo.out.parent / "chromium", f"--screenshot={shot}",
+        "--window-size=1280,1000", page.as_uri(),
+    )  # fmt: skip
+    assert out.returncode == 0 and shot.exists() and shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    print(f"\ndemo report page screenshot: {shot}")
     left = {name: pid for name, pid in pids.items() if _alive(pid, marker)}
     assert not left, f"processes the demo started still run: {left}"
     stray = {pid: _cmdline(pid) for pid in run_processes(demo.run)}
