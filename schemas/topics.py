@@ -292,21 +292,27 @@ def _decode_fast(topic_name: str, raw: bytes) -> Envelope[Any] | None:
     path then says what). Accepts only what `_decode_checked` accepts: the same models validate,
     and the event type and version are checked the same way."""
     try:
-        spec = topic(topic_name)
-        types = spec.payload_types
-        if len(types) == 1:
-            payload_type = types[0]  # a wrong event_type fails the envelope's own check
+        models = _envelope_models(topic_name)
+        if len(models) == 1:
+            (model,) = models.values()  # a wrong event_type fails the envelope's own check
         else:
             head = _Head.model_validate_json(raw)
             if not isinstance(head.event_type, str):
                 return None
-            payload_type = spec.payload_type(head.event_type)
-        envelope = envelope_type(payload_type).model_validate_json(raw)
+            model = models[head.event_type]
+        envelope = model.model_validate_json(raw)
     except (ValueError, KeyError):  # pydantic's ValidationError is a ValueError
         return None
     if envelope.schema_version not in SUPPORTED_SCHEMA_VERSIONS:
         return None
     return envelope
+
+
+@cache
+def _envelope_models(topic_name: str) -> dict[str, type[Envelope[Any]]]:
+    """Event type -> its envelope model, for the topic's payload types (KeyError: no such topic).
+    Cached: looking up a parametrised generic model costs as much as a small record's parse."""
+    return {t.__name__: envelope_type(t) for t in topic(topic_name).payload_types}
 
 
 def _decode_checked(topic_name: str, raw: bytes) -> Envelope[Any]:
