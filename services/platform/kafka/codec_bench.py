@@ -20,9 +20,10 @@ other (the machine is shared: wall-clock times would count other processes' turn
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -91,11 +92,19 @@ class _Dropped:
         return True
 
 
+def _each_time(
+    loop: asyncio.AbstractEventLoop, make: Callable[[], Coroutine[Any, Any, None]]
+) -> Callable[[], object]:
+    def run() -> object:
+        return loop.run_until_complete(make())
+
+    return run
+
+
 def span_cases(batch: int = 500) -> dict[str, Callable[[], object]]:
     """Microseconds per record through `RecordProcessor` (decode, trace context, handler), a span
     per record against one span per batch with a link per record; tracing off (the services'
     default: an SDK provider with no exporter) and on (spans recorded and batched for export)."""
-    import asyncio
     from datetime import UTC, datetime
 
     from aiokafka.structs import ConsumerRecord
@@ -152,7 +161,7 @@ def span_cases(batch: int = 500) -> dict[str, Callable[[], object]]:
                         await processor.process(record)
 
             name = f"tracing {tracing}, {'a span per record' if per_record else 'a span per batch'}"
-            found[name] = lambda one_batch=one_batch: loop.run_until_complete(one_batch())
+            found[name] = _each_time(loop, one_batch)
     return found
 
 

@@ -69,7 +69,7 @@ def a_record(value: bytes, *, offset: int, traceparent: str | None = None) -> Co
 
 
 def a_processor(handler: Any, sink: Recorded, *, per_record: bool) -> RecordProcessor:
-    batched = {} if per_record else {"span_per_record": False}  # the default: a span per record
+    batched: dict[str, Any] = {} if per_record else {"span_per_record": False}  # default: per record
     return RecordProcessor(
         sink=sink, group="g1", handler=handler, retry=RetryPolicy(attempts=1), producer_name="gfs-test",
         now=lambda: NOW, stats=ConsumeStats(), **batched,
