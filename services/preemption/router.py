@@ -5,9 +5,11 @@ deciding instances own pools through consumer-group assignment of the pool-keyed
 (`INBOX_TOPIC`), so every input must first be re-keyed by its pool. The router is stateless
 apart from two Postgres maps (a task's pool, recorded at its first submission; a node's pool,
 from its telemetry), runs in every instance under one consumer group, and forwards each record's
-envelope unchanged with its trace context, the source topic in a header and, for a task id
-submitted before, a duplicate mark. Delivery is at-least-once (the platform's consume loop
-commits after the inbox acked); the deciders dedupe by event_id.
+value as it was read (validated once, not re-encoded) with its own trace context, the source topic
+in a header and, for a task id submitted before, a duplicate mark. A fetched batch is one span
+(`BATCH_SPAN`) linked to each record's trace, not a span per record (issue 23). Delivery is
+at-least-once (the platform's consume loop commits after the inbox acked); the deciders dedupe by
+event_id.
 
 Records whose pool cannot be found (a cancel for a task never submitted, an ack from a node that
 never sent telemetry) go to the dead-letter topic with the reason, and so does a record whose
