@@ -174,7 +174,8 @@ class Router:
             headers.append((SOURCE_KEY_HEADER, context.key))
         if duplicate:
             headers.append((DUPLICATE_HEADER, b"1"))
-        # The record's own trace (its consume span): forwarded after the batch, not inside it.
+        # The record's own trace (the producer's span when `route` runs a batch in one span; the
+        # record's consume span with a span per record): the decisions continue the task's trace.
         carried = inject_headers(headers, context=context.trace_context)
         # The value as it was read: validated once, here, and not re-encoded (issue 23); the
         # decider decodes it against its source topic, as it decoded the re-encoded envelope.
