@@ -5,9 +5,11 @@ deciding instances own pools through consumer-group assignment of the pool-keyed
 (`INBOX_TOPIC`), so every input must first be re-keyed by its pool. The router is stateless
 apart from two Postgres maps (a task's pool, recorded at its first submission; a node's pool,
 from its telemetry), runs in every instance under one consumer group, and forwards each record's
-envelope unchanged with its trace context, the source topic in a header and, for a task id
-submitted before, a duplicate mark. Delivery is at-least-once (the platform's consume loop
-commits after the inbox acked); the deciders dedupe by event_id.
+value as it was read (validated once, not re-encoded) with its own trace context, the source topic
+in a header and, for a task id submitted before, a duplicate mark. A fetched batch is one span
+(`BATCH_SPAN`) linked to each record's trace, not a span per record (issue 23). Delivery is
+at-least-once (the platform's consume loop commits after the inbox acked); the deciders dedupe by
+event_id.
 
 Records whose pool cannot be found (a cancel for a task never submitted, an ack from a node that
 never sent telemetry) go to the dead-letter topic with the reason, and so does a record whose
@@ -28,6 +30,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import asyncpg
+from opentelemetry import trace
 
 from schemas.clock import CLOCK_KEY, ClockTick
 from schemas.commands import EvictAck
@@ -40,7 +43,7 @@ from schemas.workers import WorkerExited, WorkerStarted
 from services.platform.kafka.dead_letter import FailedRecord, build_dead_letter
 from services.platform.kafka.processing import NO_RETRY, ConsumeStats, MessageContext, RecordProcessor
 from services.platform.kafka.producer import EnvelopeProducer
-from services.platform.tracing import inject_headers
+from services.platform.tracing import TRACER_NAME, inject_headers
 from services.preemption import store
 from services.preemption.poison import STORE_ATTEMPTS, StoreFailedError, caused_by_record, store_failed
 from services.preemption.report_auth import ReportAuth
@@ -62,6 +65,7 @@ ROUTED_TOPICS = (
 )
 CLOCK_TOPIC = "gfs.control.clock"  # routed too when the service runs on the controllable clock
 UNKNOWN_NODE_TTL_S = 30.0
+BATCH_SPAN = "route batch"  # the router's span of one fetched batch, linked to each record's trace
 _TRACE_HEADERS = frozenset({"traceparent", "tracestate"})
 
 
@@ -170,11 +174,13 @@ class Router:
             headers.append((SOURCE_KEY_HEADER, context.key))
         if duplicate:
             headers.append((DUPLICATE_HEADER, b"1"))
-        # The record's own trace (its consume span): forwarded after the batch, not inside it.
+        # The record's own trace (the producer's span when `route` runs a batch in one span; the
+        # record's consume span with a span per record): the decisions continue the task's trace.
         carried = inject_headers(headers, context=context.trace_context)
-        sent = await self.producer.send_raw_later(
-            self.inbox, value=encode(envelope), key=pool.encode(), headers=carried
-        )
+        # The value as it was read: validated once, here, and not re-encoded (issue 23); the
+        # decider decodes it against its source topic, as it decoded the re-encoded envelope.
+        value = context.value if context.value is not None else encode(envelope)
+        sent = await self.producer.send_raw_later(self.inbox, value=value, key=pool.encode(), headers=carried)
         self.in_flight.append(sent)
         self.routed += 1
 
@@ -296,7 +302,8 @@ class Router:
 
     async def _dead_letter(self, envelope: Envelope[Any], context: MessageContext, exc: Exception) -> None:
         failed = FailedRecord(topic=context.topic, partition=context.partition, offset=context.offset,
-                              value=encode(envelope), consumer_group=context.consumer_group)  # fmt: skip
+                              value=context.value if context.value is not None else encode(envelope),
+                              consumer_group=context.consumer_group)  # fmt: skip
         letter = build_dead_letter(
             failed, error=exc, failed_at=datetime.now(UTC), producer=self.producer_name
         )
@@ -357,7 +364,9 @@ async def route(
     processor = RecordProcessor(
         sink=router.producer, group=group, handler=router.handle, retry=NO_RETRY,
         producer_name=router.producer_name, now=lambda: datetime.now(UTC), stats=stats or ConsumeStats(),
+        span_per_record=False,
     )  # fmt: skip
+    tracer = trace.get_tracer(TRACER_NAME)
     consumer = AIOKafkaConsumer(
         *topics, bootstrap_servers=bootstrap_servers, group_id=group, enable_auto_commit=False,
         auto_offset_reset=offset_reset, isolation_level="read_committed",
@@ -375,10 +384,18 @@ async def route(
             if not batch:
                 await note_heard(router, consumer)
                 continue
-            for records in batch.values():
-                for record in records:
-                    await processor.process(record)
-            await router.flush()
+            # One span per batch (issue 23: a span per record cost more than routing it), linked
+            # to each record's trace; each record is forwarded in its own trace, so the decision
+            # spans of the decider continue the task's trace.
+            with tracer.start_as_current_span(
+                BATCH_SPAN, kind=trace.SpanKind.CONSUMER,
+                attributes={"messaging.system": "kafka", "messaging.consumer.group.name": group,
+                            "messaging.batch.message_count": sum(len(r) for r in batch.values())},
+            ):  # fmt: skip
+                for records in batch.values():
+                    for record in records:
+                        await processor.process(record)
+                await router.flush()
             if committing is not None:
                 await committing
             offsets = {tp: records[-1].offset + 1 for tp, records in batch.items()}

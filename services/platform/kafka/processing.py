@@ -40,6 +40,8 @@ class MessageContext:
     # anything the handler publishes continues the same trace.
     trace_context: otel_context.Context
     span: trace.Span
+    # The record's value as read (a router forwards it as it came, not re-encoded: issue 23).
+    value: bytes | None = None
 
 
 Handler = Callable[[Envelope[Any], MessageContext], Awaitable[None]]
@@ -112,7 +114,16 @@ class RecordProcessor:
     # test's local provider, is the one used.
     tracer: trace.Tracer = field(default_factory=lambda: trace.get_tracer(TRACER_NAME))
 
+    # False: no span per record (issue 23, spans that cost little). The caller runs a batch in
+    # one span of its own; each record's trace is linked from it (at most the SDK's link limit,
+    # 128 by default) and handed to the handler as `trace_context`, so what it publishes still
+    # continues the record's own trace.
+    span_per_record: bool = True
+
     async def process(self, record: ConsumerRecord[bytes, bytes]) -> None:
+        if not self.span_per_record:
+            await self._process_in_batch(record)
+            return
         tracer = self.tracer
         attributes = {
             "messaging.system": "kafka",
@@ -135,9 +146,28 @@ class RecordProcessor:
                 return
             await self._handle(envelope, record, span)
 
+    async def _process_in_batch(self, record: ConsumerRecord[bytes, bytes]) -> None:
+        batch = trace.get_current_span()
+        try:
+            envelope = decode(record.topic, record.value or b"")
+        except ValueError as exc:
+            await self._reject(record, exc, batch)
+            return
+        own = extract_context(record.headers)
+        if batch.is_recording():
+            linked = trace.get_current_span(own).get_span_context()
+            if linked.is_valid:
+                batch.add_link(linked)
+        await self._handle(envelope, record, batch, own)
+
     async def _reject(self, record: ConsumerRecord[bytes, bytes], exc: ValueError, span: trace.Span) -> None:
         reason = describe_error(exc)
-        span.set_attribute("gfs.dead_letter.reason", reason)
+        if self.span_per_record:
+            span.set_attribute("gfs.dead_letter.reason", reason)
+        else:  # the batch's span: one event per refused record
+            span.add_event(
+                "dead letter", {"messaging.kafka.offset": record.offset, "gfs.dead_letter.reason": reason}
+            )
         if record.topic == DEAD_LETTER_TOPIC:
             log.error(
                 "undecodable dead letter skipped topic=%s partition=%d offset=%d reason=%s",
@@ -156,7 +186,11 @@ class RecordProcessor:
         self.stats.dead_lettered += 1
 
     async def _handle(
-        self, envelope: Envelope[Any], record: ConsumerRecord[bytes, bytes], span: trace.Span
+        self,
+        envelope: Envelope[Any],
+        record: ConsumerRecord[bytes, bytes],
+        span: trace.Span,
+        trace_context: otel_context.Context | None = None,
     ) -> None:
         context = MessageContext(
             topic=record.topic,
@@ -165,8 +199,9 @@ class RecordProcessor:
             key=record.key,
             headers=tuple(record.headers or ()),
             consumer_group=self.group,
-            trace_context=otel_context.get_current(),
+            trace_context=otel_context.get_current() if trace_context is None else trace_context,
             span=span,
+            value=record.value,
         )
         for attempt in range(1, self.retry.attempts + 1):
             try:
