@@ -30,6 +30,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 import asyncpg
+from aiokafka import ConsumerRebalanceListener, ConsumerRecord, TopicPartition
+from aiokafka.errors import CommitFailedError, IllegalStateError
 from opentelemetry import trace
 
 from schemas.clock import CLOCK_KEY, ClockTick
@@ -345,6 +347,40 @@ async def note_heard(router: Router, consumer: Any) -> None:
     router.heard = min(times)
 
 
+class CommitInFlight(ConsumerRebalanceListener):  # type: ignore[misc]
+    """Lets the last batch's offset commit land before the group takes partitions away, so their
+    new owner starts after it instead of reading the batch again (issue 23: a second instance
+    joining while the first had a commit in flight crashed the first)."""
+
+    def __init__(self) -> None:
+        self.task: asyncio.Task[None] | None = None
+
+    async def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
+        if self.task is not None:
+            await settle_commit(self.task)
+
+    async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
+        return None
+
+
+async def settle_commit(commit: asyncio.Task[None]) -> None:
+    """Wait for an offset commit. One the group refused because it rebalanced (the partitions are
+    no longer ours, or the generation moved on) is not an error for a forwarder: the partitions'
+    new owner reads those records again from the last committed offset, and everything downstream
+    deduplicates by event id (at-least-once). Any other failure stops the loop, as before."""
+    try:
+        await commit
+    except (CommitFailedError, IllegalStateError) as exc:
+        log.warning("router: offset commit refused by a rebalance, the records will be read again: %r", exc)
+
+
+def assigned_offsets(
+    batch: dict[TopicPartition, list[ConsumerRecord[bytes, bytes]]], assigned: set[TopicPartition]
+) -> dict[TopicPartition, int]:
+    """The next offset to read of each partition in `batch` that is still assigned to us."""
+    return {tp: records[-1].offset + 1 for tp, records in batch.items() if tp in assigned and records}
+
+
 async def route(
     router: Router,
     *,
@@ -368,9 +404,11 @@ async def route(
     )  # fmt: skip
     tracer = trace.get_tracer(TRACER_NAME)
     consumer = AIOKafkaConsumer(
-        *topics, bootstrap_servers=bootstrap_servers, group_id=group, enable_auto_commit=False,
+        bootstrap_servers=bootstrap_servers, group_id=group, enable_auto_commit=False,
         auto_offset_reset=offset_reset, isolation_level="read_committed",
     )  # fmt: skip
+    in_flight = CommitInFlight()
+    consumer.subscribe(list(topics), listener=in_flight)
     await consumer.start()
     # The offset commit of a batch runs while the next batch is read and routed (issue 22: on a
     # busy broker it was a serial round trip of tens of ms before every fetch). It is issued only
@@ -397,12 +435,14 @@ async def route(
                         await processor.process(record)
                 await router.flush()
             if committing is not None:
-                await committing
-            offsets = {tp: records[-1].offset + 1 for tp, records in batch.items()}
-            committing = asyncio.create_task(consumer.commit(offsets))
+                await settle_commit(committing)
+            # Only partitions still ours: a rebalance during the batch may have taken some away
+            # (committing them would be refused, and their new owner reads them again anyway).
+            offsets = assigned_offsets(batch, consumer.assignment())
+            committing = in_flight.task = asyncio.create_task(consumer.commit(offsets)) if offsets else None
             await note_heard(router, consumer)
         if committing is not None:
-            await committing
+            await settle_commit(committing)
     finally:
         if committing is not None and not committing.done():
             committing.cancel()
