@@ -15,18 +15,19 @@ blocks only its bucket). Their number is what "10k and 50k queued" means in issu
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import asyncpg
-from aiokafka import AIOKafkaConsumer
+from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
 from schemas.tasks import TaskSubmitted
+from schemas.topics import topic
 from services.livebench.pipeline_load import BenchState, Load, on_arrival_latencies, percentile
-from services.platform.kafka.lag import LagProbe
 from services.platform.settings import PlatformSettings
 
 
@@ -54,35 +55,54 @@ class Step:
 
 
 class Lag:
-    """The service's consumer lag, both groups together (events not yet committed)."""
+    """What the service has not processed yet, both stages together: the router group's lag on the
+    input topics (end minus committed offsets in Kafka) plus the decider's on its inbox (end
+    offsets minus the `next_offset` it stores in Postgres with its journal: the decider commits no
+    offsets to Kafka, so a Kafka-side probe of its group would read nothing)."""
 
-    def __init__(self, settings: PlatformSettings, run: str) -> None:
+    def __init__(self, settings: PlatformSettings, run: str, dsn: str) -> None:
         from services.preemption.router import ROUTED_TOPICS
 
         servers = settings.bootstrap_servers
-        self._probes = (
-            LagProbe(servers, f"bench-router-{run}", ROUTED_TOPICS),
-            LagProbe(servers, f"bench-pre-{run}", (f"bench-inbox-{run}",)),
-        )
+        self._group = f"bench-router-{run}"
+        self._inbox = f"bench-inbox-{run}"
+        self._routed = [TopicPartition(t, p) for t in ROUTED_TOPICS for p in range(topic(t).partitions)]
+        self._dsn = dsn
         self._admin = AIOKafkaAdminClient(bootstrap_servers=servers)
-        self._consumer = AIOKafkaConsumer(bootstrap_servers=servers)
+        self._consumer = AIOKafkaConsumer(bootstrap_servers=servers, enable_auto_commit=False)
+        self._db: asyncpg.Connection | None = None
 
     async def __aenter__(self) -> Lag:
         await self._admin.start()
         await self._consumer.start()
+        self._db = await asyncpg.connect(self._dsn)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
+        if self._db is not None:
+            await self._db.close()
         await self._consumer.stop()
         await self._admin.close()
 
     async def total(self) -> int:
-        await self._consumer.topics()  # refresh metadata: the inbox topic may be new
-        return sum([sum((await p.measure(self._admin, self._consumer)).values()) for p in self._probes])
+        assert self._db is not None
+        claimed = await self._db.fetch(
+            "SELECT partition, next_offset FROM preemption_partition WHERE inbox_topic = $1", self._inbox
+        )
+        inbox = {TopicPartition(self._inbox, r["partition"]): int(r["next_offset"]) for r in claimed}
+        parts = self._routed + list(inbox)
+        self._consumer.assign(parts)  # the consumer learns these topics' metadata (the inbox is new)
+        ends = await self._consumer.end_offsets(parts)
+        starts = await self._consumer.beginning_offsets(self._routed)
+        committed = await self._admin.list_consumer_group_offsets(self._group) or {}
+        behind = 0
+        for tp in self._routed:
+            done = committed.get(tp)
+            position = done.offset if done is not None and done.offset >= 0 else starts[tp]
+            behind += max(0, int(ends[tp]) - int(position))
+        return behind + sum(max(0, int(ends[tp]) - offset) for tp, offset in inbox.items())
 
     async def drained(self, below: int = 50, timeout_s: float = 1800.0) -> int:
-        import asyncio
-
         deadline = time.monotonic() + timeout_s
         while (behind := await self.total()) >= below and time.monotonic() < deadline:
             await asyncio.sleep(1.0)
@@ -96,6 +116,7 @@ async def submit_backlog(
     submit: Callable[[TaskSubmitted], Awaitable[None]],
     settings: PlatformSettings,
     run: str,
+    dsn: str,
 ) -> None:
     began = time.perf_counter()
     for _ in range(n):
@@ -103,7 +124,7 @@ async def submit_backlog(
         state.backlog.add(task.task_id)
         await submit(task)
     sent = time.perf_counter() - began
-    async with Lag(settings, run) as lag:
+    async with Lag(settings, run, dsn) as lag:
         behind = await lag.drained()
     print(f"backlog: {n} spot tasks (4-h guarantee, no quota) sent in {sent:.1f} s, taken in by "
           f"{time.perf_counter() - began:.1f} s ({behind} records still behind)")  # fmt: skip
@@ -119,7 +140,7 @@ async def run_ramp(
     print(" ".join(f"{h:>9}" for h in heads))
     connection = await asyncpg.connect(dsn)
     try:
-        async with Lag(settings, run) as lag:
+        async with Lag(settings, run, dsn) as lag:
             rate = options.start
             for _ in range(options.max_steps):
                 load.state.latency.clear()

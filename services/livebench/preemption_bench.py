@@ -262,7 +262,7 @@ async def _bench(
                 f"{len(state.pending)} queued) in {time.perf_counter() - t1:.1f} s"
             )
             if backlog:
-                await submit_backlog(state, backlog, new_backlog_task, submit, settings, run)
+                await submit_backlog(state, backlog, new_backlog_task, submit, settings, run, dsn)
             load = Load(state, producer, secret, rng, fill, new_task, submit)
             if ramp is not None:
                 summary = await run_ramp(load, ramp, dsn, settings, run)
