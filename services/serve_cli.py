@@ -203,7 +203,8 @@ def virtual_nodes(
         }
     settings = PlatformSettings()
     _logging(settings, "virtual-nodes")
-    secret = PreemptionSettings().master_secret()
+    keys = PreemptionSettings()
+    secret = keys.master_secret()
 
     async def main(stop: asyncio.Event) -> None:
         await run_virtual_nodes(
@@ -213,6 +214,8 @@ def virtual_nodes(
             telemetry_s=telemetry_s,
             stop=stop,
             clock_name=clock_name,
+            previous_secret=keys.previous_secret(),
+            previous_until=keys.gfs_command_secret_previous_until,
         )
 
     _run_until_signalled(main)
