@@ -167,6 +167,7 @@ def node_agent(
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
     os.environ.pop("GFS_COMMAND_SECRET", None)
+    os.environ.pop("GFS_COMMAND_SECRET_PREVIOUS", None)  # the rotated-out master too (key_rotation.py)
 
     async def main(stop: asyncio.Event) -> None:
         from services.platform.tracing import configure_tracing

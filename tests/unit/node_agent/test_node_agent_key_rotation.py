@@ -24,6 +24,7 @@ from test_node_agent_security import EVICT_SIGNATURE, MASTER, NODE_7_KEY_HEX, T0
 from services.node_agent.security import CommandGuard, Rejection
 from services.node_agent.settings import NodeAgentSettings
 from services.node_agent.virtual import VirtualNodes
+from services.node_agent.worker_env import worker_environment
 
 NEW_MASTER = b"test-master-secret-NEW-0123456789"
 NEW_NODE_7_KEY_HEX = "22cdca27a95822c02ad3acf2de1f2a5b267206b8884e7716226940d95dc494bb"
@@ -150,3 +151,16 @@ def test_virtual_nodes_accept_the_previous_secret_inside_its_window(
     )  # fmt: skip
     host.sim_now = T0  # the command is fresh on the host's clock; the window is the wall's
     assert host.refusal(evict_command(SIGNED[signer])) == expected
+
+
+def test_no_worker_inherits_the_previous_key_even_when_everything_is_allowed() -> None:
+    agent_env = {
+        "PATH": "/usr/bin",
+        "GFS_COMMAND_SECRET_PREVIOUS": MASTER.decode(),
+        "GFS_NODE_KEY_PREVIOUS": NODE_7_KEY_HEX,
+        "GFS_COMMAND_SECRET_PREVIOUS_UNTIL": "2026-03-01T13:00:00Z",  # not a secret
+    }
+    assert worker_environment(agent_env, allow=("*",)) == {
+        "PATH": "/usr/bin",
+        "GFS_COMMAND_SECRET_PREVIOUS_UNTIL": "2026-03-01T13:00:00Z",
+    }
