@@ -185,7 +185,7 @@ async def _rotate(r: Rotation, live: Live, kafka: str) -> None:
             for phase in (1, 2, 3):
                 for name in (r.nodes[0], "service", r.nodes[1]):
                     before = {n: started_on(n) for n in r.nodes}
-                    r.procs[name].stop()
+                    await asyncio.to_thread(r.procs[name].stop)  # the stream goes on meanwhile
                     r.start(name, phase)
                     await r.ready(name)
                     # Both nodes run a new task in this state: commands and acks crossed it both ways.
