@@ -15,16 +15,20 @@ test_node_agent_security.py, no newline):
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 from pydantic import ValidationError
 from test_node_agent_security import EVICT_SIGNATURE, MASTER, NODE_7_KEY_HEX, T0, evict_command
 
+from schemas.commands import EvictAck, EvictOutcome
 from services.node_agent.security import CommandGuard, Rejection
 from services.node_agent.settings import NodeAgentSettings
 from services.node_agent.virtual import VirtualNodes
 from services.node_agent.worker_env import worker_environment
+from services.platform.signing import SignatureCheck, check_signature
+from tests.unit.node_agent.conftest import KEY, AgentHarness, evict
 
 NEW_MASTER = b"test-master-secret-NEW-0123456789"
 NEW_NODE_7_KEY_HEX = "22cdca27a95822c02ad3acf2de1f2a5b267206b8884e7716226940d95dc494bb"
@@ -164,3 +168,33 @@ def test_no_worker_inherits_the_previous_key_even_when_everything_is_allowed() -
         "PATH": "/usr/bin",
         "GFS_COMMAND_SECRET_PREVIOUS_UNTIL": "2026-03-01T13:00:00Z",
     }
+
+
+async def test_virtual_nodes_act_on_a_previous_key_command_and_answer_with_the_current_key() -> None:
+    recorder = _Recorder()
+    host = VirtualNodes(
+        {"node-7": ("H100", 8)}, NEW_MASTER, recorder,  # type: ignore[arg-type]
+        previous_secret=MASTER, previous_until=None,
+    )  # fmt: skip
+    host.sim_now = T0
+    await host.handle(evict_command(EVICT_SIGNATURE))  # signed with the old (previous) key
+    (ack,) = [e.payload for e in recorder.sent]  # type: ignore[attr-defined]
+    assert type(ack).__name__ == "EvictAck" and ack.command_id == evict_command().command_id
+    assert check_signature(ack, key=NEW_KEY) is SignatureCheck.VALID
+    assert check_signature(ack, key=OLD_KEY) is SignatureCheck.MISMATCH
+
+
+async def test_the_agent_acts_on_a_previous_key_command_and_signs_its_ack_with_the_current_key(
+    harness: AgentHarness,
+) -> None:
+    # Phase 2 for this agent: signs with a new key, still accepts the old one (conftest's KEY).
+    current = bytes(range(100, 132))
+    harness.agent.guard = replace(harness.agent.guard, key=current, previous_key=KEY, previous_until=None)
+    command = evict("job-none")  # signed with KEY
+    await harness.send(command)
+    await harness.until(lambda: bool(harness.sink.payloads(EvictAck)))
+    (ack,) = harness.sink.payloads(EvictAck)
+    assert ack.command_id == command.command_id and ack.outcome is EvictOutcome.NOT_RUNNING
+    assert check_signature(ack, key=current) is SignatureCheck.VALID
+    assert check_signature(ack, key=KEY) is SignatureCheck.MISMATCH
+    assert not harness.agent.metrics.rejections
