@@ -20,7 +20,6 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 from pydantic import ValidationError
-from test_node_agent_security import EVICT_SIGNATURE, MASTER, NODE_7_KEY_HEX, T0, evict_command
 
 from schemas.commands import EvictAck, EvictOutcome
 from services.node_agent.security import CommandGuard, Rejection
@@ -29,6 +28,13 @@ from services.node_agent.virtual import VirtualNodes
 from services.node_agent.worker_env import worker_environment
 from services.platform.signing import SignatureCheck, check_signature
 from tests.unit.node_agent.conftest import KEY, AgentHarness, evict
+from tests.unit.node_agent.test_node_agent_security import (
+    EVICT_SIGNATURE,
+    MASTER,
+    NODE_7_KEY_HEX,
+    T0,
+    evict_command,
+)
 
 NEW_MASTER = b"test-master-secret-NEW-0123456789"
 NEW_NODE_7_KEY_HEX = "22cdca27a95822c02ad3acf2de1f2a5b267206b8884e7716226940d95dc494bb"

@@ -8,10 +8,10 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from test_report_auth import _messages
 
 from services.platform.signing import SignedMessage, node_key, sign
 from services.preemption.report_auth import Refusal, ReportAuth
+from tests.unit.preemption.test_report_auth import _messages
 
 OLD = b"unit-rotation-old-master-secret-01"
 NEW = b"unit-rotation-new-master-secret-02"
