@@ -167,6 +167,7 @@ def node_agent(
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
     os.environ.pop("GFS_COMMAND_SECRET", None)
+    os.environ.pop("GFS_COMMAND_SECRET_PREVIOUS", None)  # the rotated-out master too (key_rotation.py)
 
     async def main(stop: asyncio.Event) -> None:
         from services.platform.tracing import configure_tracing
@@ -203,7 +204,8 @@ def virtual_nodes(
         }
     settings = PlatformSettings()
     _logging(settings, "virtual-nodes")
-    secret = PreemptionSettings().master_secret()
+    keys = PreemptionSettings()
+    secret = keys.master_secret()
 
     async def main(stop: asyncio.Event) -> None:
         await run_virtual_nodes(
@@ -213,6 +215,8 @@ def virtual_nodes(
             telemetry_s=telemetry_s,
             stop=stop,
             clock_name=clock_name,
+            previous_secret=keys.previous_secret(),
+            previous_until=keys.gfs_command_secret_previous_until,
         )
 
     _run_until_signalled(main)

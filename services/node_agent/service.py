@@ -151,7 +151,11 @@ async def run_node_agent(
                 key=key,
                 max_age=timedelta(seconds=settings.agent_command_max_age_s),
                 clock_skew=timedelta(seconds=settings.agent_clock_skew_s),
+                previous_key=settings.previous_key(options.node),
+                previous_until=settings.gfs_command_secret_previous_until,
+                wall_clock=wall,
             )
+            _log_rotation(options.node, guard)
             async with EnvelopeProducer(
                 bootstrap_servers=settings.bootstrap_servers, client_id=group_of(options.node)
             ) as producer:
@@ -257,3 +261,19 @@ async def run_node_agent(
             metrics.shutdown()
         if clock_reader is not None:
             await clock_reader.stop()
+
+
+def _log_rotation(node: str, guard: CommandGuard) -> None:
+    """Say at start-up whether a previous key is accepted, and until when (key_rotation.py)."""
+    if guard.previous_key is None:
+        return
+    if guard.previous_until is None:
+        log.warning(
+            "node agent %s: a previous key is accepted with no end (GFS_COMMAND_SECRET_PREVIOUS_UNTIL "
+            "unset): unset the previous key once the rotation is done", node,
+        )  # fmt: skip
+    else:
+        log.warning(
+            "node agent %s: commands signed with the previous key are accepted until %s (a rotation)",
+            node, guard.previous_until.isoformat(),
+        )  # fmt: skip

@@ -9,6 +9,7 @@ from pydantic import AliasChoices, Field, SecretStr, field_validator
 
 from services.node_agent.paths import path_part
 from services.node_agent.worker_env import DEFAULT_ALLOW
+from services.platform.key_rotation import PreviousUntil
 from services.platform.paths import state_dir
 from services.platform.settings import REPO_ROOT, PlatformSettings
 from services.platform.signing import MIN_KEY_BYTES, node_key
@@ -23,10 +24,17 @@ class NodeAgentSettings(PlatformSettings):
     master secret) or GFS_COMMAND_SECRET (the scheduler's master secret, UTF-8; the agent derives
     its key with `signing.node_key`, handy for one-machine stacks and tests, then keeps only that
     key: see `own_key_only`).
+
+    Rotation (services/platform/key_rotation.py, docs/operations.md): GFS_NODE_KEY_PREVIOUS (hex)
+    or GFS_COMMAND_SECRET_PREVIOUS (a master secret) is a second key the agent accepts commands
+    under, until GFS_COMMAND_SECRET_PREVIOUS_UNTIL; the agent always signs with the current key.
     """
 
     gfs_command_secret: SecretStr | None = None
     gfs_node_key: SecretStr | None = None
+    gfs_command_secret_previous: SecretStr | None = None
+    gfs_node_key_previous: SecretStr | None = None
+    gfs_command_secret_previous_until: PreviousUntil = None
     # Commands issued longer ago than this are stale (and their ids are forgotten after it).
     agent_command_max_age_s: float = Field(default=300.0, gt=0)
     # How far in the future a command's issued_at may be (the scheduler's clock runs ahead).
@@ -108,24 +116,44 @@ class NodeAgentSettings(PlatformSettings):
         """A copy that holds this node's key and not the master secret (issue 22: an agent given
         GFS_COMMAND_SECRET derives its key once and keeps only that)."""
         key = self.command_key(node)
-        return self.model_copy(update={"gfs_node_key": SecretStr(key.hex()), "gfs_command_secret": None})
+        previous = self.previous_key(node)
+        return self.model_copy(
+            update={
+                "gfs_node_key": SecretStr(key.hex()),
+                "gfs_command_secret": None,
+                "gfs_node_key_previous": None if previous is None else SecretStr(previous.hex()),
+                "gfs_command_secret_previous": None,
+            }
+        )
 
     def command_key(self, node: str) -> bytes:
         """This node's HMAC key; `MissingKeyError` with what to set when there is none."""
-        if self.gfs_node_key is not None and self.gfs_node_key.get_secret_value().strip():
-            try:
-                key = bytes.fromhex(self.gfs_node_key.get_secret_value().strip())
-            except ValueError:
-                raise MissingKeyError("GFS_NODE_KEY must be the node key in hex") from None
-            if len(key) < MIN_KEY_BYTES:
-                raise MissingKeyError(f"GFS_NODE_KEY must be at least {MIN_KEY_BYTES} bytes")
+        key = _node_key_of(self.gfs_node_key, self.gfs_command_secret, node, "")
+        if key is not None:
             return key
-        if self.gfs_command_secret is not None and self.gfs_command_secret.get_secret_value():
-            master = self.gfs_command_secret.get_secret_value().encode("utf-8")
-            if len(master) < MIN_KEY_BYTES:
-                raise MissingKeyError(f"GFS_COMMAND_SECRET must be at least {MIN_KEY_BYTES} bytes")
-            return node_key(master, node)
         raise MissingKeyError(
             "the node agent needs a key to verify commands: set GFS_NODE_KEY (hex of this node's key, "
             "`gfs`'s signing.node_key(master, node)) or GFS_COMMAND_SECRET (the scheduler's master secret)"
         )
+
+    def previous_key(self, node: str) -> bytes | None:
+        """The key being rotated (accepted, never signed with); None when no rotation is under way."""
+        return _node_key_of(self.gfs_node_key_previous, self.gfs_command_secret_previous, node, "_PREVIOUS")
+
+
+def _node_key_of(hex_key: SecretStr | None, master: SecretStr | None, node: str, suffix: str) -> bytes | None:
+    """GFS_NODE_KEY{suffix} (hex) if set, else the node key of GFS_COMMAND_SECRET{suffix}, else None."""
+    if hex_key is not None and hex_key.get_secret_value().strip():
+        try:
+            key = bytes.fromhex(hex_key.get_secret_value().strip())
+        except ValueError:
+            raise MissingKeyError(f"GFS_NODE_KEY{suffix} must be the node key in hex") from None
+        if len(key) < MIN_KEY_BYTES:
+            raise MissingKeyError(f"GFS_NODE_KEY{suffix} must be at least {MIN_KEY_BYTES} bytes")
+        return key
+    if master is not None and master.get_secret_value():
+        secret = master.get_secret_value().encode("utf-8")
+        if len(secret) < MIN_KEY_BYTES:
+            raise MissingKeyError(f"GFS_COMMAND_SECRET{suffix} must be at least {MIN_KEY_BYTES} bytes")
+        return node_key(secret, node)
+    return None

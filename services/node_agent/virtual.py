@@ -6,7 +6,9 @@ processes: WorkerStarted at once, WorkerExited when the worker's `--duration` (r
 fake-task command) has passed, and for an eviction an EvictAck (CHECKPOINTED) with WorkerExited
 marked evicted; each signed with its node's key, as a real agent signs them. It keeps its state in
 memory: a restarted host forgets its workers (use real agents, `gfs serve node-agent`, where that
-matters).
+matters). During a key rotation it accepts commands signed with the previous secret's node keys
+until `previous_until`, as agents do (services/platform/key_rotation.py), and signs with the
+current secret's.
 
 Its time is the wall clock, or (`clock_name` set, `--clock topic`) the controllable clock of
 schemas/clock.py, as a node agent's `AGENT_CLOCK=topic`: the latest ADVANCE tick of that clock is
@@ -19,6 +21,7 @@ free-running clock waits for nobody (services/demo/clock.py).
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import time
@@ -43,8 +46,10 @@ from schemas.topics import (
     topic,
 )
 from schemas.workers import WorkerExited, WorkerStarted
+from services.node_agent.security import Rejection, signature_rejection
 from services.platform.kafka.producer import EnvelopeProducer
-from services.platform.signing import SignatureCheck, check_signature, node_key, sign
+from services.platform.key_rotation import check_rotating
+from services.platform.signing import node_key, sign
 
 log = logging.getLogger(__name__)
 PRODUCER = "gfs-virtual-nodes"
@@ -73,6 +78,10 @@ class VirtualNodes:
     # ticks, not the wall, make it due).
     due: dict[tuple[str, UUID], datetime] = field(default_factory=dict)
     keys: dict[str, bytes] = field(default_factory=dict)
+    # GFS_COMMAND_SECRET_PREVIOUS and its window (key_rotation.py): accepted, never signed with.
+    previous_secret: bytes | None = None
+    previous_until: datetime | None = None
+    previous_keys: dict[str, bytes] = field(default_factory=dict)
     # (task, command id) -> the timer that reports its exit
     running: dict[tuple[str, UUID], tuple[BindCommand, asyncio.TimerHandle | None]] = field(
         default_factory=dict
@@ -81,6 +90,7 @@ class VirtualNodes:
     # (node, task, attempt) an eviction named: a bind of it read later never starts (docs/attempts.md).
     revoked: set[tuple[str, str, int]] = field(default_factory=set)
     rejected: int = 0
+    rejections: collections.Counter[str] = field(default_factory=collections.Counter)  # by reason
     acted: int = 0
     # Exit reports in flight: held so the loop does not drop (garbage-collect) a pending one.
     exiting: set[asyncio.Future[None]] = field(default_factory=set)
@@ -104,6 +114,30 @@ class VirtualNodes:
             found = self.keys[node] = node_key(self.secret, node)
         return found
 
+    def previous_key(self, node: str) -> bytes | None:
+        if self.previous_secret is None:
+            return None
+        found = self.previous_keys.get(node)
+        if found is None:
+            found = self.previous_keys[node] = node_key(self.previous_secret, node)
+        return found
+
+    def refusal(self, command: BindCommand | EvictCommand) -> Rejection | None:
+        """Why `command` is refused (the agents' `gfs_agent_commands_rejected_total` reasons), or None."""
+        now = self.now()
+        signature = check_rotating(
+            command, key=self.key(command.node), previous=self.previous_key(command.node),
+            until=self.previous_until, now=datetime.now(UTC),  # the window is wall-clock time
+        )  # fmt: skip
+        rejection = signature_rejection(signature)
+        if rejection is not None:
+            return rejection
+        if command.issued_at < now - timedelta(seconds=self.max_age_s):
+            return Rejection.STALE
+        if command.issued_at > now + timedelta(seconds=self.max_ahead_s):
+            return Rejection.FUTURE
+        return None
+
     async def heartbeat(self) -> None:
         now = self.now()
         for node, (model, gpus) in self.nodes.items():
@@ -126,16 +160,14 @@ class VirtualNodes:
         if command.node not in self.nodes:
             return
         now = self.now()
-        fresh = (
-            now - timedelta(seconds=self.max_age_s)
-            <= command.issued_at
-            <= now + timedelta(seconds=self.max_ahead_s)
-        )
-        if check_signature(command, key=self.key(command.node)) is not SignatureCheck.VALID or not fresh:
+        reason = self.refusal(command)
+        if reason is not None:
             self.rejected += 1
+            self.rejections[reason] += 1
             log.warning(
-                "virtual node %s: refused %s %s", command.node, type(command).__name__, command.command_id
-            )
+                "virtual node %s: refused %s %s reason=%s",
+                command.node, type(command).__name__, command.command_id, reason,
+            )  # fmt: skip
             return
         if command.command_id in self.seen:
             return
@@ -204,10 +236,14 @@ async def run_virtual_nodes(
     telemetry_s: float,
     stop: asyncio.Event,
     clock_name: str | None = None,
+    previous_secret: bytes | None = None,
+    previous_until: datetime | None = None,
 ) -> None:
     """Serve `nodes` until `stop`; `clock_name`: follow that controllable clock (module doc)."""
     async with EnvelopeProducer(bootstrap_servers=bootstrap, client_id="gfs-virtual-nodes") as producer:
-        host = VirtualNodes(nodes, secret, producer)
+        host = VirtualNodes(
+            nodes, secret, producer, previous_secret=previous_secret, previous_until=previous_until
+        )
         if clock_name is not None:
             # The clock runs ahead of the wall by design, and the host may read a command before
             # the tick it was issued at: freshness is the agents' on the topic clock (a day).

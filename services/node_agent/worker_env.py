@@ -28,6 +28,9 @@ NEVER_PASSED: frozenset[str] = frozenset(
     {
         "GFS_NODE_KEY",
         "GFS_COMMAND_SECRET",
+        # The key being rotated is as much a key as the current one (key_rotation.py).
+        "GFS_NODE_KEY_PREVIOUS",
+        "GFS_COMMAND_SECRET_PREVIOUS",
         "DATABASE_URL",
         "PREEMPTION_ADMIN_TOKEN",
         "PGPASSWORD",

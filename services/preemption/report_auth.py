@@ -17,16 +17,22 @@ Rollout (docs/decisions.md): `require_signed` off accepts an unsigned message (c
 an operator sees when every agent signs) but never a wrongly signed one: a signature present and
 wrong is a forgery or a corruption whatever the rollout stage.
 
-Pure: no I/O, no clock; the key lookup is passed in (the shell caches derived keys).
+Rotation (services/platform/key_rotation.py): the previous secret's node keys are accepted too,
+until GFS_COMMAND_SECRET_PREVIOUS_UNTIL; after it such a message is refused as
+`previous_key_expired` (not as a forgery), on the wall clock.
+
+Pure: no I/O; the key lookup and the wall clock are passed in (the shell caches derived keys).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from enum import StrEnum
 
-from services.platform.signing import SignatureCheck, SignedMessage, check_signature
+from services.platform.key_rotation import check_rotating, expired_message
+from services.platform.signing import SignatureCheck, SignedMessage
 
 
 class Refusal(StrEnum):
@@ -37,6 +43,8 @@ class Refusal(StrEnum):
     # Altered after signing, or signed with another node's key (the two cannot be told apart
     # without trying every node's key, and both mean the message is not the named node's word).
     SIGNATURE_MISMATCH = "signature_mismatch"
+    # Signed with the previous secret's node key after GFS_COMMAND_SECRET_PREVIOUS_UNTIL.
+    PREVIOUS_KEY_EXPIRED = "previous_key_expired"
 
 
 _REFUSALS = {
@@ -53,11 +61,14 @@ class Verdict:
 
     refusal: Refusal | None
     unsigned: bool = False
+    until: datetime | None = None  # the rotation window's end, for `why` of PREVIOUS_KEY_EXPIRED
 
     def why(self, message: SignedMessage) -> str:
         """A dead letter's and a log line's reason (never the key or the expected signature)."""
         if self.refusal is None:
             return ""
+        if self.refusal is Refusal.PREVIOUS_KEY_EXPIRED:
+            return f"not signed by node {message.node!r}'s current key: {expired_message(self.until)}"
         check = {v: k for k, v in _REFUSALS.items()}[self.refusal]
         return f"not signed by node {message.node!r}'s key: {check.message}"
 
@@ -70,17 +81,21 @@ class ReportAuth:
     # with keys of the previous secret: accepted too, or their heartbeats would stop counting and
     # their nodes be declared lost mid-rotation.
     previous_key_of: Callable[[str], bytes] | None = None
+    # GFS_COMMAND_SECRET_PREVIOUS_UNTIL: after it the previous keys are refused (None: no end).
+    previous_until: datetime | None = None
+    wall_clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
 
     def check(self, message: SignedMessage) -> Verdict:
-        result = check_signature(message, key=self.key_of(message.node))
-        if result is SignatureCheck.VALID:
-            return Verdict(None)
         previous = self.previous_key_of
-        if (
-            result is SignatureCheck.MISMATCH
-            and previous is not None
-            and check_signature(message, key=previous(message.node)) is SignatureCheck.VALID
-        ):
+        rotation = check_rotating(
+            message, key=self.key_of(message.node),
+            previous=None if previous is None else previous(message.node),
+            until=self.previous_until, now=self.wall_clock(),
+        )  # fmt: skip
+        if rotation.expired:
+            return Verdict(Refusal.PREVIOUS_KEY_EXPIRED, until=self.previous_until)
+        result = rotation.check
+        if result is SignatureCheck.VALID:
             return Verdict(None)
         if result is SignatureCheck.UNSIGNED and not self.require_signed:
             return Verdict(None, unsigned=True)

@@ -57,6 +57,7 @@ from services.platform.clock import Clock, SystemClock, TickClock, check_clock_m
 from services.platform.kafka.dead_letter import FailedRecord, build_dead_letter
 from services.platform.kafka.producer import EnvelopeProducer
 from services.platform.kafka.topic_admin import ensure_topics
+from services.platform.key_rotation import PreviousUntil
 from services.platform.metrics import configure_metrics
 from services.platform.outbox import OutboxRelay, enqueue, outbox_values
 from services.platform.postgres import open_pool
@@ -140,6 +141,7 @@ class PreemptionSettings(PlatformSettings):
     # The master secret being rotated out: acks and telemetry signed with its node keys are still
     # accepted (agents are restarted with their new keys one by one). Unset once the rotation ends.
     gfs_command_secret_previous: SecretStr | None = None
+    gfs_command_secret_previous_until: PreviousUntil = None  # then the previous keys are refused
     preemption_admin_token: SecretStr | None = None  # bearer token of SRE control writes (none: refused)
 
     def liveness_rules(self) -> liveness.LivenessRules:
@@ -781,7 +783,8 @@ def report_auth(settings: PreemptionSettings, key_of: Callable[[str], bytes], in
     if previous is not None:
         log.warning(
             "preemption %s: GFS_COMMAND_SECRET_PREVIOUS is set: acks and telemetry signed with the "
-            "previous secret's node keys are accepted (a rotation)", instance,
+            "previous secret's node keys are accepted (a rotation) until %s", instance,
+            settings.gfs_command_secret_previous_until or "no end (set GFS_COMMAND_SECRET_PREVIOUS_UNTIL)",
         )  # fmt: skip
     if settings.preemption_require_signed_acks:
         log.info("preemption %s: acks and telemetry must be signed with their node's key", instance)
@@ -794,6 +797,7 @@ def report_auth(settings: PreemptionSettings, key_of: Callable[[str], bytes], in
     return ReportAuth(
         key_of, require_signed=settings.preemption_require_signed_acks,
         previous_key_of=previous_key if previous is not None else None,
+        previous_until=settings.gfs_command_secret_previous_until,
     )  # fmt: skip
 
 
