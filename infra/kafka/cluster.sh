@@ -111,8 +111,10 @@ wait_node() {
   deadline=$((SECONDS + ${KAFKA_WAIT_TIMEOUT:-120}))
   while ((SECONDS < deadline)); do
     if ! node_pid "$n" >/dev/null; then
-      echo "kafka-cluster: node $n is not running" >&2
-      tail -n 30 "$dir/logs/server.log" "$dir/logs/stdout.log" >&2 2>/dev/null || true
+      echo "kafka-cluster: node $n is not running; its errors, then the end of its log:" >&2
+      # The tail of a failed start is the orderly shutdown; the cause is in the ERROR lines.
+      grep -E -A3 'ERROR|FATAL' "$dir/logs/server.log" 2>/dev/null | head -n 40 >&2 || true
+      tail -n 10 "$dir/logs/server.log" "$dir/logs/stdout.log" >&2 2>/dev/null || true
       return 1
     fi
     if grep -q 'Kafka Server started' "$dir/logs/server.log" 2>/dev/null && port_taken "$(port_of "$n")"; then

@@ -76,9 +76,12 @@ class KafkaCluster:
 
 def _free_base_port() -> int:
     """A base port whose three client and three controller ports (base+i, base+100+i) are free."""
+    # Below the kernel's ephemeral range (outgoing connections, the brokers' own among them, take
+    # ports from it and could grab one between this probe and the broker's bind).
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
     rng = random.Random()
     for _ in range(50):
-        base = rng.randrange(30_000, 39_000)
+        base = rng.randrange(20_000, min(low, 32_768) - 200)
         ports = [base + i for i in range(3)] + [base + 100 + i for i in range(3)]
         try:
             for port in ports:
