@@ -30,6 +30,7 @@ READ_COMMANDS = (
     ("deadletter", "show"),
     ("explain",),
     ("quota", "show"),
+    ("whatif",),
 )
 # Defaults that do point into the checkout, on purpose: a command whose job is to regenerate a
 # checked-in file, and inputs the command only reads.
