@@ -8,9 +8,10 @@ parity promise, measured on the lifecycle events), and FIFO is simulated beside 
 monthly benefit at the given prices.
 
 `gfs whatif` must find parity wherever the decision-log comparison `gfs parity run` makes on the
-same run (services/parity/compare.py) does: the live run made the simulator's decisions. A live run that strayed from the simulator (a flake of the
-live pipeline under load, which tests/integration/test_sim_live_parity.py is about) is run once
-more: the equality this test is about needs a run that kept parity."""
+same run (services/parity/compare.py) does: the live run made the simulator's decisions. A live
+run that strayed from the simulator (seen with other sessions' parity runs on the same broker:
+docs/services.md, "What if") is run once more: the equality this test is about needs a run that
+kept parity."""
 
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
-TOOLS = ("services.parity", "services.demo", "services.faults", "services.livebench")
+TOOLS = ("services.parity", "services.demo", "services.faults", "services.livebench", "services.whatif")
 # What runs in production (or in the simulator) and so must never depend on a tool.
 RUNTIME = (
     "schemas",
