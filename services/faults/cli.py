@@ -32,12 +32,25 @@ def run(
     rate: Annotated[float, typer.Option(help="task submissions per second")] = 0.4,
     agents: Annotated[int, typer.Option(help="node agents (fake GPUs)")] = 3,
     seed: Annotated[int, typer.Option()] = 0,
+    soak: Annotated[
+        float,
+        typer.Option(
+            help="a soak run of this many seconds: steady load, the preemption service killed every "
+            "--kill-every-s, no outages; prints RSS, lag, journal rows and failover per interval"
+        ),
+    ] = 0.0,
+    kill_every_s: Annotated[
+        float, typer.Option(help="soak: seconds between preemption kills (0: none)")
+    ] = 600.0,
+    sample_s: Annotated[float, typer.Option(help="soak: seconds between samples")] = 60.0,
+    report_every_s: Annotated[float, typer.Option(help="soak: seconds per report interval")] = 3600.0,
     workdir: Annotated[
         Path | None,
         typer.Option(help=f"logs, journals and the report (default: <state>/faults, <state> = {STATE_HELP})"),
     ] = None,
 ) -> None:
-    """The full fault run (defaults: 5 kills per service, 30-s outages, 5 minutes of load)."""
+    """The full fault run (defaults: 5 kills per service, 30-s outages, 5 minutes of load), or with
+    --soak a long steady run (`gfs faults run --soak 3600`)."""
     from services.faults.harness import FaultPlan, run_faults
 
     unknown = set(outage_of) - {"broker", "postgres"}
@@ -52,10 +65,18 @@ def run(
         rate=rate,
         agents=agents,
         seed=seed,
+        soak_s=soak,
+        kill_every_s=kill_every_s,
+        sample_s=sample_s,
+        report_every_s=report_every_s,
     )
     workdir = (workdir or state_dir("faults")).absolute()
     typer.echo(f"logs, journals and the report: {workdir}", err=True)
     report = asyncio.run(run_faults(plan, workdir=workdir))
+    if report.soak:
+        from services.faults.soak import render
+
+        typer.echo(render(report.soak), err=True)
     text = json.dumps(report.as_dict(), indent=2, default=str)
     (workdir / "report.json").write_text(text)
     typer.echo(text)

@@ -37,7 +37,7 @@ import sys
 import time
 import uuid
 from collections import Counter, defaultdict
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -50,13 +50,31 @@ from schemas.commands import BindCommand, EvictCommand
 from schemas.envelope import wrap
 from schemas.forecast import HourlyDemand, PoolDemandForecast
 from schemas.tasks import GuaranteePeriodClosed, TaskAccepted, TaskClass, TaskFinished, TaskSubmitted
-from schemas.topics import BIND_TOPIC, EVICT_TOPIC, FORECASTS_TOPIC, TASK_LIFECYCLE_TOPIC, decode, topic
+from schemas.topics import (
+    BIND_TOPIC,
+    EVICT_ACK_TOPIC,
+    EVICT_TOPIC,
+    FORECASTS_TOPIC,
+    POOL_STATUS_TOPIC,
+    QUOTAS_TOPIC,
+    TASK_LIFECYCLE_TOPIC,
+    TASK_SUBMIT_TOPIC,
+    TELEMETRY_TOPIC,
+    WORKER_ACK_TOPIC,
+    decode,
+    topic,
+)
+from services.faults.soak import SoakLog, kill_schedule, sample_loop, summarize
 from services.platform.kafka.producer import EnvelopeProducer
 from services.platform.migrations import migrated_schema
 from services.platform.settings import REPO_ROOT, PlatformSettings
 from services.platform.timer import every
 
 CHECKED_TOPICS = (TASK_LIFECYCLE_TOPIC, BIND_TOPIC, EVICT_TOPIC)
+# What the preemption router and the quota service read (docs/live-pipeline.md): their groups start
+# at these topics' ends (_start_at_end).
+ROUTER_TOPICS = (TASK_SUBMIT_TOPIC, TELEMETRY_TOPIC, QUOTAS_TOPIC, EVICT_ACK_TOPIC, WORKER_ACK_TOPIC)
+QUOTA_TOPICS = (FORECASTS_TOPIC, POOL_STATUS_TOPIC, TASK_LIFECYCLE_TOPIC)
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +89,12 @@ class FaultPlan:
     rate: float = 0.4  # task submissions per second (about 3/4 of the GPUs busy on average)
     settle_s: float = 40.0
     seed: int = 0
+    # The soak run (soak.py): > 0 replaces the fault schedule by a kill of the preemption service
+    # every `kill_every_s` for `soak_s` seconds of load, sampled every `sample_s`.
+    soak_s: float = 0.0
+    kill_every_s: float = 600.0
+    sample_s: float = 60.0
+    report_every_s: float = 3600.0
 
 
 @dataclass(slots=True)
@@ -138,6 +162,7 @@ class Report:
     exits: dict[str, int] = field(default_factory=dict)
     outages: list[str] = field(default_factory=list)
     recovery_s: dict[str, float] = field(default_factory=dict)
+    soak: list[dict[str, Any]] = field(default_factory=list)  # soak.summarize's intervals
     wall_s: float = 0.0
 
     @property
@@ -166,6 +191,7 @@ class Report:
             "exits": self.exits,
             "outages": self.outages,
             "recovery_s": self.recovery_s,
+            "soak": self.soak,
             "wall_s": round(self.wall_s, 1),
             "ok": self.ok,
         }
@@ -183,6 +209,9 @@ async def run_faults(plan: FaultPlan, *, workdir: Path, keep_schema: bool = Fals
     """Run the plan; always restores the broker and Postgres before returning."""
     settings = PlatformSettings()
     rng = random.Random(plan.seed)
+    if plan.soak_s > 0:
+        plan = replace(plan, load_s=plan.soak_s)
+    soak_log = SoakLog()
     run = uuid.uuid4().hex[:6]
     report = Report(plan, run)
     started = time.monotonic()
@@ -253,6 +282,8 @@ async def run_faults(plan: FaultPlan, *, workdir: Path, keep_schema: bool = Fals
             base | {"AGENT_COMMAND_MAX_AGE_S": "86400"}, workdir / f"agent-{node}.log"))  # fmt: skip
     by_name = {s.name: s for s in services}
     start_offsets = await _end_offsets(settings)
+    await _start_at_end(settings, f"faults-router-{run}", ROUTER_TOPICS)
+    await _start_at_end(settings, f"faults-quota-{run}", QUOTA_TOPICS)
     try:
         for s in services:
             s.start()
@@ -268,14 +299,20 @@ async def run_faults(plan: FaultPlan, *, workdir: Path, keep_schema: bool = Fals
                 every(30.0, stop, lambda: _forecast(producer, pool, plan), name="faults.forecast")
             )
             # Faults at random moments of the load window: kills of every service, then one
-            # broker and one Postgres outage in the second half.
-            events: list[tuple[float, str]] = []
+            # broker and one Postgres outage in the second half. A soak: its periodic kills only.
+            events: list[tuple[float, str]] = kill_schedule(plan.soak_s, plan.kill_every_s)
+            sampler = None
+            if plan.soak_s > 0:
+                groups = [f"faults-pre-{run}", f"faults-router-{run}", f"faults-quota-{run}"]
+                sampler = asyncio.create_task(sample_loop(
+                    soak_log, lambda: {s.name: s.proc.pid for s in services if s.alive() and s.proc},
+                    settings, groups, dsn, plan.sample_s, stop))  # fmt: skip
             kill_window = plan.load_s * 0.45
-            for s in services if plan.agents <= 1 else services[:4]:  # forecast, quota, preemption, one agent
+            for s in (services if plan.agents <= 1 else services[:4]) if plan.soak_s <= 0 else ():
                 events += [
                     (rng.uniform(5.0, kill_window), f"kill:{s.name}") for _ in range(plan.kills_per_service)
                 ]
-            if plan.outage_s > 0:  # 0: kills only (the shared stack stays up)
+            if plan.outage_s > 0 and plan.soak_s <= 0:  # 0: kills only (the shared stack stays up)
                 for i, part in enumerate(p for p in ("broker", "postgres") if p in plan.outage_of):
                     events.append((plan.load_s * 0.5 + i * (plan.outage_s + 15.0), part))
             t0 = time.monotonic()
@@ -292,9 +329,11 @@ async def run_faults(plan: FaultPlan, *, workdir: Path, keep_schema: bool = Fals
                     if victim.name == "preemption":
                         began = time.monotonic()
                         await _until_ready(ports, [], pool, timeout=60, only="preemption")
+                        took = time.monotonic() - began
+                        soak_log.failovers.append((began - t0, took))
                         report.recovery_s.setdefault("preemption_ready_after_restart", 0.0)
                         report.recovery_s["preemption_ready_after_restart"] = max(
-                            report.recovery_s["preemption_ready_after_restart"], time.monotonic() - began
+                            report.recovery_s["preemption_ready_after_restart"], took
                         )
                 elif what == "broker":
                     report.outages.append(f"broker {plan.outage_s:g}s at +{at:.0f}s")
@@ -314,6 +353,9 @@ async def run_faults(plan: FaultPlan, *, workdir: Path, keep_schema: bool = Fals
             await asyncio.sleep(max(0.0, t0 + plan.load_s - time.monotonic()))
             stop.set()
             await load
+            if sampler is not None:
+                await sampler
+                report.soak = summarize(soak_log, plan.report_every_s)
             await asyncio.sleep(plan.settle_s)  # the supervisor keeps restarting what died
             supervise.cancel()
             forecasts.cancel()
@@ -445,6 +487,24 @@ async def _end_offsets(settings: PlatformSettings) -> dict[TopicPartition, int]:
     try:
         tps = [TopicPartition(t, p) for t in CHECKED_TOPICS for p in range(topic(t).partitions)]
         return dict(await consumer.end_offsets(tps))
+    finally:
+        await consumer.stop()
+
+
+async def _start_at_end(settings: PlatformSettings, group: str, topics: tuple[str, ...]) -> None:
+    """Commit `group`'s offsets at the topics' current ends before its service first starts. The
+    run's pool and names are new, so the shared topics' history is none of its business: without
+    this, a long-lived broker's history is replayed first and readiness waits for it. And a group
+    with committed offsets on every partition never falls back to its reset policy after a kill."""
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=settings.bootstrap_servers, group_id=group, enable_auto_commit=False
+    )
+    await consumer.start()
+    try:
+        tps = [TopicPartition(t, p) for t in topics for p in range(topic(t).partitions)]
+        consumer.assign(tps)
+        ends = await consumer.end_offsets(tps)
+        await consumer.commit({tp: ends[tp] for tp in tps})
     finally:
         await consumer.stop()
 

@@ -1,0 +1,186 @@
+"""The soak run (issue 25 item 6): the fault harness's pipeline under steady load for a long time,
+the preemption service killed every `kill_every_s`, and every `sample_s` a sample of what must stay
+bounded: each process's resident memory, each consumer group's lag, the preemption journal's size.
+Per report interval (an hour by default) it prints one line per measure; the harness's end-of-run
+checks (0 lost, 0 evicted twice, the ledger) still decide whether the run passed.
+
+Why the preemption service is the one killed: its failover replays the journal, so failover time
+against history is the measure that can grow; the other services are killed by the shorter fault
+runs. A killed process's memory starts again from zero, so its RSS is read per life (the report
+gives the highest and the last sample of the interval; flat memory is judged on the others and on
+the preemption service's sample just before each kill).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import asyncpg
+from aiokafka import AIOKafkaConsumer
+from aiokafka.admin import AIOKafkaAdminClient
+
+from services.platform.settings import PlatformSettings
+
+# Rows that grow with history (the journal is what a claim replays).
+COUNTED_TABLES = ("preemption_journal", "preemption_decision", "outbox")
+
+
+@dataclass(slots=True)
+class SoakSample:
+    at_s: float  # since the load started
+    rss_mb: dict[str, float]  # per supervised process alive at the time
+    lag: dict[str, int]  # per consumer group: end offset minus committed, summed over partitions
+    rows: dict[str, int]  # per counted table
+
+
+@dataclass(slots=True)
+class SoakLog:
+    samples: list[SoakSample] = field(default_factory=list)
+    failovers: list[tuple[float, float]] = field(default_factory=list)  # (at_s, seconds to ready)
+
+
+def rss_mb(pid: int) -> float | None:
+    """Resident memory of one process in MiB (None: gone)."""
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            for line in status:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024.0  # kB
+    except OSError:
+        return None
+    return None
+
+
+async def group_lags(settings: PlatformSettings, groups: Sequence[str]) -> dict[str, int]:
+    """Committed lag per consumer group (a group that has committed nothing yet reads 0)."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=settings.bootstrap_servers)
+    consumer = AIOKafkaConsumer(bootstrap_servers=settings.bootstrap_servers, enable_auto_commit=False)
+    await admin.start()
+    await consumer.start()
+    try:
+        out: dict[str, int] = {}
+        for group in groups:
+            committed = await admin.list_consumer_group_offsets(group)
+            tps = [tp for tp, meta in committed.items() if meta is not None and meta.offset >= 0]
+            ends = await consumer.end_offsets(tps) if tps else {}
+            out[group] = sum(max(0, ends[tp] - committed[tp].offset) for tp in tps)
+        return out
+    finally:
+        await consumer.stop()
+        await admin.close()
+
+
+async def table_rows(dsn: str) -> dict[str, int]:
+    connection = await asyncpg.connect(dsn)
+    try:
+        return {t: int(await connection.fetchval(f"SELECT count(*) FROM {t}")) for t in COUNTED_TABLES}
+    finally:
+        await connection.close()
+
+
+async def sample_loop(
+    log: SoakLog,
+    pids: Callable[[], dict[str, int]],
+    settings: PlatformSettings,
+    groups: Sequence[str],
+    dsn: str,
+    every_s: float,
+    stop: asyncio.Event,
+) -> None:
+    """Sample every `every_s` until `stop`; a sample that cannot be taken (the broker or the
+    database busy) is skipped, not fatal: the soak is about the services, not the sampler."""
+    t0 = time.monotonic()
+    while not stop.is_set():
+        rss = {name: mb for name, pid in pids().items() if (mb := rss_mb(pid)) is not None}
+        lag: dict[str, int] = {}
+        rows: dict[str, int] = {}
+        with contextlib.suppress(Exception):
+            lag = await group_lags(settings, groups)
+        with contextlib.suppress(Exception):
+            rows = await table_rows(dsn)
+        log.samples.append(SoakSample(time.monotonic() - t0, rss, lag, rows))
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), timeout=every_s)
+
+
+def kill_schedule(soak_s: float, kill_every_s: float) -> list[tuple[float, str]]:
+    """The preemption service killed every `kill_every_s` of the soak (none in its last minute, so
+    the last failover is measured under load too)."""
+    if kill_every_s <= 0:
+        return []
+    out = []
+    at = kill_every_s
+    while at <= soak_s - 60.0:
+        out.append((at, "kill:preemption"))
+        at += kill_every_s
+    return out
+
+
+def summarize(log: SoakLog, interval_s: float) -> list[dict[str, Any]]:
+    """Per interval: RSS (MiB) max and last per process, lag max per group, rows at its end,
+    failover times; plus each process's RSS change from the first interval's median (the
+    'flat memory' measure, for processes that were not killed)."""
+    if not log.samples:
+        return []
+    first_median: dict[str, float] = {}
+    first = [s for s in log.samples if s.at_s < interval_s]
+    for name in {n for s in first for n in s.rss_mb}:
+        first_median[name] = statistics.median(s.rss_mb[name] for s in first if name in s.rss_mb)
+    out = []
+    n = int(max(s.at_s for s in log.samples) // interval_s) + 1
+    for k in range(n):
+        lo, hi = k * interval_s, (k + 1) * interval_s
+        mine = [s for s in log.samples if lo <= s.at_s < hi]
+        if not mine:
+            continue
+        names = sorted({n for s in mine for n in s.rss_mb})
+        rss = {}
+        for name in names:
+            values = [s.rss_mb[name] for s in mine if name in s.rss_mb]
+            median = statistics.median(values)
+            base = first_median.get(name)
+            rss[name] = {
+                "max": round(max(values), 1),
+                "last": round(values[-1], 1),
+                "median": round(median, 1),
+                "vs_first": round(median / base - 1.0, 3) if base else None,
+            }
+        groups = sorted({g for s in mine for g in s.lag})
+        failovers = [round(sec, 2) for at, sec in log.failovers if lo <= at < hi]
+        rows = next((s.rows for s in reversed(mine) if s.rows), {})
+        out.append({
+            "interval": k,
+            "from_s": lo,
+            "samples": len(mine),
+            "rss_mb": rss,
+            "lag_max": {g: max(s.lag.get(g, 0) for s in mine) for g in groups},
+            "rows": rows,
+            "failover_s": failovers,
+        })  # fmt: skip
+    return out
+
+
+def render(summary: Sequence[dict[str, Any]]) -> str:
+    lines = []
+    for row in summary:
+        rss = ", ".join(
+            f"{n} {v['median']:.0f} MiB{_change(v['vs_first'])}" for n, v in row["rss_mb"].items()
+        )
+        lags = ", ".join(f"{g} {v}" for g, v in row["lag_max"].items())
+        rows = ", ".join(f"{t} {v:,}" for t, v in row["rows"].items())
+        fo = ", ".join(f"{s:.1f}" for s in row["failover_s"]) or "-"
+        lines.append(
+            f"interval {row['interval']} (+{row['from_s']:.0f} s): RSS median {rss}; lag max {lags}; "
+            f"rows {rows}; failover s {fo}"
+        )
+    return "\n".join(lines)
+
+
+def _change(vs_first: float | None) -> str:
+    return "" if vs_first is None else f" ({100 * vs_first:+.0f}%)"

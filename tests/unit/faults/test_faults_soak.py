@@ -1,0 +1,59 @@
+"""The soak run's schedule and summary (services/faults/soak.py), worked by hand."""
+
+from __future__ import annotations
+
+import os
+
+from services.faults.soak import SoakLog, SoakSample, kill_schedule, render, rss_mb, summarize
+
+
+def test_kills_every_interval_but_not_in_the_last_minute() -> None:
+    assert kill_schedule(600.0, 200.0) == [(200.0, "kill:preemption"), (400.0, "kill:preemption")]
+    # 540 = 600 - 60 is still allowed; 560 is not.
+    assert kill_schedule(600.0, 180.0) == [(180.0, "kill:preemption"), (360.0, "kill:preemption"),
+                                           (540.0, "kill:preemption")]  # fmt: skip
+    assert kill_schedule(600.0, 0.0) == []
+
+
+def test_rss_of_this_process_and_of_none() -> None:
+    mine = rss_mb(os.getpid())
+    assert mine is not None and mine > 1.0
+    assert rss_mb(2**22 + 12345) is None  # beyond pid_max on Linux: no such process
+
+
+def _sample(at: float, quota: float, pre: float | None, lag: int, journal: int) -> SoakSample:
+    rss = {"quota": quota} | ({} if pre is None else {"preemption": pre})
+    return SoakSample(at, rss, {"g": lag}, {"preemption_journal": journal})
+
+
+def test_summary_per_interval() -> None:
+    log = SoakLog(
+        samples=[
+            _sample(0.0, 100.0, 200.0, 3, 10),
+            _sample(30.0, 110.0, 220.0, 7, 20),
+            _sample(60.0, 120.0, None, 2, 30),  # preemption was down at this sample
+            _sample(90.0, 99.0, 150.0, 1, 40),
+        ],
+        failovers=[(50.0, 2.5), (70.0, 3.25)],
+    )
+    out = summarize(log, 60.0)
+    assert [row["interval"] for row in out] == [0, 1]
+    first, second = out
+    # Interval 0 (0-60 s): quota 100, 110 -> median 105; preemption 200, 220 -> 210.
+    assert first["rss_mb"]["quota"] == {"max": 110.0, "last": 110.0, "median": 105.0, "vs_first": 0.0}
+    assert first["lag_max"] == {"g": 7}
+    assert first["rows"] == {"preemption_journal": 20}
+    assert first["failover_s"] == [2.5]
+    # Interval 1 (60-120 s): quota 120, 99 -> median 109.5, +4.3% on 105; preemption only 150.
+    assert second["rss_mb"]["quota"]["median"] == 109.5
+    assert second["rss_mb"]["quota"]["vs_first"] == round(109.5 / 105.0 - 1.0, 3)
+    assert second["rss_mb"]["preemption"]["median"] == 150.0
+    assert second["lag_max"] == {"g": 2}
+    assert second["rows"] == {"preemption_journal": 40}
+    assert second["failover_s"] == [3.25]
+    text = render(out)
+    assert "interval 1 (+60 s)" in text and "quota 110 MiB (+4%)" in text and "failover s 3.2" in text
+
+
+def test_summary_of_nothing() -> None:
+    assert summarize(SoakLog(), 60.0) == []
