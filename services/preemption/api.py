@@ -18,10 +18,10 @@ from services.preemption.dashboard import register_dashboard
 from services.preemption.explanations import explanation_dict
 
 if TYPE_CHECKING:
-    from services.preemption.service import Decider
+    from services.preemption.view import DeciderView
 
 
-def build_api(decider: Decider, metrics: Metrics, ready: asyncio.Event) -> web.Application:
+def build_api(decider: DeciderView, metrics: Metrics, ready: asyncio.Event) -> web.Application:
     async def healthz(request: web.Request) -> web.Response:
         API.query(request)  # every route reads its query here: 400 for a bad or unknown parameter
         return web.json_response(Health(status="alive", instance=decider.instance).model_dump())

@@ -45,7 +45,7 @@ from services.preemption.controller import Controls, PoolController
 from services.preemption.inputs import Entry
 
 if TYPE_CHECKING:
-    from services.preemption.service import Decider
+    from services.preemption.view import DeciderView
 
 log = logging.getLogger(__name__)
 
@@ -151,7 +151,7 @@ def entries(
 
 
 # ----- writes ----------------------------------------------------------------------------------------
-def _refusal(request: web.Request, decider: Decider) -> web.Response | None:
+def _refusal(request: web.Request, decider: DeciderView) -> web.Response | None:
     token = decider.settings.preemption_admin_token
     expected = token.get_secret_value() if token is not None else ""
     if not expected:
@@ -183,7 +183,7 @@ async def _body(request: web.Request, model: type[_M]) -> _M | web.Response:
 
 
 async def write(
-    decider: Decider, control: str, scope: str, value: dict[str, Any] | None, who: str, reason: str
+    decider: DeciderView, control: str, scope: str, value: dict[str, Any] | None, who: str, reason: str
 ) -> dict[str, Any]:
     """Set (or clear, `value` None) one control with its audit row, in one transaction; then apply
     it at once on the pools this instance owns."""
@@ -245,7 +245,7 @@ async def write(
     }
 
 
-def register(app: web.Application, decider: Decider) -> None:
+def register(app: web.Application, decider: DeciderView) -> None:
     """The controls' routes on the SRE API (called from `service.build_api`)."""
 
     async def kill_switch(request: web.Request) -> web.Response:

@@ -24,53 +24,30 @@ from __future__ import annotations
 
 import asyncio
 import html
-import io
 import json
 import os
-import threading
-from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import asyncpg
 from aiohttp import web
-from opentelemetry import context as otel_context
-from opentelemetry import trace
 
 from services.preemption import store
 from services.preemption.api_spec import API
-from services.preemption.controller import Decision
 from services.preemption.decision_text import describe
+from services.preemption.plots import PLOT_LOCK, figure, svg
+from services.preemption.trace_ids import trace_id_of
 from services.preemption.trace_view import register_trace_view
 
 if TYPE_CHECKING:
     from services.core.runtime import PoolRuntime
-    from services.preemption.service import Decider
+    from services.preemption.view import DeciderView
 
 JAEGER_UI_URL = "http://127.0.0.1:16686"  # the stack's Jaeger (infra/jaeger); JAEGER_UI_URL overrides
 REFRESH_S = 15
 DEFAULT_WINDOW_S = 6 * 3600
 DEFAULT_BUCKET_S = 300
 MAX_POOLS_PLOTTED = 8
-_PLOT_LOCK = threading.Lock()
-
-
-# ----- trace ids ----------------------------------------------------------------------------------
-def trace_id_of(contexts: dict[str, otel_context.Context], task_id: str) -> str | None:
-    """The 32-hex trace id of `task_id`'s submission, if this instance saw it."""
-    ctx = contexts.get(task_id) if task_id else None
-    if ctx is None:
-        return None
-    span = trace.get_current_span(ctx).get_span_context()
-    return format(span.trace_id, "032x") if span.is_valid else None
-
-
-def with_trace_id(decision: Decision, contexts: dict[str, otel_context.Context]) -> Decision:
-    """`decision` with its task's trace id in the detail (`trace_id`), for links to Jaeger."""
-    found = trace_id_of(contexts, decision.task_id)
-    if found is None or "trace_id" in decision.detail:
-        return decision
-    return replace(decision, detail={**decision.detail, "trace_id": found})
 
 
 # ----- data ---------------------------------------------------------------------------------------
@@ -143,8 +120,8 @@ async def _evictions(
 
 
 async def dashboard_data(
-    decider: Decider, *, limit: int = 20, window_s: int = DEFAULT_WINDOW_S, bucket_s: int = DEFAULT_BUCKET_S,
-    jaeger_ui_url: str = JAEGER_UI_URL,
+    decider: DeciderView, *, limit: int = 20, window_s: int = DEFAULT_WINDOW_S,
+    bucket_s: int = DEFAULT_BUCKET_S, jaeger_ui_url: str = JAEGER_UI_URL,
 ) -> dict[str, Any]:  # fmt: skip
     owned = dict(sorted(decider.owned_pools().items()))
     pools: dict[str, Any] = {}
@@ -206,33 +183,17 @@ def why_spot_waits(rt: PoolRuntime) -> dict[str, Any]:
 
 
 # ----- plots (matplotlib, SVG) --------------------------------------------------------------------
-def _figure(rows: int, height: float = 2.6) -> tuple[Any, Any]:
-    # matplotlib's object API (no pyplot: no global figure state), one render at a time (_PLOT_LOCK).
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(8.0, max(2.4, height * rows)))
-    axes = fig.subplots(rows, 1, squeeze=False)
-    return fig, [row[0] for row in axes]
-
-
-def _svg(fig: Any) -> bytes:
-    out = io.BytesIO()
-    fig.tight_layout()
-    fig.savefig(out, format="svg")
-    return out.getvalue()
-
-
 def _locked(render: Any, data: dict[str, Any]) -> bytes:
-    with _PLOT_LOCK:
+    with PLOT_LOCK:
         result: bytes = render(data)
         return result
 
 
 def _empty(message: str) -> bytes:
-    fig, (ax,) = _figure(1, 1.2)
+    fig, (ax,) = figure(1, 1.2)
     ax.axis("off")
     ax.text(0.5, 0.5, message, ha="center", va="center", fontsize=11, color="#555")
-    return _svg(fig)
+    return svg(fig)
 
 
 def quota_svg(data: dict[str, Any]) -> bytes:
@@ -241,7 +202,7 @@ def quota_svg(data: dict[str, Any]) -> bytes:
     pools = list(data["pools"].items())[:MAX_POOLS_PLOTTED]
     if not pools:
         return _empty("no pool owned by this instance")
-    fig, axes = _figure(len(pools))
+    fig, axes = figure(len(pools))
     for ax, (name, p) in zip(axes, pools, strict=True):
         capacity = p["capacity_gpus"]
         quota = sorted((float(h), q) for h, q in p["quota_gpus"].items())
@@ -286,7 +247,7 @@ def quota_svg(data: dict[str, Any]) -> bytes:
         ax.set_ylabel("GPUs", fontsize=8)
         ax.tick_params(labelsize=8)
         ax.legend(fontsize=7, loc="upper right")
-    return _svg(fig)
+    return svg(fig)
 
 
 def evictions_svg(data: dict[str, Any]) -> bytes:
@@ -297,7 +258,7 @@ def evictions_svg(data: dict[str, Any]) -> bytes:
     buckets = sorted({b for series in by_pool.values() for b in series})
     times = [datetime.fromisoformat(b) for b in buckets]
     width = timedelta(seconds=ev["bucket_s"] * 0.8)
-    fig, (ax,) = _figure(1, 3.0)
+    fig, (ax,) = figure(1, 3.0)
     bottom = [0] * len(buckets)
     for name, series in sorted(by_pool.items()):
         counts = [series.get(b, 0) for b in buckets]
@@ -318,14 +279,14 @@ def evictions_svg(data: dict[str, Any]) -> bytes:
     ax.yaxis.get_major_locator().set_params(integer=True)
     fig.autofmt_xdate()
     ax.legend(fontsize=7)
-    return _svg(fig)
+    return svg(fig)
 
 
 def queues_svg(data: dict[str, Any]) -> bytes:
     pools = list(data["pools"].items())[: MAX_POOLS_PLOTTED * 2]
     if not pools:
         return _empty("no pool owned by this instance")
-    fig, (ax,) = _figure(1, 0.5 + 0.45 * len(pools))
+    fig, (ax,) = figure(1, 0.5 + 0.45 * len(pools))
     names = [n for n, _ in pools]
     ys = list(range(len(names)))
     series = (("hp_running", "#c0392b", 1.0), ("hp_queued", "#c0392b", 0.45),
@@ -347,7 +308,7 @@ def queues_svg(data: dict[str, Any]) -> bytes:
     ax.xaxis.get_major_locator().set_params(integer=True)
     ax.set_title("tasks running and queued per pool and class", fontsize=9, loc="left")
     ax.legend(fontsize=7, loc="lower right")
-    return _svg(fig)
+    return svg(fig)
 
 
 # ----- the page -----------------------------------------------------------------------------------
@@ -466,7 +427,9 @@ in the last {ev["window_s"] / 3600:.3g} h</h2>
 """
 
 
-def register_dashboard(app: web.Application, decider: Decider, *, jaeger_ui_url: str | None = None) -> None:
+def register_dashboard(
+    app: web.Application, decider: DeciderView, *, jaeger_ui_url: str | None = None
+) -> None:
     """Add `/dashboard`, `/dashboard/data` and the plots to the SRE API `app`."""
     ui = (jaeger_ui_url or os.environ.get("JAEGER_UI_URL") or JAEGER_UI_URL).rstrip("/")
 

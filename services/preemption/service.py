@@ -67,7 +67,6 @@ from services.platform.tracing import extract_context, inject_headers
 from services.preemption import controls, liveness, reconcile, store
 from services.preemption.api import build_api
 from services.preemption.controller import ControllerSettings, Effects, PoolController, id_salt
-from services.preemption.dashboard import with_trace_id
 from services.preemption.inputs import Entry, apply, entry_for
 from services.preemption.metrics import register_metrics
 from services.preemption.poison import caused_by_record, store_failed
@@ -84,6 +83,7 @@ from services.preemption.router import (
     inbox_spec,
     route,
 )
+from services.preemption.trace_ids import with_trace_id
 
 log = logging.getLogger(__name__)
 

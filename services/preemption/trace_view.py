@@ -21,6 +21,7 @@ from aiohttp import web
 
 from services.platform.openapi import bad_request
 from services.preemption.api_spec import API
+from services.preemption.plots import PLOT_LOCK, figure, svg
 
 JAEGER_QUERY_URL = "http://127.0.0.1:16686"  # the stack's Jaeger; JAEGER_QUERY_URL overrides
 
@@ -71,10 +72,8 @@ def span_rows(trace: dict[str, Any]) -> list[SpanRow]:
 
 def waterfall_svg(rows: list[SpanRow]) -> bytes:
     """Every span as a bar on one time axis, first at the top, coloured by service."""
-    from services.preemption.dashboard import _PLOT_LOCK, _figure, _svg
-
-    with _PLOT_LOCK:
-        fig, (ax,) = _figure(1, max(1.2, 0.28 * len(rows) + 0.8))
+    with PLOT_LOCK:
+        fig, (ax,) = figure(1, max(1.2, 0.28 * len(rows) + 0.8))
         services = sorted({r.service for r in rows})
         colours = {name: f"C{i % 10}" for i, name in enumerate(services)}
         y = list(range(len(rows)))
@@ -87,7 +86,7 @@ def waterfall_svg(rows: list[SpanRow]) -> bytes:
         for name in services:
             ax.barh([], [], color=colours[name], label=name)
         ax.legend(fontsize=7, loc="lower right")
-        return _svg(fig)
+        return svg(fig)
 
 
 def render_trace_page(trace_id: str, rows: list[SpanRow], svg: bytes, source: str) -> str:
@@ -137,8 +136,8 @@ def register_trace_view(app: web.Application, *, query_url: str | None = None) -
         if not traces:
             raise web.HTTPNotFound(text=_missing(trace_id))
         rows = span_rows(traces[0])
-        svg = await asyncio.to_thread(waterfall_svg, rows)
-        return web.Response(text=render_trace_page(trace_id, rows, svg, source), content_type="text/html")
+        picture = await asyncio.to_thread(waterfall_svg, rows)
+        return web.Response(text=render_trace_page(trace_id, rows, picture, source), content_type="text/html")
 
     app.router.add_get("/dashboard/trace/{trace_id}", page)
 
