@@ -128,3 +128,57 @@ def bench_pass(
             typer.echo("the two paths' simulations differ", err=True)
             raise typer.Exit(1)
     typer.echo("decisions identical on both paths")
+
+
+@app.command("warnings")
+def bench_warnings(
+    config: Annotated[Path, typer.Option("--config", help="robustness-suite config")] = Path(
+        "configs/suite-robustness.yaml"
+    ),
+    split: Annotated[str, typer.Option("--split", help="dev (choose settings) or test (report)")] = "test",
+    policy: Annotated[str, typer.Option("--policy")] = "gfs",
+    lead_s: Annotated[list[float] | None, typer.Option("--lead-s", help="lead time (repeatable)")] = None,
+    quantile: Annotated[list[float] | None, typer.Option("--quantile", help="repeatable")] = None,
+    margin: Annotated[list[float] | None, typer.Option("--margin", help="repeatable")] = None,
+    checkpoint_cost_s: Annotated[
+        float | None, typer.Option("--checkpoint-cost-s", help="GPU seconds one checkpoint costs")
+    ] = None,
+    regime: Annotated[list[str] | None, typer.Option("--regime", help="only these regimes")] = None,
+    workers: Annotated[int, typer.Option("--workers")] = 2,
+    out: Annotated[Path | None, typer.Option("--out", help="write warnings.md and .json here")] = None,
+) -> None:
+    """Lost spot GPU-hours with and without early reclaim warnings, per suite regime, on the same
+    evictions; every combination of the given settings (defaults: core/reclaim_warning.py)."""
+    import dataclasses
+    import itertools
+    import json
+
+    from services.core.reclaim_warning import WarningSettings
+    from services.simulator.evaluate_config import load_config
+    from services.simulator.warning_eval import aggregate, render, run_warning_grid
+
+    cfg = load_config(config)
+    if regime:
+        cfg = dataclasses.replace(cfg, regimes=tuple(r for r in cfg.regimes if r.name in regime))
+    base = WarningSettings()
+    variants = [
+        WarningSettings(
+            lead_s=lead,
+            quantile=q,
+            margin=m,
+            checkpoint_cost_s=base.checkpoint_cost_s if checkpoint_cost_s is None else checkpoint_cost_s,
+        )
+        for lead, q, m in itertools.product(
+            lead_s or [base.lead_s], quantile or [base.quantile], margin or [base.margin]
+        )
+    ]
+    seeds = cfg.split_seeds(split)
+    results = run_warning_grid(cfg, policy, seeds, variants, workers)
+    agg = aggregate(results, len(variants))
+    text = render(agg, variants, policy, split, seeds)
+    typer.echo(text)
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "warnings.md").write_text(text)
+        cells = {"cells": results, "aggregate": agg}
+        (out / "warnings.json").write_text(json.dumps(cells, indent=1, default=str))

@@ -46,6 +46,7 @@ from services.core.task import TaskClass, TaskSpec
 from services.core.victims_lease import RELEASE_OVERHEAD_S
 from services.simulator.lifecycle import Life, overlap
 from services.simulator.quota_log import QuotaLog
+from services.simulator.reclaim_warnings import WarningLedger
 from services.simulator.recording import Recorder
 from services.simulator.workload import Workload
 
@@ -142,6 +143,10 @@ class Simulation:
         self.cancelled: list[TaskId] = []  # in the order they happened
         self.cancelled_queued = 0
         self.cancelled_running = 0
+        # Early reclaim warnings (issue 27 item 2), set by a driver that measures them: they change
+        # no decision, only what the evictions cost, so one run can score several settings at once
+        # (simulator/reclaim_warnings.py).
+        self.warnings: tuple[WarningLedger, ...] = ()
 
     # ----- event plumbing -------------------------------------------------------------------
     def push(self, t: float, kind: int, payload: object) -> None:
@@ -369,6 +374,8 @@ class Simulation:
         spec = life.spec
         self._stop_running_hp(spec)
         self._log_stop(life, o)
+        for ledger in self.warnings:
+            ledger.evicted(spec, o.run_s, self.now, life.start)
         self.useful_gpu_s[spec.pool] += spec.total_gpus * overlap(
             life.start, life.start + useful_seconds_before_eviction(o.run_s), *self._window()
         )
@@ -468,6 +475,8 @@ class Simulation:
                     quantile = np.zeros(HORIZON_H)
             if rt.refresh_quota(self.now, quantile):
                 self.dirty.add(pool_id)
+            for ledger in self.warnings:
+                ledger.check(self.now, rt, fc)
             if self.quota_log is not None and rt.last_quota_inputs is not None:
                 self.quota_log.record(self.now, pool_id, rt, rt.last_quota_inputs, self.policy.quota.settings)
 

@@ -21,8 +21,10 @@ import numpy as np
 
 from services.core.policies.registry import build_policy
 from services.core.quota import QuotaSettings
+from services.simulator.engine import Simulation
 from services.simulator.evaluate_config import EvaluateConfig, resolve_nodes
 from services.simulator.evaluate_trace import (
+    CellTrace,
     cell_trace,
     regime_trace,
     scaled_nodes,
@@ -32,6 +34,7 @@ from services.simulator.evaluate_trace import (
 from services.simulator.result import build_policy_result
 from services.simulator.runner import ForecastSource, RunSettings, build_simulation, prepare
 from services.simulator.traces.gfs_format import read_nodes
+from services.simulator.traces.records import Trace
 
 # The cluster-wide metrics (services/core/metrics.metric_block) the report aggregates.
 METRICS: tuple[str, ...] = (
@@ -125,9 +128,8 @@ def grid_cells(cfg: EvaluateConfig, split: str = "test") -> list[Cell]:
     return cells
 
 
-def run_cell(cfg: EvaluateConfig, cell: Cell) -> dict[str, Any]:
-    """Generate the cell's trace, simulate its policy, return its metrics (JSON-ready)."""
-    started = time.perf_counter()
+def cell_simulation(cfg: EvaluateConfig, cell: Cell) -> tuple[Simulation, CellTrace, Trace]:
+    """The cell's trace and its policy's simulation, not yet run (a driver may attach observers)."""
     if cell.regime:
         ct = regime_trace(
             cfg.regime(cell.regime),
@@ -157,6 +159,14 @@ def run_cell(cfg: EvaluateConfig, cell: Cell) -> dict[str, Any]:
     sim = build_simulation(
         workload, demand, policy, dataclasses.replace(settings, t_win_days=cfg.window_days)
     )
+    return sim, ct, trace
+
+
+def run_cell(cfg: EvaluateConfig, cell: Cell) -> dict[str, Any]:
+    """Generate the cell's trace, simulate its policy, return its metrics (JSON-ready)."""
+    started = time.perf_counter()
+    sim, ct, trace = cell_simulation(cfg, cell)
+    workload = sim.w
     sim.run()
     result = build_policy_result(sim)
     m = result.metrics
