@@ -143,14 +143,74 @@ def quote(
     recalibration: Recalibration = Recalibration(),
     hours: Sequence[int] = OFFERED_GUARANTEE_HOURS,
 ) -> SurvivalQuote:
-    """The quote for a task asking `guarantee_hours`: raw probabilities mapped through
-    `recalibration`, rounded to 3 decimals (a quote, not a measurement)."""
+    """The quote for a task the quota admits now, from the pool's numbers."""
+    terms = PoolTerms(capacity, task_gpus, spot_kept, hp_now)
+    return quote_terms(guarantee_hours, terms, outlook, recalibration, hours)
+
+
+@dataclass(frozen=True, slots=True)
+class PoolTerms:
+    """The pool's side of a quote: its state when the task was accepted."""
+
+    capacity: float
+    task_gpus: float
+    spot_kept: float
+    hp_now: float
+    # The task is over the quota now (it waits until the running spot is down to Q(H) - g); the
+    # quote is then the quota's own promise, `guarantee_rate` (docs/decisions.md).
+    waiting: bool = False
+    guarantee_rate: float = 0.9
+
+
+def pool_terms(runtime: PoolRuntime, task_gpus: float, guarantee_hours: int) -> PoolTerms:
+    """The pool's state for a spot task just accepted into `runtime`'s pool (docs/decisions.md):
+    - spot kept over it: every spot GPU running now (a task that has not started has lost nothing,
+      so the victim cost finds it among the cheapest to evict);
+    - the HP floor: the HP running now (queued HP is in the forecast, which is of running plus
+      queued HP, and in the quota);
+    - waiting: the quota in force does not admit it beside the running spot."""
+    quota = runtime.quota.get(guarantee_hours, float(runtime.state.online_capacity))
+    spot = runtime.state.spot_in_use
+    return PoolTerms(
+        capacity=float(runtime.state.online_capacity),
+        task_gpus=task_gpus,
+        spot_kept=spot,
+        hp_now=runtime.state.hp_in_use,
+        waiting=spot + task_gpus > quota + _EPS,
+        guarantee_rate=runtime.policy.quota.settings.guarantee_rate,
+    )
+
+
+def raw_survival(hours: int, terms: PoolTerms, outlook: HpOutlook) -> float:
+    """The model's probability for `hours` (module doc). A task the quota does not admit now
+    starts only once it does, and the quota admits a task only where its slack covers the
+    p-quantile of HP demand over its guarantee: at that moment the model gives at least p, the
+    rate the quota is sized for, and the forecast of now says nothing more about then. So a
+    waiting task is quoted p for every duration."""
+    if terms.waiting:
+        return terms.guarantee_rate
+    return survival_probability(
+        hours,
+        capacity=terms.capacity,
+        task_gpus=terms.task_gpus,
+        spot_kept=terms.spot_kept,
+        hp_now=terms.hp_now,
+        outlook=outlook,
+    )
+
+
+def quote_terms(
+    guarantee_hours: int,
+    terms: PoolTerms,
+    outlook: HpOutlook,
+    recalibration: Recalibration = Recalibration(),
+    hours: Sequence[int] = OFFERED_GUARANTEE_HOURS,
+) -> SurvivalQuote:
+    """The quote: raw probabilities mapped through `recalibration`, rounded to 3 decimals (a
+    quote, not a measurement)."""
 
     def one(h: int) -> float:
-        raw = survival_probability(
-            h, capacity=capacity, task_gpus=task_gpus, spot_kept=spot_kept, hp_now=hp_now, outlook=outlook
-        )
-        return round(min(1.0, max(0.0, recalibration(raw))), 3)
+        return round(min(1.0, max(0.0, recalibration(raw_survival(h, terms, outlook)))), 3)
 
     return SurvivalQuote(guarantee_hours, one(guarantee_hours), {h: one(h) for h in hours})
 
@@ -162,17 +222,9 @@ def quote_in_pool(
     outlook: HpOutlook,
     recalibration: Recalibration = Recalibration(),
 ) -> SurvivalQuote:
-    """The quote for a spot task just accepted into `runtime`'s pool: every spot GPU running now
-    counts as kept over it (a task that has not started yet has lost nothing, so the victim cost
-    finds it among the cheapest to evict), and the HP floor is HP running plus queued."""
-    return quote(
-        guarantee_hours,
-        capacity=runtime.state.online_capacity,
-        task_gpus=task_gpus,
-        spot_kept=runtime.state.spot_in_use,
-        hp_now=runtime.hp_observed,
-        outlook=outlook,
-        recalibration=recalibration,
+    """The quote for a spot task just accepted into `runtime`'s pool."""
+    return quote_terms(
+        guarantee_hours, pool_terms(runtime, task_gpus, guarantee_hours), outlook, recalibration
     )
 
 

@@ -13,9 +13,11 @@ import pytest
 
 from services.core.survival import (
     HpOutlook,
+    PoolTerms,
     Recalibration,
     hour_survival,
     quote,
+    raw_survival,
     survival_probability,
 )
 
@@ -107,3 +109,11 @@ def test_bad_inputs_are_refused() -> None:
         p(1, HpOutlook((), ()))
     with pytest.raises(ValueError, match="std"):
         HpOutlook((1.0,), (-1.0,))
+
+
+def test_a_waiting_task_is_quoted_the_quotas_promise() -> None:
+    admitted = PoolTerms(100.0, 8.0, 20.0, 50.0, waiting=False, guarantee_rate=0.95)
+    waiting = PoolTerms(100.0, 8.0, 20.0, 50.0, waiting=True, guarantee_rate=0.95)
+    assert raw_survival(4, admitted, OUTLOOK) == pytest.approx(0.5, abs=1e-6)  # the model, as above
+    assert raw_survival(4, waiting, OUTLOOK) == 0.95
+    assert raw_survival(1, waiting, OUTLOOK) == 0.95

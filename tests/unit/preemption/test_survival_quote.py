@@ -27,10 +27,10 @@ def _at(s: float) -> datetime:
     return datetime.fromtimestamp(T0 + s, UTC)
 
 
-def _quota(hp_demand: tuple[tuple[float, float], ...] | None) -> SpotQuota:
+def _quota(hp_demand: tuple[tuple[float, float], ...] | None, gpus: float = 4.0) -> SpotQuota:
     return SpotQuota(
         pool="A100",
-        quotas=tuple(GuaranteeQuota(guarantee_hours=h, quota_gpus=4.0) for h in (1, 2, 4)),
+        quotas=tuple(GuaranteeQuota(guarantee_hours=h, quota_gpus=gpus) for h in (1, 2, 4)),
         eta=1.0,
         capacity_gpus=4,
         valid_from=_at(0),
@@ -61,17 +61,21 @@ def _event(c: PoolController, payload: object, t: float) -> Effects:
     return out
 
 
-def _world(hp_demand: tuple[tuple[float, float], ...] | None = FORECAST) -> PoolController:
+def _world(
+    hp_demand: tuple[tuple[float, float], ...] | None = FORECAST, quota: float = 4.0
+) -> PoolController:
     c = PoolController("A100", ControllerSettings(grace_s=30.0, ack_margin_s=10.0))
     for node in ("n0", "n1"):
         apply(c, ("node_seen", {"node": node, "gpus": 2}, T0))
-    _event(c, _quota(hp_demand), 0)
+    _event(c, _quota(hp_demand, 4.0), 0)
     out = _event(c, _task("A", TaskClass.SPOT, 2), 0)
     bind = next(cmd for cmd in out.commands if isinstance(cmd, BindCommand))
     ack = WorkerStarted(
         command_id=bind.command_id, node=bind.node, task_id="A", worker_index=0, pid=100, started_at=_at(1)
     )
     _event(c, ack, 1)
+    if quota != 4.0:
+        _event(c, _quota(hp_demand, quota), 2)
     return c
 
 
@@ -104,3 +108,13 @@ def test_hp_tasks_and_pools_without_a_forecast_get_no_quote() -> None:
     assert _accepted(_event(c, _task("H", TaskClass.HP, 1), 1000)).survival is None
     bare = _world(hp_demand=None)
     assert _accepted(_event(bare, _task("B", TaskClass.SPOT, 1), 1000)).survival is None
+
+
+def test_a_task_the_quota_does_not_admit_now_is_quoted_the_quotas_promise() -> None:
+    # Quota 2 GPUs with A's 2 running: B (1 GPU) waits until the quota admits it, and then its
+    # slack covers the 0.9-quantile of HP demand over its guarantee: quoted p = 0.9 throughout.
+    c = _world(quota=2.0)
+    accepted = _accepted(_event(c, _task("B", TaskClass.SPOT, 1, hours=2), 1000))
+    assert accepted.survival == SurvivalQuote(
+        guarantee_hours=2, guarantee=0.9, hours_1=0.9, hours_2=0.9, hours_4=0.9
+    )
