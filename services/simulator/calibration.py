@@ -161,18 +161,29 @@ def first_run_outcome(
 
 # ----- fitting and scoring ------------------------------------------------------------------------
 def isotonic(points: Iterable[tuple[float, bool]]) -> Recalibration:
-    """Pool-adjacent violators on (raw probability, survived): knots at each block's mean raw
-    probability and observed rate, non-decreasing."""
-    blocks: list[list[float]] = []  # [sum of x, sum of y, count]
-    for x, y in sorted(points):
-        blocks.append([x, float(y), 1.0])
-        while len(blocks) > 1 and blocks[-2][1] / blocks[-2][2] >= blocks[-1][1] / blocks[-1][2]:
+    """Pool-adjacent violators on (raw probability, survived): each block of raw probabilities
+    maps to its observed survival rate (knots at the block's lowest and highest raw value, so a raw
+    value inside a block gets the block's rate, not a mix with its neighbour), linear between
+    blocks; non-decreasing."""
+    tally: dict[float, list[float]] = defaultdict(lambda: [0.0, 0.0])  # x -> [survived, count]
+    for x, y in points:
+        tally[x][0] += y
+        tally[x][1] += 1
+    blocks: list[list[float]] = []  # [lowest x, highest x, survived, count]; equal x never split
+    for x in sorted(tally):
+        blocks.append([x, x, *tally[x]])
+        while len(blocks) > 1 and blocks[-2][2] / blocks[-2][3] >= blocks[-1][2] / blocks[-1][3]:
             last = blocks.pop()
-            for i in range(3):
-                blocks[-1][i] += last[i]
-    xs = tuple(b[0] / b[2] for b in blocks)
-    ys = tuple(b[1] / b[2] for b in blocks)
-    return Recalibration(xs, ys)
+            blocks[-1][1] = last[1]
+            blocks[-1][2] += last[2]
+            blocks[-1][3] += last[3]
+    xs: list[float] = []
+    ys: list[float] = []
+    for lo, hi, survived, count in blocks:
+        for x in (lo, hi) if hi > lo else (lo,):
+            xs.append(x)
+            ys.append(survived / count)
+    return Recalibration(tuple(xs), tuple(ys))
 
 
 @dataclass
@@ -315,6 +326,11 @@ def report(
                 ],
                 "targets": gaps,
             }
+    for label, mapping in (("raw", Recalibration()), ("recalibrated", recal)):
+        pairs = all_hours_pairs(held_all, mapping)
+        lines.append(f"\nall held-out, {label}, quotes for 1, 2 and 4 h together ({len(pairs)}):")
+        lines.extend(_table(reliability(pairs)))
+        data["held_out"]["all held-out"][f"{label}_all_durations"] = {"targets": target_gaps(pairs)}
     by_pool: dict[str, list[Quoted]] = defaultdict(list)
     for r in held_all:
         by_pool[r.pool].append(r)

@@ -49,12 +49,17 @@ def test_first_run_outcomes() -> None:
 
 
 def test_isotonic_pools_adjacent_violators() -> None:
-    # y by x: 0.1 F, 0.2 T, 0.3 F, 0.4 T, 0.5 T. 0.2/0.3 violate and merge into (0.25, 0.5);
-    # 0.4 and 0.5 tie at 1 and merge into (0.45, 1.0).
+    # y by x: 0.1 F, 0.2 T, 0.3 F, 0.4 T, 0.5 T. 0.2/0.3 violate and merge into a block of rate
+    # 0.5; 0.4 and 0.5 tie at 1 and merge. Knots at each block's ends.
     r = isotonic([(0.3, False), (0.1, False), (0.5, True), (0.2, True), (0.4, True)])
-    assert r.x == pytest.approx((0.1, 0.25, 0.45))
-    assert r.y == pytest.approx((0.0, 0.5, 1.0))
-    assert r(0.35) == pytest.approx(0.75)  # halfway between the last two knots
+    assert r.x == pytest.approx((0.1, 0.2, 0.3, 0.4, 0.5))
+    assert r.y == pytest.approx((0.0, 0.5, 0.5, 1.0, 1.0))
+    assert r(0.25) == pytest.approx(0.5)  # inside a block: the block's rate
+    assert r(0.35) == pytest.approx(0.75)  # between blocks: linear
+    # Equal raw values are one group, whatever their order: 0.9 with 1 of 2 survived (0.5), above
+    # 0.5 with none (0). Split by outcome, 0.9 would get two knots, 0 and 1.
+    tied = isotonic([(0.9, True), (0.9, False), (0.5, False)])
+    assert tied.x == pytest.approx((0.5, 0.9)) and tied.y == pytest.approx((0.0, 0.5))
 
 
 def test_reliability_bins_and_the_targets() -> None:
