@@ -18,6 +18,15 @@ class GuaranteeQuota(BaseModel):
     quota_gpus: float = Field(ge=0, description="Q_v(H) = η · min over h ≤ H of predicted free GPUs.")
 
 
+class HpDemandHour(BaseModel):
+    """The pool's HP demand forecast for one hour ahead (a Gaussian), as the quota used it."""
+
+    model_config = _CONTRACT
+
+    mean: float = Field(allow_inf_nan=False, description="Mean HP GPUs in use (Gaussian μ).")
+    std: float = Field(ge=0, allow_inf_nan=False, description="Standard deviation (Gaussian σ).")
+
+
 class SpotQuota(BaseModel):
     """The current spot quota of one pool, for every offered guaranteed duration.
 
@@ -35,6 +44,15 @@ class SpotQuota(BaseModel):
     valid_until: UtcDatetime = Field(description="When it expires if no newer quota arrives.")
     forecast_version: FreeText = Field(
         min_length=1, max_length=2000, description="The forecast (model version + origin) used."
+    )
+    hp_demand: tuple[HpDemandHour, ...] | None = Field(
+        default=None,
+        max_length=24,
+        description=(
+            "The pool's HP demand forecast behind the quota, hours 1..H ahead of its origin; the "
+            "preemption service quotes spot tasks' survival from it (issue 27). Absent: no "
+            "forecast (the quota fell back to what is idle), or a quota service before issue 27."
+        ),
     )
 
     @field_validator("quotas")

@@ -8,6 +8,7 @@ promised a guaranteed duration (spec §4.2) whose periods are reported by `Guara
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Annotated
 from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -160,6 +161,22 @@ class TaskSubmitted(BaseModel):
         return value
 
 
+Probability = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]
+
+
+class SurvivalQuote(BaseModel):
+    """How likely an accepted spot task is to run uninterrupted, quoted at acceptance (issue 27;
+    the model and its calibration: docs/decisions.md, "A quoted survival probability")."""
+
+    model_config = _CONTRACT
+
+    guarantee_hours: GuaranteeHours = Field(description="The task's guaranteed duration.")
+    guarantee: Probability = Field(description="P(uninterrupted for the guaranteed duration).")
+    hours_1: Probability = Field(description="P(uninterrupted for 1 hour).")
+    hours_2: Probability = Field(description="P(uninterrupted for 2 hours).")
+    hours_4: Probability = Field(description="P(uninterrupted for 4 hours).")
+
+
 class TaskAccepted(BaseModel):
     """The scheduler admitted the submission into its queue (it may still wait for GPUs)."""
 
@@ -168,6 +185,13 @@ class TaskAccepted(BaseModel):
     task_id: TaskId = Field(description="The accepted task.")
     pool: PoolName = Field(description="The pool whose queue the task joined.")
     task_class: TaskClass = Field(description="The task's class, repeated so lifecycle readers need no join.")
+    survival: SurvivalQuote | None = Field(
+        default=None,
+        description=(
+            "Spot tasks: the quoted probability of running uninterrupted (absent for HP tasks, "
+            "from schedulers before issue 27, and while the pool has no HP-demand forecast)."
+        ),
+    )
 
 
 class TaskRejected(BaseModel):

@@ -84,6 +84,7 @@ from services.core.task import TaskClass, TaskSpec
 from services.preemption.attempts import Attempt, Phase
 from services.preemption.explanations import explanation_dict
 from services.preemption.reconcile import NodeReport, UnknownWork, bind_lost
+from services.preemption.survival_quote import survival_on_accept
 
 # Namespace of the command and event ids the controller derives (uuid5 of pool, salt and counter).
 ID_NAMESPACE = uuid.UUID("6a1f4c52-2d0e-4f1b-9a57-0c9e3b8d7e11")
@@ -397,7 +398,10 @@ class PoolController:
             return out
         self.tasks[tid] = _Task(task)
         self.dirty = True
-        out.events.append(TaskAccepted(task_id=tid, pool=self.pool, task_class=task.task_class))
+        survival = survival_on_accept(self.runtime, spec, self.last_quota, now)  # spot only (issue 27)
+        out.events.append(
+            TaskAccepted(task_id=tid, pool=self.pool, task_class=task.task_class, survival=survival)
+        )
         out.decisions.append(Decision(tid, "accepted", now, {"class": task.task_class.value}))
         return out
 

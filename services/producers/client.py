@@ -8,6 +8,7 @@ async with GfsClient(bootstrap_servers="127.0.0.1:9092") as gfs:
     async for event in gfs.follow("train-42", timeout_s=600):
         print(event.event_type)          # TaskAccepted, TaskStarted, ..., then a terminal event
     print(await gfs.status("train-42"))  # e.g. FINISHED
+    quote = await gfs.quote("train-42", timeout_s=30)  # a spot task's quoted survival, or None
 ```
 
 What a producer sees:
@@ -53,6 +54,7 @@ from pydantic import ValidationError
 
 from schemas.envelope import Envelope, wrap
 from schemas.tasks import (
+    SurvivalQuote,
     TaskAccepted,
     TaskCancelled,
     TaskEvicted,
@@ -123,6 +125,13 @@ def state_after(envelope: Envelope[Any]) -> TaskState | None:
     if isinstance(payload, TaskWithdrawn):
         return TaskState.WITHDRAWN
     return None
+
+
+def survival_of(envelope: Envelope[Any]) -> SurvivalQuote | None:
+    """The survival probability a TaskAccepted quoted (spot tasks, issue 27); None for any other
+    event, an HP task, or a pool without a forecast."""
+    payload = envelope.payload
+    return payload.survival if isinstance(payload, TaskAccepted) else None
 
 
 def is_terminal(envelope: Envelope[Any]) -> bool:
@@ -286,6 +295,22 @@ class GfsClient:
                 yield envelope
                 if is_terminal(envelope):
                     return
+
+    async def quote(
+        self, task_id: str, *, timeout_s: float | None = None, since: datetime | None = None
+    ) -> SurvivalQuote | None:
+        """The probability of running uninterrupted (for the guarantee and 1/2/4 h) quoted when
+        the scheduler accepted `task_id` (a spot task). Waits for the TaskAccepted up to
+        `timeout_s`; None if it did not come, the task ended without it (rejected), or it carries
+        no quote (HP task, no forecast in the pool, a scheduler before issue 27)."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        async with aclosing(self._lifecycle(task_id, since=since, deadline=deadline, to_end=False)) as events:
+            async for envelope in events:
+                if isinstance(envelope.payload, TaskAccepted):
+                    return survival_of(envelope)
+                if is_terminal(envelope):
+                    break
+        return None
 
     async def status(self, task_id: str, *, since: datetime | None = None) -> TaskState:
         """The latest state of `task_id` on the lifecycle topic (reads its partition up to the

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from schemas.forecast import PoolDemandForecast
 from schemas.pool_status import PoolStatus
-from schemas.quota import GuaranteeQuota, SpotQuota
+from schemas.quota import GuaranteeQuota, HpDemandHour, SpotQuota
 from services.quota.book import ForecastView, QuotaComputation, StatusView
 from services.quota.store import utc
 
@@ -48,4 +48,15 @@ def spot_quota(computed: QuotaComputation) -> SpotQuota:
         valid_from=utc(computed.computed_s),
         valid_until=utc(computed.valid_until_s),
         forecast_version=computed.forecast_version,
+        hp_demand=hp_demand(computed),
     )
+
+
+def hp_demand(computed: QuotaComputation) -> tuple[HpDemandHour, ...] | None:
+    """The forecast behind the quota from the hour holding its computation on (hours already over
+    are dropped, as the quota drops them), for the survival quote of accepted spot tasks."""
+    fc = computed.forecast
+    if fc is None:
+        return None
+    skip = max(0, int((computed.computed_s - fc.origin_s) // 3600.0))
+    return tuple(HpDemandHour(mean=m, std=s) for m, s in zip(fc.mean[skip:], fc.std[skip:], strict=True))

@@ -1,0 +1,380 @@
+"""Is the quoted survival probability calibrated? Measured on simulated weeks (issue 27 item 1).
+
+`python -m services.simulator.calibration [CONFIG]` (default configs/calibration-survival.yaml):
+1. simulate GFS on every (regime, seed) of the config; every spot task accepted inside the scored
+   window is quoted at its arrival, exactly as the live preemption service quotes it
+   (core/survival.py: the last quota refresh's forecast of the pool's HP demand and the pool's
+   state now), and the simulation records whether its first run stayed uninterrupted for 1, 2 and
+   4 hours (a run that finished earlier survived; a task that never started, was cancelled, or
+   whose hours reach past the scored window, after which nothing is preempted, is left out);
+2. fit a monotone recalibration (isotonic regression, pool-adjacent violators) on the TRAINING
+   runs only;
+3. score it on the HELD-OUT runs (other seeds, and regimes of the other generator never used for
+   fitting): per pool, a reliability table (bins of the quoted probability: their mean quote,
+   the observed survival, the count), and the gap at 0.8, 0.9 and 0.95.
+
+The quoting never changes a decision: `QuotingSimulation` only reads the pools' state after the
+engine's own handlers ran (tests/sim goldens stay as they are).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from itertools import pairwise
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from services.core.guarantee import OFFERED_GUARANTEE_HOURS
+from services.core.ids import PoolId, TaskId
+from services.core.policies.registry import build_policy
+from services.core.runtime import Started, Stopped
+from services.core.survival import HpOutlook, Recalibration, pool_terms, raw_survival
+from services.core.task import TaskClass, TaskSpec
+from services.simulator.engine import HORIZON_H, Simulation
+from services.simulator.evaluate import MAX_JOB_SHARE
+from services.simulator.evaluate_config import EvaluateConfig, parse_config, resolve_nodes
+from services.simulator.evaluate_trace import regime_trace
+from services.simulator.runner import ForecastSource, RunSettings, build_simulation, prepare
+from services.simulator.traces.gfs_format import read_nodes
+
+HOUR_S = 3600.0
+ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_CONFIG = ROOT / "configs" / "calibration-survival.yaml"
+# Bins of the quoted probability; the targets' levels 0.8, 0.9, 0.95 sit in the middle of theirs.
+BIN_EDGES = (0.0, 0.5, 0.7, 0.75, 0.85, 0.875, 0.925, 0.975, 1.0)
+TARGETS = ((0.8, (0.75, 0.85)), (0.9, (0.875, 0.925)), (0.95, (0.925, 0.975)))
+TOLERANCE = 0.03
+
+
+@dataclass(frozen=True, slots=True)
+class Quoted:
+    """One spot task's quote (raw model probabilities) and what happened."""
+
+    pool: str
+    guarantee_hours: int
+    raw: dict[int, float]  # hours -> raw P(uninterrupted)
+    survived: dict[int, bool]  # hours -> outcome; hours left out (censored) are absent
+
+
+@dataclass
+class _Watch:
+    raw: dict[int, float]
+    first_start: float = math.nan
+    first_eviction_run_s: float = math.nan  # run time of the first run when it was evicted
+
+
+class QuotingSimulation(Simulation):
+    """The engine plus the quote at every in-window spot arrival and each task's first run."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.outlooks: dict[PoolId, tuple[int, HpOutlook]] = {}  # pool -> (forecast hour, outlook)
+        self.watched: dict[TaskId, _Watch] = {}
+
+    def _refresh_quota(self) -> None:
+        super()._refresh_quota()
+        hour, fc = self.forecast_cache
+        if not self.in_window or fc is None:
+            return
+        for pool_id in self.pools:
+            try:
+                q50, q90 = fc.pool_quantile(pool_id, 0.5), fc.pool_quantile(pool_id, 0.9)
+            except KeyError:  # no HP history in the pool: HP demand 0, as the quota takes it
+                q50 = q90 = [0.0] * HORIZON_H  # type: ignore[assignment]
+            self.outlooks[pool_id] = (hour, HpOutlook.from_quantiles(list(q50), list(q90)))
+
+    def _arrive(self, spec: TaskSpec) -> None:
+        super()._arrive(spec)
+        if spec.task_class is not TaskClass.SPOT or not self.in_window or spec.pool not in self.outlooks:
+            return
+        hour, outlook = self.outlooks[spec.pool]
+        skip = int(self.now // HOUR_S) - hour
+        if skip >= len(outlook.mean):
+            return
+        ahead = HpOutlook(outlook.mean[skip:], outlook.std[skip:])
+        t = pool_terms(self.pools[spec.pool], spec.total_gpus, spec.guarantee_hours)
+        raw = {h: raw_survival(h, t, ahead) for h in OFFERED_GUARANTEE_HOURS}
+        self.watched[spec.task_id] = _Watch(raw)
+
+    def _start(self, o: Started) -> None:
+        super()._start(o)
+        watch = self.watched.get(o.task_id)
+        if watch is not None and math.isnan(watch.first_start):
+            watch.first_start = self.now
+
+    def _evict(self, o: Stopped) -> None:
+        watch = self.watched.get(o.task_id)
+        if (
+            watch is not None
+            and math.isnan(watch.first_eviction_run_s)
+            and self.lives[o.task_id].evictions == 0
+        ):
+            watch.first_eviction_run_s = o.run_s
+        super()._evict(o)
+
+    def quoted(self) -> list[Quoted]:
+        out = []
+        window_end = self.w.window_end_s
+        for tid, watch in self.watched.items():
+            life = self.lives[tid]
+            survived: dict[int, bool] = {}
+            for h in OFFERED_GUARANTEE_HOURS:
+                outcome = first_run_outcome(
+                    h * HOUR_S,
+                    start=watch.first_start,
+                    evicted_after=watch.first_eviction_run_s,
+                    finished=life.end,
+                    cancelled=life.cancelled,
+                    window_end=window_end,
+                )
+                if outcome is not None:
+                    survived[h] = outcome
+            out.append(Quoted(str(life.spec.pool), life.spec.guarantee_hours, watch.raw, survived))
+        return out
+
+
+def first_run_outcome(
+    span_s: float, *, start: float, evicted_after: float, finished: float, cancelled: float, window_end: float
+) -> bool | None:
+    """Did the first run stay uninterrupted for `span_s` (True), was it interrupted (False), or is
+    it not known (None: never started, cancelled first, or the span reaches past the window)?"""
+    if math.isnan(start):
+        return None
+    if not math.isnan(evicted_after):
+        return evicted_after >= span_s
+    deadline = start + span_s
+    if not math.isnan(cancelled) and cancelled < deadline and (math.isnan(finished) or cancelled < finished):
+        return None
+    if not math.isnan(finished) and finished <= window_end:
+        return True  # finished (before the deadline or after it) without an eviction
+    return True if deadline <= window_end else None
+
+
+# ----- fitting and scoring ------------------------------------------------------------------------
+def isotonic(points: Iterable[tuple[float, bool]]) -> Recalibration:
+    """Pool-adjacent violators on (raw probability, survived): each block of raw probabilities
+    maps to its observed survival rate (knots at the block's lowest and highest raw value, so a raw
+    value inside a block gets the block's rate, not a mix with its neighbour), linear between
+    blocks; non-decreasing."""
+    tally: dict[float, list[float]] = defaultdict(lambda: [0.0, 0.0])  # x -> [survived, count]
+    for x, y in points:
+        tally[x][0] += y
+        tally[x][1] += 1
+    blocks: list[list[float]] = []  # [lowest x, highest x, survived, count]; equal x never split
+    for x in sorted(tally):
+        blocks.append([x, x, *tally[x]])
+        while len(blocks) > 1 and blocks[-2][2] / blocks[-2][3] >= blocks[-1][2] / blocks[-1][3]:
+            last = blocks.pop()
+            blocks[-1][1] = last[1]
+            blocks[-1][2] += last[2]
+            blocks[-1][3] += last[3]
+    xs: list[float] = []
+    ys: list[float] = []
+    for lo, hi, survived, count in blocks:
+        for x in (lo, hi) if hi > lo else (lo,):
+            xs.append(x)
+            ys.append(survived / count)
+    return Recalibration(tuple(xs), tuple(ys))
+
+
+@dataclass
+class Bin:
+    lo: float
+    hi: float
+    quoted: list[float] = field(default_factory=list)
+    survived: int = 0
+
+    @property
+    def count(self) -> int:
+        return len(self.quoted)
+
+    @property
+    def mean_quote(self) -> float:
+        return sum(self.quoted) / len(self.quoted) if self.quoted else math.nan
+
+    @property
+    def observed(self) -> float:
+        return self.survived / len(self.quoted) if self.quoted else math.nan
+
+
+def reliability(pairs: Sequence[tuple[float, bool]], edges: Sequence[float] = BIN_EDGES) -> list[Bin]:
+    bins = [Bin(lo, hi) for lo, hi in pairwise(edges)]
+    for p, ok in pairs:
+        for b in bins:
+            if b.lo <= p < b.hi or (b.hi == edges[-1] and p == b.hi):
+                b.quoted.append(p)
+                b.survived += ok
+                break
+    return bins
+
+
+def target_gaps(pairs: Sequence[tuple[float, bool]]) -> dict[str, Any]:
+    """Per target level: the tasks quoted within its band, their mean quote, observed survival,
+    and whether observed is within +-3 points of the level."""
+    out: dict[str, Any] = {}
+    for level, (lo, hi) in TARGETS:
+        (b,) = reliability(pairs, (lo, hi))
+        within = None if not b.count else abs(b.observed - level) <= TOLERANCE
+        out[f"{level:g}"] = {
+            "count": b.count,
+            "mean_quote": b.mean_quote,
+            "observed": b.observed,
+            "within_3pt": within,
+        }
+    return out
+
+
+def guarantee_pairs(records: Iterable[Quoted], recal: Recalibration) -> list[tuple[float, bool]]:
+    return [
+        (recal(r.raw[r.guarantee_hours]), r.survived[r.guarantee_hours])
+        for r in records
+        if r.guarantee_hours in r.survived
+    ]
+
+
+def all_hours_pairs(records: Iterable[Quoted], recal: Recalibration) -> list[tuple[float, bool]]:
+    return [(recal(r.raw[h]), ok) for r in records for h, ok in r.survived.items()]
+
+
+# ----- running ------------------------------------------------------------------------------------
+def load_plan(path: Path) -> tuple[EvaluateConfig, dict[str, dict[str, list[int]]]]:
+    """A robustness-suite config (evaluate_config.py) plus its `calibration` section: which
+    regimes and seeds are for training, which are held out."""
+    data = yaml.safe_load(path.read_text())
+    plan = data.pop("calibration")
+    cfg = parse_config(data).frozen()
+    fitted = {(r, s) for r, seeds in plan["train"].items() for s in seeds}
+    scored = {(r, s) for r, seeds in plan["held_out"].items() for s in seeds}
+    if fitted & scored:
+        raise ValueError(f"a run is both trained on and held out: {sorted(fitted & scored)}")
+    for regime, _ in fitted | scored:
+        cfg.regime(regime)  # KeyError for a regime the config does not define
+    return cfg, plan
+
+
+def run_quoting(cfg: EvaluateConfig, regime_name: str, seed: int) -> list[Quoted]:
+    """GFS on one (regime, seed) of the config, every in-window spot task quoted."""
+    regime = cfg.regime(regime_name)
+    ct = regime_trace(regime, read_nodes(resolve_nodes(cfg.nodes)), seed=seed, max_job_share=MAX_JOB_SHARE)
+    settings = RunSettings(
+        forecast=ForecastSource(cfg.forecast),
+        seed=seed,
+        window_days=cfg.window_days,
+        drain_days=cfg.drain_days,
+    )
+    workload, demand = prepare(ct.trace, settings)
+    plain = build_simulation(workload, demand, build_policy("gfs"), settings)
+    sim = QuotingSimulation(
+        plain.w,
+        plain.policy,
+        plain.forecaster,
+        plain.demand,
+        plain.settings,
+        plain.decision_sink,
+        plain.cancel_sink,
+    )
+    sim.run()
+    return sim.quoted()
+
+
+def _table(bins: Sequence[Bin]) -> list[str]:
+    lines = ["  bin            quoted  observed   count"]
+    for b in bins:
+        if b.count:
+            lines.append(f"  [{b.lo:.3f}, {b.hi:.3f})  {b.mean_quote:6.3f}  {b.observed:8.3f}  {b.count:6d}")
+    return lines
+
+
+def report(
+    train: Sequence[Quoted], held: dict[str, list[Quoted]], recal: Recalibration
+) -> tuple[str, dict[str, Any]]:
+    """The text report and its JSON: raw and recalibrated, overall and per pool."""
+    lines: list[str] = []
+    data: dict[str, Any] = {"knots": {"x": list(recal.x), "y": list(recal.y)}, "held_out": {}}
+    lines.append(f"fitted on {len(train)} training quotes: {len(recal.x)} knots")
+    held_all = [r for rs in held.values() for r in rs]
+    for name, recs in [("all held-out", held_all), *held.items()]:
+        for label, mapping in (("raw", Recalibration()), ("recalibrated", recal)):
+            pairs = guarantee_pairs(recs, mapping)
+            lines.append(f"\n{name}, {label}, guarantee-duration quotes ({len(pairs)}):")
+            lines.extend(_table(reliability(pairs)))
+            gaps = target_gaps(pairs)
+            for level, g in gaps.items():
+                lines.append(
+                    f"  at {level}: n={g['count']}, quoted {g['mean_quote']:.3f}, "
+                    f"observed {g['observed']:.3f}, within 3 points: {g['within_3pt']}"
+                )
+            data["held_out"].setdefault(name, {})[label] = {
+                "bins": [
+                    {
+                        "lo": b.lo,
+                        "hi": b.hi,
+                        "mean_quote": b.mean_quote,
+                        "observed": b.observed,
+                        "count": b.count,
+                    }
+                    for b in reliability(pairs)
+                ],
+                "targets": gaps,
+            }
+    for label, mapping in (("raw", Recalibration()), ("recalibrated", recal)):
+        pairs = all_hours_pairs(held_all, mapping)
+        lines.append(f"\nall held-out, {label}, quotes for 1, 2 and 4 h together ({len(pairs)}):")
+        lines.extend(_table(reliability(pairs)))
+        data["held_out"]["all held-out"][f"{label}_all_durations"] = {"targets": target_gaps(pairs)}
+    by_pool: dict[str, list[Quoted]] = defaultdict(list)
+    for r in held_all:
+        by_pool[r.pool].append(r)
+    for pool in sorted(by_pool):
+        pairs = guarantee_pairs(by_pool[pool], recal)
+        lines.append(f"\npool {pool}, recalibrated, held-out ({len(pairs)}):")
+        lines.extend(_table(reliability(pairs)))
+        data.setdefault("per_pool", {})[pool] = [
+            {"lo": b.lo, "hi": b.hi, "mean_quote": b.mean_quote, "observed": b.observed, "count": b.count}
+            for b in reliability(pairs)
+        ]
+    return "\n".join(lines), data
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m services.simulator.calibration", description=__doc__)
+    parser.add_argument("config", nargs="?", type=Path, default=DEFAULT_CONFIG)
+    parser.add_argument("--out", type=Path, default=None, help="write calibration.json (and the text) here")
+    args = parser.parse_args(argv)
+    cfg, plan = load_plan(args.config)
+    train: list[Quoted] = []
+    held: dict[str, list[Quoted]] = defaultdict(list)
+    for split, runs in (("train", plan["train"]), ("held_out", plan["held_out"])):
+        for regime, seeds in runs.items():
+            for seed in seeds:
+                t0 = time.perf_counter()
+                recs = run_quoting(cfg, regime, int(seed))
+                print(
+                    f"{split} {regime} seed {seed}: {len(recs)} quotes, {time.perf_counter() - t0:.0f} s",
+                    file=sys.stderr,
+                )
+                if split == "train":
+                    train.extend(recs)
+                else:
+                    held[f"{regime} seed {seed}"].extend(recs)
+    recal = isotonic(p for p in all_hours_pairs(train, Recalibration()))
+    text, data = report(train, dict(held), recal)
+    print(text)
+    if args.out is not None:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "calibration.json").write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+        (args.out / "calibration.txt").write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

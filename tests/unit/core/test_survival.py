@@ -1,0 +1,119 @@
+"""The quoted survival probability (issue 27 item 1), against hand-worked values.
+
+The pool of the tests: 100 GPUs, 20 spot GPUs running (kept over the new task), a new task of
+8 GPUs, so HP may grow to K = 100 - 20 - 8 = 72 GPUs before the task is the one evicted. The HP
+demand forecast per hour ahead is Normal with means 60, 64, 68, 72 and stds 6, 8, 4, 10, so the
+z-scores (72 - mean) / std are 2, 1, 1, 0 and the hours survive with Phi(2) = 0.97725,
+Phi(1) = 0.84134, Phi(1) = 0.84134 and Phi(0) = 0.5 (standard normal table).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from services.core.survival import (
+    HpOutlook,
+    PoolTerms,
+    Recalibration,
+    hour_survival,
+    quote,
+    raw_survival,
+    survival_probability,
+)
+
+PHI_2 = 0.9772499
+PHI_1 = 0.8413447
+OUTLOOK = HpOutlook(mean=(60.0, 64.0, 68.0, 72.0), std=(6.0, 8.0, 4.0, 10.0))
+POOL = {"capacity": 100.0, "task_gpus": 8.0, "spot_kept": 20.0, "hp_now": 50.0}
+
+
+def p(hours: int, outlook: HpOutlook = OUTLOOK, **changes: float) -> float:
+    return survival_probability(hours, outlook=outlook, **{**POOL, **changes})
+
+
+def test_one_hour_is_the_first_forecast_hour() -> None:
+    # An off-by-one (hour 2's forecast for the first hour) would give Phi(1) = 0.841.
+    assert p(1) == pytest.approx(PHI_2, abs=1e-6)
+
+
+def test_longer_durations_take_the_worst_hour_within_them() -> None:
+    assert p(2) == pytest.approx(PHI_1, abs=1e-6)  # min(Phi(2), Phi(1))
+    assert p(3) == pytest.approx(PHI_1, abs=1e-6)  # hour 3 is no worse than hour 2
+    assert p(4) == pytest.approx(0.5, abs=1e-6)  # hour 4's mean sits exactly on the slack
+
+
+def test_the_spread_matters() -> None:
+    # Hour 1 with std 12 instead of 6: z = 12 / 12 = 1. Ignoring the std would leave a step
+    # (mean 60 <= 72: probability 1).
+    wider = HpOutlook(mean=OUTLOOK.mean, std=(12.0, 8.0, 4.0, 10.0))
+    assert p(1, wider) == pytest.approx(PHI_1, abs=1e-6)
+
+
+def test_the_slack_counts_capacity_kept_spot_and_the_task() -> None:
+    # 4 more spot GPUs kept over the task: K = 68, hour 1 z = (68 - 60) / 6 = 4/3.
+    assert p(1, spot_kept=24.0) == pytest.approx(0.9087888, abs=1e-6)
+    # A 2-GPU task instead of 8: K = 78, hour 2 z = (78 - 64) / 8 = 1.75 -> 0.9599408.
+    assert p(2, task_gpus=2.0) == pytest.approx(0.9599408, abs=1e-6)
+    # 10 GPUs fewer in the pool: K = 62, hour 1 z = 2 / 6.
+    assert p(1, capacity=90.0) == pytest.approx(0.6305587, abs=1e-6)
+
+
+def test_hp_already_here_beyond_the_slack_means_certain_eviction() -> None:
+    assert p(1, hp_now=73.0) == 0.0  # HP running + queued exceeds K = 72 already
+    assert p(1, hp_now=72.0) == pytest.approx(PHI_2, abs=1e-6)  # exactly K still fits
+
+
+def test_a_certain_forecast_is_a_step() -> None:
+    assert hour_survival(72.0, 72.0, 0.0, 0.0) == 1.0
+    assert hour_survival(72.0, 72.5, 0.0, 0.0) == 0.0
+
+
+def test_hours_beyond_the_horizon_repeat_its_last_hour() -> None:
+    short = HpOutlook(mean=(60.0, 64.0), std=(6.0, 8.0))
+    assert p(4, short) == pytest.approx(PHI_1, abs=1e-6)
+
+
+def test_outlook_from_quantiles_matches_a_normal() -> None:
+    # Median 60 and 0.9-quantile 60 + 1.2815516 x 6: std 6.
+    o = HpOutlook.from_quantiles([60.0], [60.0 + 1.2815516 * 6.0])
+    assert o.mean == (60.0,)
+    assert o.std[0] == pytest.approx(6.0, abs=1e-5)
+
+
+def test_quote_carries_the_guarantee_and_every_offered_duration() -> None:
+    q = quote(2, outlook=OUTLOOK, **POOL)
+    assert q.guarantee_hours == 2
+    assert q.guarantee == 0.841
+    assert dict(q.by_hours) == {1: 0.977, 2: 0.841, 4: 0.5}
+
+
+def test_recalibration_is_piecewise_linear_and_flat_outside() -> None:
+    r = Recalibration(x=(0.5, 0.9), y=(0.4, 0.8))
+    assert r(0.7) == pytest.approx(0.6)
+    assert r(0.3) == 0.4
+    assert r(0.95) == 0.8
+    assert Recalibration()(0.37) == 0.37
+    q = quote(1, outlook=OUTLOOK, recalibration=r, **POOL)
+    assert q.guarantee == 0.8  # raw 0.977 is beyond the last knot
+
+
+def test_recalibration_must_be_monotone() -> None:
+    with pytest.raises(ValueError, match="non-decreasing"):
+        Recalibration(x=(0.5, 0.9), y=(0.8, 0.4))
+
+
+def test_bad_inputs_are_refused() -> None:
+    with pytest.raises(ValueError, match="hours"):
+        p(0)
+    with pytest.raises(ValueError, match="no forecast"):
+        p(1, HpOutlook((), ()))
+    with pytest.raises(ValueError, match="std"):
+        HpOutlook((1.0,), (-1.0,))
+
+
+def test_a_waiting_task_is_quoted_the_quotas_promise() -> None:
+    admitted = PoolTerms(100.0, 8.0, 20.0, 50.0, waiting=False, guarantee_rate=0.95)
+    waiting = PoolTerms(100.0, 8.0, 20.0, 50.0, waiting=True, guarantee_rate=0.95)
+    assert raw_survival(4, admitted, OUTLOOK) == pytest.approx(0.5, abs=1e-6)  # the model, as above
+    assert raw_survival(4, waiting, OUTLOOK) == 0.95
+    assert raw_survival(1, waiting, OUTLOOK) == 0.95
