@@ -252,6 +252,8 @@ class PoolRuntime:
         if budget != self._budget:  # the cap's window slid or changed: retry the memos
             self._budget = budget
             self.version += 1
+        # Only HP preempts: without HP queued the pass needs no tenant budgets (cheaper passes).
+        tenant_left = self.tenant_evictions.left(now) if self.tenant_evictions.budgets and self.hp.index else None
         ctx = CycleContext(
             now=now,
             preemption_enabled=preemption_enabled,
@@ -263,7 +265,7 @@ class PoolRuntime:
                 succeeded_periods=ledger.succeeded_total,
                 t_win_s=self.settings.t_win_s,
                 cost_weight=self.settings.cost_weight,
-                tenant_left=self.tenant_evictions.left(now) if self.tenant_evictions.budgets else None,
+                tenant_left=tenant_left,
             ),
             version=self.version,
             eviction_budget=budget,

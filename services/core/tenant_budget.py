@@ -50,6 +50,7 @@ class TenantEvictions:
         self.budgets: dict[TenantId, TenantBudget] = {}
         self._times: dict[TenantId, deque[float]] = {}
         self._periods: dict[TenantId, deque[bool]] = {}  # True: a failed period (an eviction)
+        self._failed: dict[TenantId, int] = {}  # failures in each tenant's `_periods` (kept, not summed)
 
     def set_budget(self, tenant: TenantId, budget: TenantBudget | None) -> None:
         if budget is None:
@@ -72,18 +73,27 @@ class TenantEvictions:
         if n == 0 and not failed:
             return
         outcomes = self._periods.setdefault(tenant, deque(maxlen=PERIODS_WINDOW))
-        outcomes.extend([False] * n)
-        if failed:
-            outcomes.append(True)
+        failures = self._failed.get(tenant, 0)
+        for outcome in [False] * n + ([True] if failed else []):
+            if len(outcomes) == PERIODS_WINDOW:
+                failures -= outcomes[0]  # the oldest period leaves the window
+            outcomes.append(outcome)
+            failures += outcome
+        self._failed[tenant] = failures
 
     def used(self, tenant: TenantId, now: float) -> int:
         """Evictions that count against the tenant's budget at `now` (0 without a budget)."""
         budget = self.budgets.get(tenant)
         if budget is None:
             return 0
-        if budget.window is BudgetWindow.DAY:
-            return sum(1 for t in self._times.get(tenant, ()) if t > now - DAY_S)
-        return sum(self._periods.get(tenant, ()))
+        if budget.window is BudgetWindow.PERIODS:
+            return self._failed.get(tenant, 0)
+        times = self._times.get(tenant)
+        if times is None:
+            return 0
+        while times and times[0] <= now - DAY_S:  # time never goes back: older ones never count again
+            times.popleft()
+        return len(times)
 
     def left(self, now: float) -> dict[TenantId, int]:
         """Evictions each budgeted tenant may still take at `now` (tenants without one absent)."""
