@@ -253,7 +253,8 @@ class PoolRuntime:
             self._budget = budget
             self.version += 1
         # Only HP preempts: without HP queued the pass needs no tenant budgets (cheaper passes).
-        tenant_left = self.tenant_evictions.left(now) if self.tenant_evictions.budgets and self.hp.index else None
+        budgeted = self.tenant_evictions.budgets and self.hp.index
+        tenant_left = self.tenant_evictions.left(now) if budgeted else None
         ctx = CycleContext(
             now=now,
             preemption_enabled=preemption_enabled,
