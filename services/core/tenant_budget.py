@@ -88,12 +88,9 @@ class TenantEvictions:
             return 0
         if budget.window is BudgetWindow.PERIODS:
             return self._failed.get(tenant, 0)
-        times = self._times.get(tenant)
-        if times is None:
-            return 0
-        while times and times[0] <= now - DAY_S:  # time never goes back: older ones never count again
-            times.popleft()
-        return len(times)
+        # A read changes nothing (an API may read ahead of the runtime's clock); `evicted` prunes.
+        since = now - DAY_S
+        return sum(1 for t in self._times.get(tenant, ()) if t > since)
 
     def left(self, now: float) -> dict[TenantId, int]:
         """Evictions each budgeted tenant may still take at `now` (tenants without one absent)."""
