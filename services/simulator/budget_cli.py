@@ -12,8 +12,11 @@ import typer
 
 def evaluate_budgets(
     config: Annotated[
-        Path, typer.Option(help="grid config whose generator, cluster and window are used")
-    ] = Path("configs/evaluate-smoke.yaml"),
+        Path,
+        typer.Option(
+            help="grid config whose generator, cluster and window are used (configs/evaluate-budgets.yaml)"
+        ),
+    ],
     seed: Annotated[list[int] | None, typer.Option("--seed", help="generator seed (repeatable)")] = None,
     load: Annotated[float, typer.Option(help="HP load level of the trace")] = 1.0,
     max_evictions: Annotated[int, typer.Option(help="every spot tenant's budget, per pool")] = 2,
