@@ -54,7 +54,7 @@ log = logging.getLogger(__name__)
 
 ALL = "*"  # the scope of a control for every pool
 KILL_SWITCH, QUOTA, EVICTION_CAP = "kill_switch", "quota", "eviction_cap"
-TENANT_BUDGET = "tenant_budget"  # scope: the spot tenant (in force in every pool, 0008_tenant_budgets.sql)
+TENANT_BUDGET = "tenant_budget"  # scope: the spot tenant (in force in every pool, 0007_tenant_budgets.sql)
 _M = TypeVar("_M", bound=BaseModel)
 
 
