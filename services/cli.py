@@ -32,6 +32,7 @@ _SUBAPPS: tuple[tuple[str, str, str], ...] = (
 _COMMANDS: tuple[tuple[str, str, str], ...] = (
     ("simulate", "services.simulator.cli", "simulate"),
     ("evaluate", "services.simulator.evaluate_cli", "evaluate"),
+    ("evaluate-budgets", "services.simulator.budget_cli", "evaluate_budgets"),
     ("packing", "services.simulator.packing_cli", "packing"),
     ("fake-task", "services.node_agent.fake_task_cli", "fake_task"),
     ("replay", "services.producers.replay", "replay"),

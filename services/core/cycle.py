@@ -9,7 +9,10 @@ Steps (spec 5.3, 5.2):
 3. Eviction budget (`CycleContext.eviction_budget`, the pool's eviction cap): the pass counts the
    victims it commits to; a preemption whose plans would exceed what is left is not made (the HP
    task waits as EVICTION_BUDGET, raising the threshold like NO_PREEMPTION_PLAN). None = no cap.
-4. Reservation (`CycleContext.reservation`, core/reservation.py): its holder is tried before
+4. Tenant budgets (`PreemptionContext.tenant_left`, core/tenant_budget.py): the pass counts each
+   budgeted tenant's victims too and gives every victim search what is left; the selector avoids
+   sets over them when it can, but (unlike the cap) never refuses a preemption for them.
+5. Reservation (`CycleContext.reservation`, core/reservation.py): its holder is tried before
    anything else; if it cannot start, the reserved nodes' idle GPUs are held and preemption skips
    those nodes for the rest of the pass, so backfill (HP and spot) goes on elsewhere only. The
    waiting holder neither blocks its bucket nor lowers the threshold (EASY: the head has its
@@ -28,6 +31,7 @@ from typing import NamedTuple
 import numpy as np
 
 from services.core.decisions import Decision, EvictTask, StartTask, WorkerPlacement
+from services.core.ids import TenantId
 from services.core.placeable import fit_workers
 from services.core.placement import place_task, place_worker, release, reserve
 from services.core.policies.protocols import SchedulingPolicy
@@ -70,7 +74,7 @@ def schedule_pool(
     decisions: list[Decision] = []
     blocked: list[tuple[TaskClass, SortKey, Blocked]] = []
     skipped: list[tuple[TaskClass, SortKey]] = []
-    budget = _Budget(ctx.eviction_budget)
+    budget = _Budget(ctx.eviction_budget, ctx.preemption.tenant_left)
     pool.begin()
     try:
         first: tuple[TaskSpec, _Attempt] | None = None
@@ -193,12 +197,23 @@ def _hp_pass(
 
 
 class _Budget:
-    """The evictions a pass may still commit to (None: no cap)."""
+    """The evictions a pass may still commit to (None: no cap), and per budgeted tenant."""
 
-    __slots__ = ("left",)
+    __slots__ = ("left", "tenants")
 
-    def __init__(self, left: int | None) -> None:
+    def __init__(self, left: int | None, tenants: Mapping[TenantId, int] | None = None) -> None:
         self.left = left
+        self.tenants = None if not tenants else dict(tenants)
+
+    def tenants_after(self, victims_of: list[TenantId]) -> dict[TenantId, int] | None:
+        """Tenant budgets left once victims of these tenants (one entry each) are evicted."""
+        if self.tenants is None:
+            return None
+        left = dict(self.tenants)
+        for tenant in victims_of:
+            if tenant in left:
+                left[tenant] -= 1
+        return left
 
 
 def _start_hp(
@@ -238,6 +253,7 @@ def _start_hp_preemptive(
     evictions: list[EvictTask] = []
     plans: list[PreemptionPlan] = []
     placed: list[WorkerPlacement] = []
+    victims_of: list[TenantId] = []  # each eviction's tenant (the tenant budgets)
     failure: _Attempt | None = None
     for p in _fits_now(pool, spec, policy):  # workers that fit without preemption come first
         reserve(pool, p, spec.task_class)
@@ -250,6 +266,8 @@ def _start_hp_preemptive(
             pctx = ctx.preemption
             if budget.left is not None:
                 pctx = pctx._replace(eviction_budget=budget.left - len(evictions))
+            if budget.tenants is not None:
+                pctx = pctx._replace(tenant_left=budget.tenants_after(victims_of))
             plan = policy.victims.plan(pool, spec, pctx)
             if plan is None:
                 failure = _Attempt.NO_PREEMPTION_PLAN
@@ -259,7 +277,7 @@ def _start_hp_preemptive(
                 break
             plans.append(plan)
             for victim in plan.victims:
-                pool.remove_task(victim)
+                victims_of.append(pool.remove_task(victim).spec.tenant)
                 evictions.append(EvictTask(victim, spec.task_id, plan.node))
             p = _placement_after_eviction(pool, spec, plan)
         reserve(pool, p, spec.task_class)
@@ -274,6 +292,8 @@ def _start_hp_preemptive(
     decisions.append(StartTask(spec.task_id, tuple(placed), preempted=bool(evictions), plans=tuple(plans)))
     if budget.left is not None:
         budget.left -= len(evictions)
+    if budget.tenants is not None:
+        budget.tenants = budget.tenants_after(victims_of)
     return _Attempt.STARTED
 
 

@@ -24,6 +24,9 @@ Rules the drivers rely on (docs/core-api.md):
   budget max_evictions - (preemption evictions in the last interval_s) and the victim search
   respects it (`cycle.py`); a change of the budget is a new capacity version, so an HP task held by
   the cap is retried when the window slides.
+- Tenant eviction budgets (`set_tenant_budget(tenant, budget)`, none by default): each pass gives
+  the victim search what each budgeted tenant has left (core/tenant_budget.py); soft, so no HP
+  task waits for them and no capacity version changes with them.
 """
 
 from __future__ import annotations
@@ -49,7 +52,7 @@ from services.core.explain import (
 from services.core.feasibility import PoolFeasibility
 from services.core.guarantee import GUARANTEE_PERIOD_S, successes_before_eviction, successes_on_finish
 from services.core.guarantee_ledger import GuaranteeLedger
-from services.core.ids import TaskId
+from services.core.ids import TaskId, TenantId
 from services.core.outcomes import Finished, Outcome, PassResult, RuntimeSettings, Started, Stopped
 from services.core.placeable import placeable_gpus, preemptible_capacity, reservation_growth
 from services.core.policies.protocols import SchedulingPolicy
@@ -59,6 +62,7 @@ from services.core.quota import QuotaInputs
 from services.core.reasons import EvictionReason, Rejection, Unschedulable
 from services.core.reservation import RecentWaits, Reservation, choose_nodes, nodes_online, pick_holder
 from services.core.task import TaskClass, TaskSpec
+from services.core.tenant_budget import TenantBudget, TenantEvictions
 from services.core.victims import PreemptionContext, PreemptionPlan
 
 __all__ = ["Finished", "Outcome", "PassResult", "PoolRuntime", "RuntimeSettings", "Started", "Stopped"]
@@ -97,6 +101,7 @@ class PoolRuntime:
         self.last_quota_inputs: QuotaInputs | None = None  # what the last `refresh_quota` saw
         self.eviction_cap: tuple[int, float] | None = None  # (max evictions, interval seconds)
         self._budget: int | None = None  # the budget of the last pass
+        self.tenant_evictions = TenantEvictions()  # per-tenant eviction budgets and their usage
         self.devices = DeviceAllocator(tuple(int(g) for g in state.node_cap))
         self._track_devices = settings.device_indices
         self.feasibility = PoolFeasibility(tuple(int(g) for g in state.node_cap))
@@ -192,6 +197,7 @@ class PoolRuntime:
         if running.spec.task_class is TaskClass.SPOT:
             before = self._logged.pop(task_id, 0) if self._logged else 0
             logged = self.ledger.success(now, successes_on_finish(run_s) - before)
+            self.tenant_evictions.periods(running.spec.tenant, logged, failed=False)
         del self.tasks[task_id]
         if self._preemptions:
             self._preemptions.pop(task_id, None)
@@ -210,6 +216,7 @@ class PoolRuntime:
         if running is None or running.spec.task_class is not TaskClass.SPOT:
             return False
         self.ledger.success(now, 1)
+        self.tenant_evictions.periods(running.spec.tenant, 1, failed=False)
         self._logged[task_id] = self._logged.get(task_id, 0) + 1
         return True
 
@@ -245,6 +252,9 @@ class PoolRuntime:
         if budget != self._budget:  # the cap's window slid or changed: retry the memos
             self._budget = budget
             self.version += 1
+        # Only HP preempts: without HP queued the pass needs no tenant budgets (cheaper passes).
+        budgeted = self.tenant_evictions.budgets and self.hp.index
+        tenant_left = self.tenant_evictions.left(now) if budgeted else None
         ctx = CycleContext(
             now=now,
             preemption_enabled=preemption_enabled,
@@ -256,6 +266,7 @@ class PoolRuntime:
                 succeeded_periods=ledger.succeeded_total,
                 t_win_s=self.settings.t_win_s,
                 cost_weight=self.settings.cost_weight,
+                tenant_left=tenant_left,
             ),
             version=self.version,
             eviction_budget=budget,
@@ -306,6 +317,7 @@ class PoolRuntime:
 
     def _evict(self, d: EvictTask, now: float) -> Stopped:
         stop = self._stop(d.task_id, now, d.node, d.reason, d.preemptor, void_partial=False, requeue=True)
+        self.tenant_evictions.evicted(self.tasks[d.task_id].tenant, now)
         if self.policy.use_eviction_scores:
             self.evictions.record(now, d.node)
         times = self._evicted_times
@@ -389,6 +401,15 @@ class PoolRuntime:
         recent = sum(1 for t in self._evicted_times if t > since)
         return max(0, limit - recent)
 
+    # ----- tenant eviction budgets -----------------------------------------------------------------
+    def set_tenant_budget(self, tenant: TenantId, budget: TenantBudget | None) -> None:
+        """Set (None: lift) a spot tenant's eviction budget; evictions before the call count."""
+        self.tenant_evictions.set_budget(tenant, budget)
+
+    def tenant_budgets_left(self, now: float) -> dict[TenantId, int]:
+        """Evictions each budgeted tenant may still take at `now` (tenants without one absent)."""
+        return self.tenant_evictions.left(now)
+
     def _stop(
         self,
         tid: TaskId,
@@ -433,6 +454,7 @@ class PoolRuntime:
             if fails and (not inside_only or run_s - done * GUARANTEE_PERIOD_S > _EPS):
                 self.ledger.failure(now)
                 failed = True
+            self.tenant_evictions.periods(spec.tenant, logged, failed)
         self._evicted[tid] = (now, node, reason, preemptor, None)
         return Stopped(tid, spec.task_class, node, reason, preemptor, run_s, logged, failed)
 

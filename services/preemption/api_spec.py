@@ -54,6 +54,20 @@ class EvictionCapRequest(_Write):
     interval_s: float = Field(default=3600.0, gt=0, le=86400)
 
 
+class TenantBudgetRequest(_Write):
+    """A spot tenant's eviction budget, in force in every pool (`pool` must be left out)."""
+
+    tenant: str = Field(min_length=1, max_length=200)
+    max_evictions: int | None = Field(ge=0)  # None lifts the budget
+    per: Literal["day", "periods"] = "day"  # a rolling 24 h, or the tenant's last 100 guarantee periods
+
+    @model_validator(mode="after")
+    def _every_pool(self) -> TenantBudgetRequest:
+        if self.pool is not None:
+            raise ValueError("a tenant budget is in force in every pool (each counts its own): no pool")
+        return self
+
+
 # ----- responses ---------------------------------------------------------------------------------
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -110,6 +124,14 @@ class ControlsApplied(_Strict):
     quota_gpus: dict[str, float]
     max_evictions: int | None
     interval_s: float
+    tenant_budgets: dict[str, dict[str, Any]] = {}  # tenant -> {"max_evictions", "per"}
+
+
+class TenantBudgetLeft(_Strict):
+    max_evictions: int
+    per: Literal["day", "periods"]
+    used: int  # evictions in this pool counted against the budget now
+    left: int
 
 
 class ControlInForce(_Strict):
@@ -127,6 +149,7 @@ class PoolControls(_Strict):
     in_sync: bool
     eviction_budget_left: int | None
     quota_gpus: dict[str, float]
+    tenant_budgets: dict[str, TenantBudgetLeft] = {}
 
 
 class ControlsView(_Strict):
@@ -233,6 +256,15 @@ API = Api(
             "Cap evictions per interval (null lifts it)",
             ControlWritten,
             body=EvictionCapRequest,
+            errors=_WRITE_ERRORS,
+            tag="controls",
+        ),
+        Operation(
+            "POST",
+            "/controls/tenant-budget",
+            "Set a spot tenant's eviction budget per day or per 100 guarantee periods (null lifts it)",
+            ControlWritten,
+            body=TenantBudgetRequest,
             errors=_WRITE_ERRORS,
             tag="controls",
         ),

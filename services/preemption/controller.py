@@ -85,6 +85,12 @@ from services.preemption.attempts import Attempt, Phase
 from services.preemption.explanations import explanation_dict
 from services.preemption.reconcile import NodeReport, UnknownWork, bind_lost
 from services.preemption.survival_quote import survival_on_accept
+from services.preemption.tenant_budgets import (
+    apply_tenant_budgets,
+    budgets_as_dict,
+    budgets_from_dict,
+    check_budgets,
+)
 
 # Namespace of the command and event ids the controller derives (uuid5 of pool, salt and counter).
 ID_NAMESPACE = uuid.UUID("6a1f4c52-2d0e-4f1b-9a57-0c9e3b8d7e11")
@@ -162,6 +168,8 @@ class Controls:
     quota_gpus: tuple[tuple[int, float], ...] = ()  # the override, per guarantee hours
     max_evictions: int | None = None  # eviction cap: at most this many per interval_s (None: none)
     interval_s: float = 3600.0
+    # Per-tenant eviction budgets, sorted: (tenant, max evictions, "day" | "periods") (controls.py).
+    tenant_budgets: tuple[tuple[str, int, str], ...] = ()
 
     def __post_init__(self) -> None:
         if self.quota_mode is not None and self.quota_mode not in QUOTA_MODES:
@@ -172,12 +180,14 @@ class Controls:
             raise ValueError("quota_gpus: guarantee hours >= 1 and GPUs >= 0")
         if self.max_evictions is not None and (self.max_evictions < 0 or not 0 < self.interval_s <= 86400):
             raise ValueError("eviction cap: max_evictions >= 0 and interval_s in (0, 86400]")
+        check_budgets(self.tenant_budgets)
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "kill_switch": self.kill_switch, "quota_mode": self.quota_mode,
             "quota_gpus": {str(h): q for h, q in self.quota_gpus}, "max_evictions": self.max_evictions,
             "interval_s": self.interval_s,
+            "tenant_budgets": budgets_as_dict(self.tenant_budgets),
         }  # fmt: skip
 
     @classmethod
@@ -189,6 +199,7 @@ class Controls:
             quota_gpus=tuple(sorted((int(h), float(q)) for h, q in gpus.items())),
             max_evictions=None if data.get("max_evictions") is None else int(data["max_evictions"]),
             interval_s=float(data.get("interval_s", 3600.0)),
+            tenant_budgets=budgets_from_dict(data.get("tenant_budgets")),  # absent before issue 27
         )
 
 
@@ -896,6 +907,8 @@ class PoolController:
             self.runtime.invalidate()  # HP tasks held by the switch are retried
         if (wanted.max_evictions, wanted.interval_s) != (before.max_evictions, before.interval_s):
             self.runtime.set_eviction_cap(wanted.max_evictions, wanted.interval_s)
+        if wanted.tenant_budgets != before.tenant_budgets:
+            apply_tenant_budgets(self.runtime, before.tenant_budgets, wanted.tenant_budgets)
         if (wanted.quota_mode, wanted.quota_gpus) != (before.quota_mode, before.quota_gpus):
             if wanted.quota_mode == "override":
                 self.runtime.update_quota(self._quota_values(dict(wanted.quota_gpus)), self.runtime.eta)

@@ -1,4 +1,5 @@
-"""SRE safety controls of the preemption service: kill switch, quota freeze/override, eviction cap.
+"""SRE safety controls of the preemption service: kill switch, quota freeze/override, eviction cap,
+per-tenant eviction budgets (issue 27: scope = the tenant, in force in every pool).
 
 What each control does to decisions is the controller's (`PoolController.control`, a journaled
 `control` entry) and the core's (the eviction cap is the pass's eviction budget, planned by the
@@ -40,9 +41,11 @@ from services.preemption.api_spec import (  # the bodies
     EvictionCapRequest,
     KillSwitchRequest,
     QuotaRequest,
+    TenantBudgetRequest,
 )
 from services.preemption.controller import Controls, PoolController
 from services.preemption.inputs import Entry
+from services.preemption.tenant_budgets import budgets_view
 
 if TYPE_CHECKING:
     from services.preemption.view import DeciderView
@@ -51,6 +54,7 @@ log = logging.getLogger(__name__)
 
 ALL = "*"  # the scope of a control for every pool
 KILL_SWITCH, QUOTA, EVICTION_CAP = "kill_switch", "quota", "eviction_cap"
+TENANT_BUDGET = "tenant_budget"  # scope: the spot tenant (in force in every pool, 0007_tenant_budgets.sql)
 _M = TypeVar("_M", bound=BaseModel)
 
 
@@ -126,6 +130,8 @@ def desired(pool: str, rows: list[ControlRow]) -> tuple[Controls, int | None]:
     if cap is not None:
         used.append(cap)
         max_evictions, interval = int(cap.value["max_evictions"]), float(cap.value["interval_s"])
+    budgets = [r for r in rows if r.control == TENANT_BUDGET]
+    used += budgets
     controls = Controls.from_dict(
         {
             "kill_switch": bool(kill),
@@ -133,6 +139,7 @@ def desired(pool: str, rows: list[ControlRow]) -> tuple[Controls, int | None]:
             "quota_gpus": gpus,
             "max_evictions": max_evictions,
             "interval_s": interval,
+            "tenant_budgets": {r.scope: r.value for r in budgets},
         }
     )
     return controls, max((r.audit_id for r in used), default=None)
@@ -291,6 +298,18 @@ def register(app: web.Application, decider: DeciderView) -> None:
             await write(decider, EVICTION_CAP, body.pool or ALL, value, body.who, body.reason)
         )
 
+    async def tenant_budget(request: web.Request) -> web.Response:
+        if (refused := _refusal(request, decider)) is not None:
+            return refused
+        API.query(request)  # the body carries everything: 400 for a query parameter
+        body = await _body(request, TenantBudgetRequest)
+        if isinstance(body, web.Response):
+            return body
+        value = None if body.max_evictions is None else {"max_evictions": body.max_evictions, "per": body.per}
+        return web.json_response(
+            await write(decider, TENANT_BUDGET, body.tenant, value, body.who, body.reason)
+        )
+
     async def current(request: web.Request) -> web.Response:
         API.query(request)
         rows = await load(decider.pool)
@@ -303,6 +322,7 @@ def register(app: web.Application, decider: DeciderView) -> None:
                 "in_sync": wanted == c.controls,
                 "eviction_budget_left": c.runtime.eviction_budget(max(now, c.runtime.now)),
                 "quota_gpus": {str(h): q for h, q in sorted(c.runtime.quota.items())},
+                "tenant_budgets": budgets_view(c.runtime, now),
             }
         return web.json_response(
             {"instance": decider.instance, "controls": [r.as_dict() for r in rows], "pools": pools}
@@ -339,5 +359,6 @@ def register(app: web.Application, decider: DeciderView) -> None:
     app.router.add_post("/controls/kill-switch", kill_switch)
     app.router.add_post("/controls/quota", quota)
     app.router.add_post("/controls/eviction-cap", eviction_cap)
+    app.router.add_post("/controls/tenant-budget", tenant_budget)
     app.router.add_get("/controls", current)
     app.router.add_get("/controls/audit", audit)

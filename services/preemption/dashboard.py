@@ -36,6 +36,7 @@ from services.preemption import store
 from services.preemption.api_spec import API
 from services.preemption.decision_text import describe
 from services.preemption.plots import PLOT_LOCK, figure, svg
+from services.preemption.tenant_budgets import budgets_view
 from services.preemption.trace_ids import trace_id_of
 from services.preemption.trace_view import register_trace_view
 
@@ -136,6 +137,7 @@ async def dashboard_data(
             "pending_binds": len(c.pending),
             **c.running_and_queued(),
             "why_spot_waits": why_spot_waits(c.runtime),
+            "tenant_budgets": budgets_view(c.runtime, decider.clock.now()),
         }
     async with decider.pool.acquire() as connection:
         forecasts = await _forecasts(connection, list(owned))
@@ -320,6 +322,21 @@ def _cell(key: str, value: Any) -> str:
     return f'<td data-k="{_e(key)}">{_e(value)}</td>'
 
 
+def _budget_rows(pools: dict[str, Any]) -> str:
+    """One row per pool and budgeted tenant: its budget, the evictions counted, what is left."""
+    rows = []
+    for name, p in pools.items():
+        for tenant, b in p.get("tenant_budgets", {}).items():
+            k = f"budget:{name}:{tenant}"
+            per = "day" if b["per"] == "day" else "100 guarantee periods"
+            rows.append(
+                "<tr>" + _cell(f"{k}:pool", name) + _cell(f"{k}:tenant", tenant)
+                + _cell(f"{k}:budget", f"{b['max_evictions']} per {per}")
+                + _cell(f"{k}:used", b["used"]) + _cell(f"{k}:left", b["left"]) + "</tr>"
+            )  # fmt: skip
+    return "".join(rows)
+
+
 def render_page(data: dict[str, Any], query: str = "") -> str:
     pools = data["pools"]
     rows = []
@@ -383,6 +400,7 @@ def render_page(data: dict[str, Any], query: str = "") -> str:
         )
     ev = data["evictions"]
     suffix = f"?{_e(query)}" if query else ""
+    budgets = _budget_rows(pools)
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta http-equiv="refresh" content="{REFRESH_S}">
@@ -418,6 +436,10 @@ traces: <a href="{_e(data["jaeger_ui_url"])}">Jaeger</a></div>
 </div>
 <h2>Evictions: <span data-k="evictions:total">{ev["total"]}</span> \
 in the last {ev["window_s"] / 3600:.3g} h</h2>
+<h2>Tenant eviction budgets (per pool)</h2>
+<table id="tenant-budgets"><tr><th>pool</th><th>tenant</th><th>budget</th><th>used</th><th>left</th></tr>
+{budgets or '<tr><td colspan="5">no tenant budget set</td></tr>'}
+</table>
 <h2>Latest decisions</h2>
 <table id="decisions"><tr><th>at (UTC)</th><th>pool</th><th>task</th><th>decision</th>\
 <th>why</th><th>trace</th></tr>

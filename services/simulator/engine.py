@@ -37,12 +37,13 @@ from services.core.guarantee import (
     successes_on_finish,
     useful_seconds_before_eviction,
 )
-from services.core.ids import PoolId, TaskId
+from services.core.ids import PoolId, TaskId, TenantId
 from services.core.observed_demand import ObservedDemand
 from services.core.policies.protocols import SchedulingPolicy
 from services.core.reasons import EvictionReason
 from services.core.runtime import PassResult, PoolRuntime, RuntimeSettings, Started, Stopped
 from services.core.task import TaskClass, TaskSpec
+from services.core.tenant_budget import TenantBudget
 from services.core.victims_lease import RELEASE_OVERHEAD_S
 from services.simulator.lifecycle import Life, overlap
 from services.simulator.quota_log import QuotaLog
@@ -64,6 +65,11 @@ class SimSettings:
     sample_period_s: float = SAMPLE_PERIOD_S
     cost_weight: float = 5.0
     device_indices: bool = False  # track GPU indices even without a decision log
+    # Per-tenant eviction budgets (core/tenant_budget.py), counted per pool as the live service
+    # does: (tenant, budget) pairs, and one for every spot tenant the workload has (the named ones
+    # win). None by default: no budgets, today's decisions.
+    tenant_budgets: tuple[tuple[str, TenantBudget], ...] = ()
+    every_tenant_budget: TenantBudget | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -122,6 +128,7 @@ class Simulation:
         self.pools: dict[PoolId, PoolRuntime] = {
             p.pool: PoolRuntime(p.build(), policy, rs) for p in workload.pools
         }
+        self._set_tenant_budgets()
         self.useful_gpu_s: dict[PoolId, float] = dict.fromkeys(self.pools, 0.0)
         self.lives: dict[TaskId, Life] = {}
         self.heap: list[tuple[float, int, int, object]] = []
@@ -321,6 +328,16 @@ class Simulation:
         nxt = self.now + GUARANTEE_PERIOD_S
         if nxt < life.start + life.remaining:
             self.push(nxt, PERIOD, (tid, epoch))
+
+    def _set_tenant_budgets(self) -> None:
+        budgets: dict[TenantId, TenantBudget] = {}
+        if self.settings.every_tenant_budget is not None:
+            spot = {t.tenant for t in self.w.tasks if t.task_class is TaskClass.SPOT}
+            budgets = dict.fromkeys(sorted(spot), self.settings.every_tenant_budget)
+        budgets.update((TenantId(t), b) for t, b in self.settings.tenant_budgets)
+        for rt in self.pools.values():
+            for tenant, budget in budgets.items():
+                rt.set_tenant_budget(tenant, budget)
 
     def _window(self) -> tuple[float, float]:
         return self.w.window_start_s, self.w.window_end_s

@@ -216,3 +216,41 @@ async def test_an_eviction_cap_of_one_per_hour_lets_one_preemption_through(
         assert again.owned_pools()[c.pool].runtime.eviction_cap == (1, 3600.0)
         await asyncio.sleep(1.0)
         assert not _evictions_by(c, "H2")
+
+
+@pytest.mark.asyncio(loop_scope="session")
+async def test_a_tenant_budget_is_persisted_shown_with_what_is_left_and_yields_to_hp(
+    world: tuple[Cluster, str],  # noqa: F811 (the pytest fixture imported above)
+    kafka_bootstrap: str,
+) -> None:
+    c, dsn = world
+    port = _free_port()
+    settings = _settings(dsn, kafka_bootstrap, c.pool, preemption_api_port=port, preemption_admin_token=TOKEN)
+    async with _service(settings) as (decider, _):
+        await _two_spot(c, decider)  # A and B, both of tenant org-it
+        budget = {"tenant": "org-it", "max_evictions": 1, "per": "day", "reason": "INC-7 churn", "who": "gus"}
+        for bad in ({"pool": c.pool}, {"per": "week"}, {"max_evictions": -1}):
+            assert (await _post(port, "/controls/tenant-budget", {**budget, **bad}, AUTH))[0] == 400
+        status, answer = await _post(port, "/controls/tenant-budget", budget, AUTH)
+        assert status == 200 and answer["scope"] == "org-it"
+        assert answer["applied_here"][c.pool]["tenant_budgets"] == {
+            "org-it": {"max_evictions": 1, "per": "day"}
+        }
+        await c.submit("H1", TaskClass.HP)
+        await c.tap.wait(EvictCommand, lambda e: e.preemptor_task_id == "H1")
+        state = await _get(port, "/controls")
+        left = {"max_evictions": 1, "per": "day", "used": 1, "left": 0}
+        assert state["pools"][c.pool]["tenant_budgets"] == {"org-it": left}
+        page = await _get(port, "/dashboard/data")
+        assert page["pools"][c.pool]["tenant_budgets"] == {"org-it": left}
+        # Every spot task left is org-it's: the budget is soft, so HP still preempts (decisions.md).
+        await c.submit("H2", TaskClass.HP)
+        await c.tap.wait(EvictCommand, lambda e: e.preemptor_task_id == "H2")
+    (row,) = await _audit(dsn, "org-it")
+    _check_audit(row, "gus", "tenant_budget", "INC-7 churn")
+    # The budget and its count survive a restart (journal replay, then the table).
+    async with _service(settings) as (again, _):
+        await _until(lambda: c.pool in again.owned_pools())
+        ctl = again.owned_pools()[c.pool]
+        assert ctl.controls.tenant_budgets == (("org-it", 1, "day"),)
+        assert ctl.runtime.tenant_budgets_left(ctl.runtime.now) == {"org-it": 0}
