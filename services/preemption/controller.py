@@ -929,9 +929,7 @@ class PoolController:
                     )
                 )
                 worker += 1
-        task.run = Attempt(
-            task.attempt, {p.worker_index: node for node, ps in per_node.items() for p in ps}
-        )
+        task.run = Attempt(task.attempt, {p.worker_index: node for node, ps in per_node.items() for p in ps})
         # The start pays the eviction/restart delay when it needed evictions or resumes an evicted
         # run (spec 5.4): the task is told, so a fake task models it the way the simulator does.
         core_spec = self.runtime.state.running[TaskId(tid)].spec
@@ -1100,8 +1098,19 @@ class PoolController:
                 sorted((p for b in task.binds.values() for p in b.placements), key=lambda p: p.worker_index)
             )
             ending = _Ending(
-                tid, spec.task_class, run, commands, reason, lost, requeued, closes, stop.failed_period,
-                deadline, placements, dict(task.started), preemptor=stop.preemptor,
+                tid,
+                spec.task_class,
+                run,
+                commands,
+                reason,
+                lost,
+                requeued,
+                closes,
+                stop.failed_period,
+                deadline,
+                placements,
+                dict(task.started),
+                preemptor=stop.preemptor,
                 decided_s=self.runtime.now,
             )
             self.ending[tid] = ending
