@@ -684,7 +684,9 @@ class PoolController:
             out.extend(self._reconcile(now))
         for closed in self.driver.advance(now):  # a finished or evicted run's are not due
             tid = str(closed.task_id)
-            task = self.tasks[tid]
+            task = self.tasks.get(tid)
+            if task is None:  # cannot happen: every path that forgets a running task stops it
+                continue
             period_start = closed.run_start + task.periods_closed * GUARANTEE_PERIOD_S
             task.periods_closed += 1
             out.events.append(self._close(tid, task, period_start, closed.end, GuaranteeOutcome.SUCCEEDED))

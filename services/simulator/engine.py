@@ -183,7 +183,7 @@ class Simulation:
                     _, kind, _, payload = heapq.heappop(self.heap)
                     self.events += 1
                     sample |= self._handle(kind, payload)
-                dirty = sorted(p for p, d in self.drivers.items() if d.dirty)
+                dirty = sorted(p for p, d in self.drivers.items() if d.trigger.pending)
                 if not dirty:
                     break
                 for pool_id in dirty:
@@ -353,9 +353,10 @@ class Simulation:
                 self._lease_stop(o)
             else:
                 self._evict(o)
-        if self.decision_sink is not None and result.outcomes:
-            self.decision_sink(self, rt, result)
-        self._wake(pool_id)
+        if result.outcomes:
+            if self.decision_sink is not None:
+                self.decision_sink(self, rt, result)
+            self._wake(pool_id)  # only a start arms a timer
 
     def _run_length(self, o: Started) -> float:
         """How long a run just started will last (`_start` sets the same): the driver arms no

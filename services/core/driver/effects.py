@@ -7,6 +7,7 @@ it); the driver adds the effects of the things around a pass."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from services.core.ids import TaskId
 from services.core.outcomes import Finished, Started, Stopped
@@ -31,10 +32,11 @@ class Withdrawn:
     task_id: TaskId
 
 
-@dataclass(frozen=True, slots=True)
-class PeriodClosed:
+class PeriodClosed(NamedTuple):
     """A running spot task's guarantee period ended at `end` without an eviction: one success,
-    logged in the pool's guarantee ledger. `run_start`: the start of the run it belongs to."""
+    logged in the pool's guarantee ledger. `run_start`: the start of the run it belongs to. (A
+    named tuple, like the runtime's outcomes: the simulator makes one per period, and a frozen
+    dataclass costs several times more to build.)"""
 
     task_id: TaskId
     run_start: float

@@ -82,7 +82,8 @@ class PoolDriver:
         return due
 
     def at(self, now: float) -> float:
-        return max(now, self.runtime.now) if math.isfinite(self.runtime.now) else now
+        last = self.runtime.now  # -inf before the first input
+        return last if now < last else now
 
     # ----- inputs -------------------------------------------------------------------------------
     def apply(self, event: Input) -> list[Effect]:
@@ -124,7 +125,7 @@ class PoolDriver:
     def submit(self, spec: TaskSpec, now: float) -> Rejection | None:
         rejection = self.runtime.submit(spec, self.at(now))
         if rejection is None:
-            self.trigger.set()
+            self.trigger.pending = True
         return rejection
 
     def cancel(self, task_id: TaskId, now: float) -> Stopped | None:
@@ -134,7 +135,7 @@ class PoolDriver:
         return self.runtime.cancel(task_id, self.at(now))
 
     def finish(self, task_id: TaskId, now: float) -> Finished:
-        self.trigger.set()
+        self.trigger.pending = True
         self.periods.disarm(task_id)
         return self.runtime.finish(task_id, self.at(now))
 
@@ -200,12 +201,13 @@ class PoolDriver:
     def advance(self, now: float) -> list[PeriodClosed]:
         """The guarantee periods that ended by `now`: each logged as a success in the ledger."""
         at = self.at(now)
-        closed = []
-        for task_id, start, end in self.periods.pop_due(at):
-            if self.runtime.period_tick(task_id, at):
-                closed.append(PeriodClosed(task_id, start, end))
-            else:
-                self.periods.disarm(task_id)
+        due = self.periods.pop_due(at)
+        tick = self.runtime.period_tick
+        closed = [c for c in due if tick(c.task_id, at)]
+        if len(closed) != len(due):  # a run the runtime no longer holds (not while it is armed)
+            for c in due:
+                if c not in closed:
+                    self.periods.disarm(c.task_id)
         return closed
 
     def expire_quota(self, now: float) -> QuotaExpired | None:

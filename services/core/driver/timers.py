@@ -17,6 +17,7 @@ from __future__ import annotations
 import heapq
 import math
 
+from services.core.driver.effects import PeriodClosed
 from services.core.guarantee import GUARANTEE_PERIOD_S
 from services.core.ids import TaskId
 
@@ -48,10 +49,10 @@ class PeriodTimers:
     def next_due(self) -> float:
         return self._heap[0][0] if self._heap else math.inf
 
-    def pop_due(self, now: float) -> list[tuple[TaskId, float, float]]:
-        """The periods of armed runs that ended by `now`, in time order, as (task, run start, end);
-        each one's successor is armed (the caller logs the success)."""
-        out: list[tuple[TaskId, float, float]] = []
+    def pop_due(self, now: float) -> list[PeriodClosed]:
+        """The periods of armed runs that ended by `now`, in time order; each one's successor is
+        armed (the caller logs the success)."""
+        out: list[PeriodClosed] = []
         heap = self._heap
         while heap and heap[0][0] <= now:
             due, task_id, token = heapq.heappop(heap)
@@ -59,7 +60,7 @@ class PeriodTimers:
             run = self._runs.get(task_id)
             if run is None or run[0] != token:
                 continue  # that run stopped since: its stop reported the period
-            out.append((task_id, run[1], due))
+            out.append(PeriodClosed(task_id, run[1], due))
             nxt = due + self.period_s
             if nxt < run[2]:
                 heapq.heappush(heap, (nxt, task_id, token))
