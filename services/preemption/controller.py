@@ -2,7 +2,8 @@
 
 `PoolController` is the preemption service's I/O-free heart. The service shell feeds it decoded
 payloads with the wall-clock time they are handled at; the controller drives the core's
-`PoolRuntime` (the same runtime the simulator drives) and returns `Effects`: lifecycle events,
+`PoolDriver` (services/core/driver: the runtime, the pass trigger, the guarantee-period and
+quota-expiry timers, the same driver the simulator's engine uses) and returns `Effects`: lifecycle events,
 unsigned node commands, and decision records with their explanation. It reads no clock, makes no
 random choice and does no I/O, so replaying the same inputs at the same times rebuilds the same
 state: the shell journals every input and rebuilds a pool after a restart or a failover by
@@ -43,7 +44,6 @@ Rules (docs/services.md, "Preemption service"):
 
 from __future__ import annotations
 
-import heapq
 import math
 import uuid
 from dataclasses import dataclass, field
@@ -72,6 +72,7 @@ from schemas.tasks import (
 from schemas.tasks import TaskClass as WireClass
 from schemas.workers import WorkerExited, WorkerStarted
 from services.core import reasons as core_reasons
+from services.core.driver.pool_driver import PoolDriver
 from services.core.explain import Explanation
 from services.core.feasibility import rejection_message
 from services.core.guarantee import GUARANTEE_PERIOD_S
@@ -296,15 +297,20 @@ class PoolController:
         self.pool = pool
         self.settings = settings or ControllerSettings()
         s = self.settings
-        self.runtime = PoolRuntime(
-            PoolState(PoolId(pool), (), ()),
-            build_policy(s.policy),
-            RuntimeSettings(t_win_s=s.t_win_s, cost_weight=s.cost_weight),
+        # The driver owns the runtime, the pass trigger (`dirty`), the guarantee-period timers and
+        # the quota's expiry; the controller keeps the wire: ids, held binds, acks, attempts.
+        self.driver = PoolDriver(
+            PoolRuntime(
+                PoolState(PoolId(pool), (), ()),
+                build_policy(s.policy),
+                RuntimeSettings(t_win_s=s.t_win_s, cost_weight=s.cost_weight),
+            )
         )
+        self.runtime = self.driver.runtime
         # No spot task before the first quota (module doc).
-        self.runtime.update_quota(dict.fromkeys(self.runtime.quota, 0.0), 1.0)
-        self.nodes: dict[str, int] = {}
-        self.down: set[str] = set()
+        self.driver.hold_quota(dict.fromkeys(self.runtime.quota, 0.0), 1.0)
+        self.nodes: dict[str, int] = self.driver.nodes  # the driver's: name -> runtime index
+        self.down: set[str] = self.driver.down
         self.tasks: dict[str, _Task] = {}
         self.seen: set[str] = set()  # every task id ever accepted or rejected here (duplicates)
         self.pending: dict[str, _Pending] = {}
@@ -317,20 +323,28 @@ class PoolController:
         self.reports: dict[str, NodeReport] = {}
         self.unknown = UnknownWork(self.settings.unknown_after_s)
         self.aliases: dict[uuid.UUID, uuid.UUID] = {}
-        self.quota_valid_until: float | None = None
-        self.quota_frozen = False
         self.quota_version = ""  # "<forecast_version>@<valid_from>" of the SpotQuota in force
         self.last_quota: SpotQuota | None = None  # the last SpotQuota received (in force or held)
         self.controls = Controls()
         self.counter = 0
         self.id_salt = ""  # set by the shell: "" derives the ids of journals written before salts
-        self._periods: list[tuple[float, str, float]] = []  # (period end, task, its run start)
         self.decided = 0
         self.clock_sequence = -1  # the last controllable-clock tick applied (schemas/clock.py)
-        # Something a pass could act on changed since the last pass (the simulator's "dirty" pool:
-        # a task arrived, finished or was cancelled, the quota or the nodes changed). A PASS tick
-        # runs a pass only then, as the simulator does; wall-clock passes run on every batch.
-        self.dirty = True
+
+    @property
+    def dirty(self) -> bool:
+        """Something a pass could act on changed since the last pass (the driver's pass trigger:
+        a task arrived, finished or was cancelled, the quota or the nodes changed). A PASS tick
+        runs a pass only then, as the simulator does; wall-clock passes run on every batch."""
+        return self.driver.dirty
+
+    @property
+    def quota_valid_until(self) -> float | None:
+        return self.driver.quota_valid_until
+
+    @property
+    def quota_frozen(self) -> bool:
+        return self.driver.quota_frozen
 
     # ----- ids --------------------------------------------------------------------------------
     def _id(self) -> uuid.UUID:
@@ -341,29 +355,23 @@ class PoolController:
     def node_seen(self, name: str, gpus: int, now: float) -> Effects:
         """A heartbeat of `name` (NodeTelemetry): a new node joins, a down one comes back."""
         out = Effects()
-        index = self.nodes.get(name)
-        if index is None:
-            self.dirty = True
-            self.nodes[name] = self.runtime.add_node(name, gpus, self._now(now))
-            out.decisions.append(Decision("", "node_joined", now, {"node": name, "gpus": gpus}))
-        elif name in self.down:
-            self.dirty = True
-            self.down.discard(name)
-            self.runtime.node_up(index, self._now(now))
+        known = name in self.nodes
+        if not self.driver.node_seen(name, gpus, now):
+            return out
+        if known:
             out.decisions.append(Decision("", "node_up", now, {"node": name}))
+        else:
+            out.decisions.append(Decision("", "node_joined", now, {"node": name, "gpus": gpus}))
         return out
 
     def node_down(self, name: str, now: float) -> Effects:
         """The node's heartbeat stopped: stop and requeue its tasks (module doc)."""
         out = Effects()
-        index = self.nodes.get(name)
-        if index is None or name in self.down:
+        if name not in self.nodes or name in self.down:
             return out
-        self.down.add(name)
-        self.dirty = True
         self.reports.pop(name, None)  # what it ran is known again from its first report back
         self.unknown.forget(name)
-        stops = self.runtime.node_down(index, self._now(now))
+        stops = self.driver.node_down(name, now)
         out.decisions.append(
             Decision("", "node_down", now, {"node": name, "stopped": [s.task_id for s in stops]})
         )
@@ -398,9 +406,7 @@ class PoolController:
             guarantee_hours=task.guarantee_hours,
             checkpoint_interval_s=task.checkpoint_interval_s or DEFAULT_CHECKPOINT_S,
         )
-        rejection = (
-            self.runtime.submit(spec, self._now(now)) if self.nodes else core_reasons.Rejection.UNKNOWN_POOL
-        )
+        rejection = self.driver.submit(spec, now) if self.nodes else core_reasons.Rejection.UNKNOWN_POOL
         if rejection is not None:
             reason = _REJECTIONS[rejection]
             message = rejection_message(rejection, task.gpus_per_worker, task.workers, self.pool)
@@ -408,7 +414,6 @@ class PoolController:
             out.decisions.append(Decision(tid, "rejected", now, {"reason": reason.value, "message": message}))
             return out
         self.tasks[tid] = _Task(task)
-        self.dirty = True
         survival = survival_on_accept(self.runtime, spec, self.last_quota, now)  # spot only (issue 27)
         out.events.append(
             TaskAccepted(task_id=tid, pool=self.pool, task_class=task.task_class, survival=survival)
@@ -429,8 +434,7 @@ class PoolController:
             out.decisions.append(Decision(task_id, "cancel_refused", now, {"why": why}))
             return out
         # Held binds are dropped by `_stopped`, which must see them to know nothing went out.
-        self.dirty = True
-        stop = self.runtime.cancel(TaskId(task_id), self._now(now))
+        stop = self.driver.cancel(TaskId(task_id), now)
         if stop is None:
             del self.tasks[task_id]
             ending = self.ending.get(task_id)
@@ -469,13 +473,10 @@ class PoolController:
         out = Effects()
         values = self._quota_values({q.guarantee_hours: q.quota_gpus for q in quota.quotas})
         at = self._now(now)
-        changed = self.runtime.update_quota(values, quota.eta)
-        self.dirty |= changed
+        changed = self.driver.apply_quota(values, quota.eta, now, valid_until=quota.valid_until.timestamp())
         # The simulator refreshes the node eviction scores with every quota refresh; the live
         # scheduler does it with every quota it applies, so both place on the same scores.
         self.runtime.refresh_eviction_scores(at)
-        self.quota_valid_until = quota.valid_until.timestamp()
-        self.quota_frozen = False
         self.quota_version = f"{quota.forecast_version}@{quota.valid_from.isoformat()}"
         out.decisions.append(
             Decision(
@@ -637,13 +638,12 @@ class PoolController:
         if TaskId(tid) not in self.runtime.state.running:
             return out
         start = self.runtime.run_start(TaskId(tid))
-        finished = self.runtime.finish(TaskId(tid), self._now(now))
+        finished = self.driver.finish(TaskId(tid), now)
         codes = [run.own_exits[w] for w in sorted(run.own_exits)]
         code = next((c for c in codes if c != 0), 0)
         if task.submitted.task_class is WireClass.SPOT and start is not None:
             out.events += self._closes(tid, task, start, now, finished.successes, failed=False)
         out.events.append(TaskFinished(task_id=tid, exit_code=code, finished_at=ack.exited_at))
-        self.dirty = True
         out.decisions.append(Decision(tid, "finished", now, {"exit_code": code, "run_s": finished.run_s}))
         self._drop_pending(tid)
         del self.tasks[tid]
@@ -684,9 +684,8 @@ class PoolController:
         out.decisions.append(Decision(tid, "finished", now, detail))
         if ending.requeued and tid in self.tasks:
             self._drop_pending(tid)
-            self.runtime.cancel(TaskId(tid), self._now(now))
+            self.driver.cancel(TaskId(tid), now)
             del self.tasks[tid]
-            self.dirty = True
         return out
 
     # ----- time -----------------------------------------------------------------------------------
@@ -698,16 +697,14 @@ class PoolController:
         now = self._now(now)
         if reconcile:
             out.extend(self._reconcile(now))
-        while self._periods and self._periods[0][0] <= now:
-            end, tid, start = heapq.heappop(self._periods)
+        for closed in self.driver.advance(now):  # a finished or evicted run's are not due
+            tid = str(closed.task_id)
             task = self.tasks.get(tid)
-            if task is None or self.runtime.run_start(TaskId(tid)) != start:
-                continue  # finished or evicted since: that path reported the period
-            if self.runtime.period_tick(TaskId(tid), now):
-                period_start = start + task.periods_closed * GUARANTEE_PERIOD_S
-                task.periods_closed += 1
-                out.events.append(self._close(tid, task, period_start, end, GuaranteeOutcome.SUCCEEDED))
-                heapq.heappush(self._periods, (end + GUARANTEE_PERIOD_S, tid, start))
+            if task is None:  # cannot happen: every path that forgets a running task stops it
+                continue
+            period_start = closed.run_start + task.periods_closed * GUARANTEE_PERIOD_S
+            task.periods_closed += 1
+            out.events.append(self._close(tid, task, period_start, closed.end, GuaranteeOutcome.SUCCEEDED))
         # Evicted attempts past grace + margin end first, so a held next attempt is released (or
         # dropped, when the run turned out finished) by its own rule rather than by the deadline.
         for ending in [e for e in self.ending.values() if e.deadline_s <= now]:
@@ -719,13 +716,10 @@ class PoolController:
         for pending in list(self.pending.values()):
             if pending.deadline_s <= now and not any(self._eviction_runs(c) for c in pending.waiting):
                 out.extend(self._release(pending, now, "grace period passed without every acknowledgement"))
-        until = self.quota_valid_until
-        if until is not None and now > until and not self.quota_frozen and self.controls.quota_mode is None:
-            self.quota_frozen = True
-            in_use = self.runtime.state.spot_in_use
-            frozen = dict.fromkeys(self.runtime.quota, in_use)
-            self.dirty |= self.runtime.update_quota(frozen, self.runtime.eta)
-            out.decisions.append(Decision("", "quota_expired", now, {"frozen_at_gpus": in_use}))
+        # An SRE's freeze or override holds the quota: it does not expire meanwhile.
+        if self.controls.quota_mode is None and (expired := self.driver.expire_quota(now)) is not None:
+            detail = {"frozen_at_gpus": expired.frozen_at_gpus}
+            out.decisions.append(Decision("", "quota_expired", now, detail))
         return out
 
     # ----- reconciliation (reconcile.py) -------------------------------------------------------
@@ -842,9 +836,9 @@ class PoolController:
         """One scheduling pass: starts become BindCommands (held while victims stop), evictions
         EvictCommands."""
         out = Effects()
-        self.dirty = False
         preemption = preemption and not self.controls.kill_switch
-        result = self.runtime.schedule(self._now(now), preemption_enabled=preemption, quota_enabled=True)
+        result = self.driver.run_pass(now, preemption=preemption, quota=True, force=True)
+        assert result is not None  # forced
         victims: dict[str, list[uuid.UUID]] = {}
         for outcome in result.outcomes:
             if isinstance(outcome, Stopped):
@@ -901,22 +895,21 @@ class PoolController:
         if wanted == before:
             return out
         self.controls = wanted
-        self.dirty = True
-        self._now(now)
+        self.driver.trigger.set()
         if wanted.kill_switch != before.kill_switch:
-            self.runtime.invalidate()  # HP tasks held by the switch are retried
+            self.driver.invalidate()  # HP tasks held by the switch are retried
         if (wanted.max_evictions, wanted.interval_s) != (before.max_evictions, before.interval_s):
             self.runtime.set_eviction_cap(wanted.max_evictions, wanted.interval_s)
         if wanted.tenant_budgets != before.tenant_budgets:
             apply_tenant_budgets(self.runtime, before.tenant_budgets, wanted.tenant_budgets)
         if (wanted.quota_mode, wanted.quota_gpus) != (before.quota_mode, before.quota_gpus):
             if wanted.quota_mode == "override":
-                self.runtime.update_quota(self._quota_values(dict(wanted.quota_gpus)), self.runtime.eta)
+                self.driver.hold_quota(self._quota_values(dict(wanted.quota_gpus)), self.runtime.eta)
             elif wanted.quota_mode is None:  # back to the quota service's: the last one received
                 if self.last_quota is not None:
                     out.extend(self._apply_quota(self.last_quota, now))
                 else:
-                    self.runtime.update_quota(dict.fromkeys(self.runtime.quota, 0.0), self.runtime.eta)
+                    self.driver.hold_quota(dict.fromkeys(self.runtime.quota, 0.0), self.runtime.eta)
             # "freeze": the quota in force stays
         detail = {"controls": wanted.as_dict(), "previous": before.as_dict(), "audit_id": audit_id,
                   "quota_in_force": {str(h): q for h, q in sorted(self.runtime.quota.items())}}  # fmt: skip
@@ -926,7 +919,7 @@ class PoolController:
     # ----- internals ------------------------------------------------------------------------------
     def _now(self, now: float) -> float:
         # The wall clock may step back a little (NTP); the runtime's time never does.
-        return max(now, self.runtime.now) if math.isfinite(self.runtime.now) else now
+        return self.driver.at(now)
 
     def _started(self, started: Started, now: float, victim_commands: list[uuid.UUID]) -> Effects:
         out = Effects()
@@ -955,9 +948,7 @@ class PoolController:
                     )
                 )
                 worker += 1
-        task.run = Attempt(
-            task.attempt, {p.worker_index: node for node, ps in per_node.items() for p in ps}
-        )
+        task.run = Attempt(task.attempt, {p.worker_index: node for node, ps in per_node.items() for p in ps})
         # The start pays the eviction/restart delay when it needed evictions or resumes an evicted
         # run (spec 5.4): the task is told, so a fake task models it the way the simulator does.
         core_spec = self.runtime.state.running[TaskId(tid)].spec
@@ -984,10 +975,7 @@ class PoolController:
             "explanation": explanation_dict(why),
         }
         out.decisions.append(Decision(tid, "started", now, detail))
-        if spec.task_class is WireClass.SPOT:
-            start = self.runtime.run_start(TaskId(tid))
-            if start is not None:
-                heapq.heappush(self._periods, (start + GUARANTEE_PERIOD_S, tid, start))
+        # Its guarantee periods' timer was armed by the driver's pass.
         previous = self.ending.get(tid)
         own = set() if previous is None else set(previous.commands)
         # Any task placed on GPUs an evicted attempt still holds waits for that eviction's ack,
@@ -1129,8 +1117,19 @@ class PoolController:
                 sorted((p for b in task.binds.values() for p in b.placements), key=lambda p: p.worker_index)
             )
             ending = _Ending(
-                tid, spec.task_class, run, commands, reason, lost, requeued, closes, stop.failed_period,
-                deadline, placements, dict(task.started), preemptor=stop.preemptor,
+                tid,
+                spec.task_class,
+                run,
+                commands,
+                reason,
+                lost,
+                requeued,
+                closes,
+                stop.failed_period,
+                deadline,
+                placements,
+                dict(task.started),
+                preemptor=stop.preemptor,
                 decided_s=self.runtime.now,
             )
             self.ending[tid] = ending

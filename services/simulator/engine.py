@@ -12,8 +12,11 @@ way: time advances (finishes, guarantee periods), submissions and cancellations,
 refresh, one pass.
 
 Everything per pool (queues, applying decisions, guarantee ledger, eviction scores, quota inputs,
-leases) is the core's `PoolRuntime`, the same one the live preemption service drives: the engine
-keeps only events, timing and recording (task lives, useful GPU time, samples).
+leases) is the core's `PoolRuntime`, driven by the core's `PoolDriver` (services/core/driver): the
+pass trigger (a pool "dirty" since its last pass) and the guarantee-period timers are the driver's,
+the same one the live preemption service drives. The engine keeps only events (a PERIOD event
+wakes a pool at its driver's `next_due`), the actuation model (durations, finishes, leases) and
+recording (task lives, useful GPU time, samples).
 """
 
 from __future__ import annotations
@@ -27,10 +30,10 @@ from typing import cast
 
 import numpy as np
 
+from services.core.driver.pool_driver import PoolDriver
 from services.core.feasibility import rejection_message
 from services.core.forecast import DemandForecast, Forecaster
 from services.core.guarantee import (
-    GUARANTEE_PERIOD_S,
     periods_ended_by,
     remaining_after_eviction,
     successes_before_eviction,
@@ -125,9 +128,12 @@ class Simulation:
             cost_weight=settings.cost_weight,
             device_indices=decision_sink is not None or settings.device_indices,
         )
-        self.pools: dict[PoolId, PoolRuntime] = {
-            p.pool: PoolRuntime(p.build(), policy, rs) for p in workload.pools
+        # A pool is passed only once something changed in it: no pass before its first event.
+        self.drivers: dict[PoolId, PoolDriver] = {
+            p.pool: PoolDriver(PoolRuntime(p.build(), policy, rs), pass_pending=False) for p in workload.pools
         }
+        self.pools: dict[PoolId, PoolRuntime] = {p: d.runtime for p, d in self.drivers.items()}
+        self._wakes: dict[PoolId, set[float]] = {p: set() for p in self.drivers}  # PERIOD events queued
         self._set_tenant_budgets()
         self.useful_gpu_s: dict[PoolId, float] = dict.fromkeys(self.pools, 0.0)
         self.lives: dict[TaskId, Life] = {}
@@ -135,7 +141,6 @@ class Simulation:
         self.seq = 0
         self.now = 0.0
         self.in_window = False
-        self.dirty: set[PoolId] = set()
         self.outstanding_window = 0
         self.events = 0
         self.forecast_cache: tuple[int, DemandForecast | None] = (-1, None)
@@ -190,11 +195,11 @@ class Simulation:
                     _, kind, _, payload = heapq.heappop(self.heap)
                     self.events += 1
                     sample |= self._handle(kind, payload)
-                if not self.dirty:
+                dirty = sorted(p for p, d in self.drivers.items() if d.trigger.pending)
+                if not dirty:
                     break
-                for pool_id in sorted(self.dirty):
+                for pool_id in dirty:
                     self._schedule(pool_id)
-                self.dirty.clear()
                 if not (self.heap and self.heap[0][0] == t):
                     break
             if sample:
@@ -214,8 +219,7 @@ class Simulation:
             tid, epoch = cast(tuple[TaskId, int], payload)
             self._finish(tid, epoch)
         elif kind == PERIOD:
-            tid, epoch = cast(tuple[TaskId, int], payload)
-            self._period(tid, epoch)
+            self._period(cast(PoolId, payload))
         elif kind == CANCEL:
             self._cancel(cast(TaskId, payload))
         elif kind == QUOTA:
@@ -239,9 +243,16 @@ class Simulation:
         return False
 
     def _touch_all(self) -> None:
-        for pool_id, rt in self.pools.items():
-            rt.invalidate()  # preemption and the quota switch on or off: every memo is stale
-            self.dirty.add(pool_id)
+        for driver in self.drivers.values():
+            driver.invalidate()  # preemption and the quota switch on or off: every memo is stale
+
+    def _wake(self, pool_id: PoolId) -> None:
+        """A PERIOD event at the pool's driver's next due timer, unless one is queued then."""
+        due = self.drivers[pool_id].next_due
+        wakes = self._wakes[pool_id]
+        if due != math.inf and due not in wakes:
+            wakes.add(due)
+            self.push(due, PERIOD, pool_id)
 
     # ----- task events --------------------------------------------------------------------------
     def _arrive(self, spec: TaskSpec) -> None:
@@ -251,20 +262,19 @@ class Simulation:
         self.lives[spec.task_id] = life
         if in_window:
             self.outstanding_window += 1
-        rejection = self.pools[spec.pool].submit(spec, self.now)
+        rejection = self.drivers[spec.pool].submit(spec, self.now)
         if rejection is not None:  # the workload already dropped infeasible jobs
             detail = rejection_message(rejection, spec.gpus_per_worker, spec.workers, spec.pool)
             raise ValueError(f"task {spec.task_id}: {detail}")
         if self.observed is not None and spec.task_class is TaskClass.HP and self.count_queued:
             self.observed.add(self.now, (spec.pool, spec.tenant), spec.total_gpus)
-        self.dirty.add(spec.pool)
 
     def _finish(self, tid: TaskId, epoch: int) -> None:
         life = self.lives[tid]
         if life.epoch != epoch:
             return
         spec = life.spec
-        done = self.pools[spec.pool].finish(tid, self.now)
+        done = self.drivers[spec.pool].finish(tid, self.now)
         if self.observed is not None and spec.task_class is TaskClass.HP:
             self.observed.remove(self.now, (spec.pool, spec.tenant), spec.total_gpus)
         life.end = self.now
@@ -277,7 +287,6 @@ class Simulation:
         self.useful_gpu_s[spec.pool] += spec.total_gpus * overlap(life.start, self.now, *self._window())
         if life.in_window:
             self.outstanding_window -= 1
-        self.dirty.add(spec.pool)
 
     def _cancel(self, tid: TaskId) -> None:
         """The owner cancels: a finished (or already cancelled) task is not affected; a queued one is
@@ -294,7 +303,7 @@ class Simulation:
         rt = self.pools[spec.pool]
         running = rt.state.running.get(tid)
         node = rt.state.node_names[running.placements[0].node] if running is not None else None
-        stop = rt.cancel(tid, self.now)
+        stop = self.drivers[spec.pool].cancel(tid, self.now)
         if stop is None:
             life.wait += self.now - life.entered
             self.cancelled_queued += 1
@@ -314,20 +323,21 @@ class Simulation:
         life.epoch += 1  # its finish / period events are stale now
         if life.in_window:
             self.outstanding_window -= 1
-        self.dirty.add(spec.pool)
         if self.cancel_sink is not None:
             self.cancel_sink(self, rt, tid, node)
 
-    def _period(self, tid: TaskId, epoch: int) -> None:
-        life = self.lives[tid]
-        if life.epoch != epoch:
-            return
-        if self.pools[life.spec.pool].period_tick(tid, self.now):
+    def _period(self, pool_id: PoolId) -> None:
+        """The pool's timers due now: every guarantee period that closed is one success."""
+        self._wakes[pool_id].discard(self.now)
+        driver = self.drivers[pool_id]
+        popped = driver.periods.popped
+        for closed in driver.advance(self.now):
+            life = self.lives[closed.task_id]
             life.succeeded += 1
             life.succeeded_in_window += self.now <= self.w.window_end_s
-        nxt = self.now + GUARANTEE_PERIOD_S
-        if nxt < life.start + life.remaining:
-            self.push(nxt, PERIOD, (tid, epoch))
+        # One event per timer that came due, as when each period was an event of its own.
+        self.events += driver.periods.popped - popped - 1
+        self._wake(pool_id)
 
     def _set_tenant_budgets(self) -> None:
         budgets: dict[TenantId, TenantBudget] = {}
@@ -349,10 +359,15 @@ class Simulation:
 
     # ----- scheduling ---------------------------------------------------------------------------
     def _schedule(self, pool_id: PoolId) -> None:
-        rt = self.pools[pool_id]
+        driver = self.drivers[pool_id]
+        rt = driver.runtime
         if not rt.hp.index and not rt.spot.index:
+            driver.trigger.take()
             return  # nothing queued (lease-released tasks are queued too): no pass
-        result = rt.schedule(self.now, preemption_enabled=self.in_window, quota_enabled=self.in_window)
+        result = driver.run_pass(
+            self.now, preemption=self.in_window, quota=self.in_window, run_length=self._run_length
+        )
+        assert result is not None  # the pool was dirty
         for o in result.outcomes:
             if isinstance(o, Started):
                 self._start(o)
@@ -360,8 +375,16 @@ class Simulation:
                 self._lease_stop(o)
             else:
                 self._evict(o)
-        if self.decision_sink is not None and result.outcomes:
-            self.decision_sink(self, rt, result)
+        if result.outcomes:
+            if self.decision_sink is not None:
+                self.decision_sink(self, rt, result)
+            self._wake(pool_id)  # only a start arms a timer
+
+    def _run_length(self, o: Started) -> float:
+        """How long a run just started will last (`_start` sets the same): the driver arms no
+        guarantee period at or past its finish."""
+        life = self.lives[o.task_id]
+        return life.remaining + (life.spec.restart_overhead_s if o.preempted else 0.0)
 
     def _start(self, o: Started) -> None:
         if o.renewed:
@@ -378,8 +401,6 @@ class Simulation:
         life.start = self.now
         life.epoch += 1
         self.push(self.now + life.remaining, FINISH, (o.task_id, life.epoch))
-        if spec.task_class is TaskClass.SPOT and life.remaining > GUARANTEE_PERIOD_S:
-            self.push(self.now + GUARANTEE_PERIOD_S, PERIOD, (o.task_id, life.epoch))
 
     def _stop_running_hp(self, spec: TaskSpec) -> None:
         """An HP run ended without finishing: it stops counting where only running HP counts."""
@@ -402,7 +423,6 @@ class Simulation:
         life.evictions += 1
         life.epoch += 1
         life.entered = self.now
-        self.dirty.add(spec.pool)
 
     def _log_stop(self, life: Life, o: Stopped) -> None:
         """The guarantee periods a stop logged: its completed ones, and the failed one if any."""
@@ -425,12 +445,10 @@ class Simulation:
             self.push(self.now + self.lease_s, LEASE, None)
         self.lease_renewals += 1
         lives = self.lives
-        for pool_id, rt in self.pools.items():
-            finishing = frozenset(
-                tid for tid in rt.state.running if lives[tid].start + lives[tid].remaining <= self.now
-            )
-            rt.release_leases(self.now, keep=finishing)
-            self.dirty.add(pool_id)
+        for driver in self.drivers.values():
+            running = driver.runtime.state.running
+            finishing = frozenset(t for t in running if lives[t].start + lives[t].remaining <= self.now)
+            driver.release_leases(self.now, keep=finishing)
 
     def _lease_stop(self, o: Stopped) -> None:
         """A lease not renewed: work since the last checkpoint is lost plus the re-lease overhead; a
@@ -490,8 +508,7 @@ class Simulation:
                     quantile = fc.pool_quantile(pool_id, p)
                 except KeyError:  # a pool without HP history has no demand series
                     quantile = np.zeros(HORIZON_H)
-            if rt.refresh_quota(self.now, quantile):
-                self.dirty.add(pool_id)
+            self.drivers[pool_id].refresh_quota(self.now, quantile)
             for ledger in self.warnings:
                 ledger.check(self.now, rt, fc)
             if self.quota_log is not None and rt.last_quota_inputs is not None:

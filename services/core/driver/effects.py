@@ -1,0 +1,79 @@
+"""What a driver returns: typed, frozen effects. A shell maps them onto its world: the simulator
+onto task lives and metrics, the live service onto wire events and commands.
+
+A pass's decisions are the runtime's own outcomes (`Started`: bind the task, `Stopped`: evict
+it); the driver adds the effects of the things around a pass."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from services.core.ids import TaskId
+from services.core.outcomes import Finished, Started, Stopped
+from services.core.reasons import Rejection
+
+
+@dataclass(frozen=True, slots=True)
+class Accepted:
+    task_id: TaskId
+
+
+@dataclass(frozen=True, slots=True)
+class Rejected:
+    task_id: TaskId
+    reason: Rejection
+
+
+@dataclass(frozen=True, slots=True)
+class Withdrawn:
+    """A queued task cancelled: out of its queue, nothing ran."""
+
+    task_id: TaskId
+
+
+class PeriodClosed(NamedTuple):
+    """A running spot task's guarantee period ended at `end` without an eviction: one success,
+    logged in the pool's guarantee ledger. `run_start`: the start of the run it belongs to. (A
+    named tuple, like the runtime's outcomes: the simulator makes one per period, and a frozen
+    dataclass costs several times more to build.)"""
+
+    task_id: TaskId
+    run_start: float
+    end: float
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaExpired:
+    """The quota in force passed its valid_until with no newer one: frozen at the spot GPUs
+    running then (no new spot admissions above that, and no eviction)."""
+
+    frozen_at_gpus: float
+
+
+@dataclass(frozen=True, slots=True)
+class NodeJoined:
+    name: str
+    index: int
+
+
+@dataclass(frozen=True, slots=True)
+class NodeUp:
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class NodeLost:
+    name: str
+    stopped: tuple[TaskId, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaInForce:
+    changed: bool
+
+
+Effect = (
+    Accepted | Rejected | Withdrawn | Started | Stopped | Finished | PeriodClosed | QuotaExpired
+    | NodeJoined | NodeUp | NodeLost | QuotaInForce
+)  # fmt: skip
