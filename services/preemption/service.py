@@ -147,6 +147,9 @@ class PreemptionSettings(PlatformSettings):
     # seconds (with a row since), so a claim replays at most one interval. 0 and 0: never.
     preemption_snapshot_rows: int = 10_000
     preemption_snapshot_s: float = 300.0
+    # An ended task's id rejects a second submission for this long after its submission
+    # (seen_tasks.py, the redelivery window of the pools' memory; docs/operations.md).
+    preemption_seen_window_s: float = 3600.0
 
     def liveness_rules(self) -> liveness.LivenessRules:
         return liveness.LivenessRules(
@@ -161,6 +164,7 @@ class PreemptionSettings(PlatformSettings):
             ack_margin_s=self.preemption_ack_margin_s,
             bind_start_timeout_s=self.preemption_bind_start_timeout_s,
             unknown_after_s=self.preemption_unknown_work_after_s,
+            seen_window_s=self.preemption_seen_window_s,
         )  # fmt: skip
 
     @property
