@@ -145,7 +145,7 @@ class PreemptionSettings(PlatformSettings):
     preemption_admin_token: SecretStr | None = None  # bearer token of SRE control writes (none: refused)
     # Snapshots of a partition's pools (snapshots.py): written every this many journal rows or
     # seconds (with a row since), so a claim replays at most one interval. 0 and 0: never.
-    preemption_snapshot_rows: int = 10_000
+    preemption_snapshot_rows: int = 1_000
     preemption_snapshot_s: float = 300.0
     # An ended task's id rejects a second submission for this long after its submission
     # (seen_tasks.py, the redelivery window of the pools' memory; docs/operations.md).

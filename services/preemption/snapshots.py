@@ -67,7 +67,7 @@ class Policy:
     """When the live owner writes a snapshot: after `rows` journal rows or `seconds` seconds with
     at least one row since the last one (0 turns that trigger off; both 0: never)."""
 
-    rows: int = 10_000
+    rows: int = 1_000
     seconds: float = 300.0
 
     def due(self, rows_since: int, seconds_since: float) -> bool:
