@@ -29,6 +29,7 @@ from typing import Annotated, Any
 
 import asyncpg
 import typer
+from pydantic import SecretStr
 
 from schemas.tasks import TaskClass, TaskSubmitted
 from services.platform.clock import SystemClock
@@ -94,7 +95,7 @@ async def _claim(
 async def _measure(dsn: str, rows: int, interval: int, full: bool) -> dict[str, Any]:
     topic = f"bench-failover-{uuid.uuid4().hex[:8]}"
     settings = PreemptionSettings(
-        database_url=dsn, preemption_inbox_topic=topic, gfs_command_secret=SECRET,
+        database_url=dsn, preemption_inbox_topic=topic, gfs_command_secret=SecretStr(SECRET),
         preemption_snapshot_rows=0, preemption_snapshot_s=0.0,
     )  # fmt: skip
     out: dict[str, Any] = {"rows": rows}
