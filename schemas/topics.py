@@ -62,6 +62,10 @@ __all__ = [
 
 _HOUR_MS = 3_600_000
 _DAY_MS = 24 * _HOUR_MS
+# The task topics (issue 25: they were kept for ever): as long as the forecast's history window
+# (services/forecast, `forecast_history_hours` = 14 days), so a forecast stream rebuilt without its
+# changelogs still finds two weeks of demand.
+TASK_RETENTION_MS = 14 * _DAY_MS
 
 # Every topic's name, once: code names a topic by these constants (a static test fails on a
 # literal "gfs.<topic>" anywhere else under services/), so a rename is one edit here.
@@ -84,8 +88,9 @@ DEAD_LETTER_TOPIC = "gfs.deadletter"
 class TopicSpec:
     """One topic: its name, the payload field used as the Kafka key, and what it may carry.
 
-    `retention_ms` None means "keep forever" (retention.ms = -1): used for the task topics, which
-    the scheduler replays to rebuild its state, and for compacted state topics.
+    `retention_ms` None means "keep forever" (retention.ms = -1): used for the compacted state
+    topics (the latest record per key is the state). What each topic's retention protects is in
+    docs/operations.md ("Retention").
     """
 
     name: str
@@ -127,7 +132,9 @@ TOPICS: tuple[TopicSpec, ...] = (
         key_field="task_id",
         payload_types=(TaskSubmitted, TaskCancelled),
         partitions=6,
-        retention_ms=None,
+        # Nobody replays it from the start (the preemption service rebuilds from its Postgres
+        # journal and snapshots); a forecast stream rebuilt from nothing reads its history here.
+        retention_ms=TASK_RETENTION_MS,
         compacted=False,
         description="User requests: submit or cancel a task.",
     ),
@@ -144,7 +151,7 @@ TOPICS: tuple[TopicSpec, ...] = (
             GuaranteePeriodClosed,
         ),
         partitions=6,
-        retention_ms=None,
+        retention_ms=TASK_RETENTION_MS,
         compacted=False,
         description="What happened to each task, in order per task; the scheduler's event log.",
     ),

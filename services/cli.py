@@ -67,6 +67,7 @@ def build_app() -> typer.Typer:
     # simulator may not touch Kafka), and is mounted beside the simulator's benchmarks here.
     bench = importlib.import_module("services.simulator.bench_cli").app
     bench.command(name="pipeline")(importlib.import_module("services.livebench.preemption_bench").preemption)
+    bench.command(name="failover")(importlib.import_module("services.livebench.failover_bench").failover)
     # `gfs schemas openapi`: the HTTP APIs' contracts live in the service packages (api_docs.py).
     schemas = importlib.import_module("services.platform.schema_cli").app
     schemas.command(name="openapi")(importlib.import_module("services.api_docs").openapi)

@@ -92,6 +92,7 @@ from services.preemption.tenant_budgets import (
     budgets_from_dict,
     check_budgets,
 )
+from services.preemption.seen_tasks import DEFAULT_WINDOW_S, SeenTasks
 
 # Namespace of the command and event ids the controller derives (uuid5 of pool, salt and counter).
 ID_NAMESPACE = uuid.UUID("6a1f4c52-2d0e-4f1b-9a57-0c9e3b8d7e11")
@@ -143,6 +144,9 @@ class ControllerSettings:
     # worker of an attempt the service does not hold there, reported this long, is stopped.
     bind_start_timeout_s: float = 120.0
     unknown_after_s: float = 60.0
+    # How long after its submission an ended task's id still rejects a second submission
+    # (seen_tasks.py: the redelivery window).
+    seen_window_s: float = DEFAULT_WINDOW_S
 
     def __post_init__(self) -> None:
         if self.policy in LEASE_POLICIES:
@@ -312,7 +316,8 @@ class PoolController:
         self.nodes: dict[str, int] = self.driver.nodes  # the driver's: name -> runtime index
         self.down: set[str] = self.driver.down
         self.tasks: dict[str, _Task] = {}
-        self.seen: set[str] = set()  # every task id ever accepted or rejected here (duplicates)
+        # task ids accepted or rejected here (duplicates), until a window after their task ended
+        self.seen = SeenTasks(self.settings.seen_window_s)
         self.pending: dict[str, _Pending] = {}
         self.evictions: dict[uuid.UUID, _Eviction] = {}
         self.bound: dict[uuid.UUID, _Bound] = {}  # every bind issued (acks are checked against it)
@@ -383,6 +388,7 @@ class PoolController:
     def submit(self, task: TaskSubmitted, now: float, *, duplicate: bool = False) -> Effects:
         out = Effects()
         tid = task.task_id
+        self.seen.expire(now, self.tasks, self.ending)  # at the entry's time: a replay forgets alike
         if duplicate or tid in self.seen:
             message = f"task id {tid} was already submitted; pick a new id"
             out.events.append(
@@ -392,7 +398,7 @@ class PoolController:
                 Decision(tid, "rejected", now, {"reason": "DUPLICATE_TASK_ID", "message": message})
             )
             return out
-        self.seen.add(tid)
+        self.seen.add(tid, now)
         cls = TaskClass.HP if task.task_class is WireClass.HP else TaskClass.SPOT
         spec = TaskSpec(
             task_id=TaskId(tid),

@@ -64,7 +64,7 @@ from services.platform.postgres import open_pool
 from services.platform.settings import PlatformSettings
 from services.platform.signing import node_key, sign
 from services.platform.tracing import extract_context, inject_headers
-from services.preemption import controls, liveness, reconcile, store
+from services.preemption import controls, liveness, reconcile, snapshots, store
 from services.preemption.api import build_api
 from services.preemption.controller import ControllerSettings, Effects, PoolController, id_salt
 from services.preemption.inputs import Entry, apply, entry_for
@@ -143,6 +143,13 @@ class PreemptionSettings(PlatformSettings):
     gfs_command_secret_previous: SecretStr | None = None
     gfs_command_secret_previous_until: PreviousUntil = None  # then the previous keys are refused
     preemption_admin_token: SecretStr | None = None  # bearer token of SRE control writes (none: refused)
+    # Snapshots of a partition's pools (snapshots.py): written every this many journal rows or
+    # seconds (with a row since), so a claim replays at most one interval. 0 and 0: never.
+    preemption_snapshot_rows: int = 1_000
+    preemption_snapshot_s: float = 300.0
+    # An ended task's id rejects a second submission for this long after its submission
+    # (seen_tasks.py, the redelivery window of the pools' memory; docs/operations.md).
+    preemption_seen_window_s: float = 3600.0
 
     def liveness_rules(self) -> liveness.LivenessRules:
         return liveness.LivenessRules(
@@ -157,6 +164,7 @@ class PreemptionSettings(PlatformSettings):
             ack_margin_s=self.preemption_ack_margin_s,
             bind_start_timeout_s=self.preemption_bind_start_timeout_s,
             unknown_after_s=self.preemption_unknown_work_after_s,
+            seen_window_s=self.preemption_seen_window_s,
         )  # fmt: skip
 
     @property
@@ -196,6 +204,10 @@ class PartitionState:
     newest: float = 0.0
     heard_clock: liveness.HeardClock = field(default_factory=liveness.HeardClock)
     holding: dict[str, str] = field(default_factory=dict)  # pool -> why its silent nodes are kept
+    # Journal rows since the last snapshot (or the claim), and when that was (monotonic).
+    unsnapped: int = 0
+    snapped_at: float = field(default_factory=time.monotonic)
+    replayed: int = 0  # journal rows the claim replayed (after the snapshot it restored, if any)
 
 
 @dataclass(slots=True)
@@ -265,8 +277,18 @@ class Decider:
             async with self.pool.acquire() as connection:
                 topic, dry = self.settings.preemption_inbox_topic, self.settings.preemption_dry_run
                 claim = await store.claim(connection, partition, self.instance, topic=topic, dry_run=dry)
-                entries = await store.journal(connection, partition, topic=topic)
-            state = PartitionState(claim, next_offset=claim.next_offset)
+                # The newest snapshot this code can read, then only the journal after it.
+                snap = await snapshots.load(
+                    connection, topic=topic, partition=partition, settings=self.settings.controller_settings()
+                )
+                after = 0 if snap is None else snap.seq
+                entries = await store.journal(connection, partition, topic=topic, after=after)
+            state = PartitionState(claim, next_offset=claim.next_offset, replayed=len(entries))
+            if snap is not None:
+                state.controllers = snap.image.controllers
+                for tid, carrier in snap.image.traces.items():
+                    self.contexts[tid] = propagate.extract(carrier)
+            state.unsnapped = len(entries)
             for pool_name, entry, epoch in entries:
                 self._remember_context(entry)
                 controller = self.controller(state, pool_name)
@@ -278,8 +300,10 @@ class Decider:
                 for node in controller.nodes:
                     state.last_seen[node] = now  # a fresh owner gives every node a full timeout
             self.partitions[partition] = state
-            log.info("preemption %s: took partition %d (epoch %d, %d journal entries, offset %d)",
-                     self.instance, partition, claim.epoch, len(entries), claim.next_offset)  # fmt: skip
+            log.info("preemption %s: took partition %d (epoch %d, %s, %d journal entries, offset %d)",
+                     self.instance, partition, claim.epoch,
+                     "no snapshot" if snap is None else f"snapshot at row {snap.seq}",
+                     len(entries), claim.next_offset)  # fmt: skip
             return claim.next_offset
 
     async def drop(self, partition: int) -> None:
@@ -679,6 +703,8 @@ class Decider:
             raise
         if next_offset is not None:
             state.next_offset = next_offset
+        state.unsnapped += len(rows)
+        await self._maybe_snapshot(state)
         self.stats.batches += 1
         for _, out, _ in effects:
             n = len(out.decisions)
@@ -724,6 +750,37 @@ class Decider:
         occurred = _utc(self.clock.now()) if isinstance(self.clock, TickClock) else datetime.now(UTC)
         envelope = wrap(message, producer=PRODUCER, occurred_at=occurred)
         return topic_for_event_type(type(message).__name__).name, envelope, headers
+
+    async def _maybe_snapshot(self, state: PartitionState) -> None:
+        """After a committed batch (memory equals the journal): a snapshot when one is due. A
+        failed one costs nothing but a longer replay at the next claim, so it is logged only."""
+        policy = snapshots.Policy(self.settings.preemption_snapshot_rows, self.settings.preemption_snapshot_s)
+        if not policy.due(state.unsnapped, time.monotonic() - state.snapped_at):
+            return
+        try:
+            await self.snapshot(state)
+        except Exception:
+            log.exception("preemption: snapshot of partition %d failed", state.claim.partition)
+
+    async def snapshot(self, state: PartitionState) -> int | None:
+        """Write the partition's snapshot now (the caller holds `lock`); its journal row, None when
+        fenced or nothing was journaled."""
+        traces: dict[str, dict[str, str]] = {}
+        for controller in state.controllers.values():
+            for tid in controller.tasks:
+                ctx = self.contexts.get(tid)
+                if ctx is not None:
+                    carrier: dict[str, str] = {}
+                    propagate.inject(carrier, context=ctx)
+                    traces[tid] = carrier
+        image = snapshots.Image(dict(state.controllers), traces)
+        async with self.pool.acquire() as connection:
+            seq = await snapshots.save(
+                connection, topic=state.claim.topic, partition=state.claim.partition,
+                epoch=state.claim.epoch, image=image, settings=self.settings.controller_settings(),
+            )  # fmt: skip
+        state.unsnapped, state.snapped_at = 0, time.monotonic()
+        return seq
 
     def key(self, node: str) -> bytes:
         """`node`'s key (signing.node_key of the master secret), derived once."""

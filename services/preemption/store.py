@@ -93,13 +93,14 @@ async def refuse_live_schema(connection: asyncpg.Connection) -> None:
 
 
 async def journal(
-    connection: asyncpg.Connection, partition: int, *, topic: str = INBOX_TOPIC
+    connection: asyncpg.Connection, partition: int, *, topic: str = INBOX_TOPIC, after: int = 0
 ) -> list[tuple[str, Entry, int | None]]:
-    """The partition's journal in order: (pool, entry, the epoch it was written under)."""
+    """The partition's journal in order: (pool, entry, the epoch it was written under); only the
+    rows after journal row `after` (a snapshot's, snapshots.py) when given."""
     rows = await connection.fetch(
         """SELECT pool, kind, data, at_s, epoch FROM preemption_journal
-           WHERE inbox_topic = $1 AND partition = $2 ORDER BY seq""",
-        topic, partition,
+           WHERE inbox_topic = $1 AND partition = $2 AND seq > $3 ORDER BY seq""",
+        topic, partition, after,
     )  # fmt: skip
     return [
         (

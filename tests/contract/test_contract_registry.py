@@ -102,9 +102,11 @@ def test_retention_and_compaction_choices() -> None:
     [
         ("gfs.quotas", {"cleanup.policy": "compact", "retention.ms": "-1"}),
         ("gfs.nodes.telemetry", {"cleanup.policy": "delete", "retention.ms": "86400000"}),
-        ("gfs.tasks.submit", {"cleanup.policy": "delete", "retention.ms": "-1"}),
+        # 14 days (issue 25; for ever before): 14 * 86,400,000 ms.
+        ("gfs.tasks.submit", {"cleanup.policy": "delete", "retention.ms": "1209600000"}),
+        ("gfs.tasks.lifecycle", {"cleanup.policy": "delete", "retention.ms": "1209600000"}),
     ],
-    ids=["compacted", "one-day", "forever"],
+    ids=["compacted", "one-day", "submit-two-weeks", "lifecycle-two-weeks"],
 )
 def test_kafka_config(name: str, expected: dict[str, str]) -> None:
     assert topic(name).kafka_config() == expected

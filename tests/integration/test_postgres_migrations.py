@@ -31,6 +31,7 @@ EXPECTED_TABLES = {
     "quota_input_latest",
     "preemption_partition",
     "preemption_journal",
+    "preemption_snapshot",  # 0008 (issue 25: snapshots of a partition's pools)
     "preemption_decision",
     "preemption_task_route",
     "preemption_node_route",

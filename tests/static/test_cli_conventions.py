@@ -129,10 +129,10 @@ def _stdout_json(args: list[str], env: dict[str, str] | None = None) -> Any:
 
 def test_schemas_list_json() -> None:
     topics = {t["topic"]: t for t in _stdout_json(["schemas", "list", "-o", "json"])}
-    # By hand from schemas/topics.py: submissions are keyed by task id, six partitions, kept for ever.
+    # By hand from schemas/topics.py: submissions are keyed by task id, six partitions, kept 14 days.
     assert topics["gfs.tasks.submit"] == {
         "topic": "gfs.tasks.submit", "key": "task_id", "payloads": ["TaskSubmitted", "TaskCancelled"],
-        "partitions": 6, "retention_ms": None, "compacted": False,
+        "partitions": 6, "retention_ms": 14 * 86_400_000, "compacted": False,
     }  # fmt: skip
     bad = CliRunner().invoke(build_app(), ["schemas", "list", "--output", "xml"])
     assert bad.exit_code == 2 and "xml" in bad.output

@@ -12,11 +12,11 @@ from services.platform.kafka.topic_admin import new_topic
     ("name", "partitions", "cleanup", "retention"),
     [
         ("gfs.quotas", 3, "compact", "-1"),
-        ("gfs.tasks.submit", 6, "delete", "-1"),
+        ("gfs.tasks.submit", 6, "delete", str(14 * 24 * 3_600_000)),  # two weeks (issue 25)
         ("gfs.nodes.telemetry", 6, "delete", str(24 * 3_600_000)),
         ("gfs.deadletter", 1, "delete", str(30 * 24 * 3_600_000)),
     ],
-    ids=["compacted-quotas", "kept-forever-submit", "one-day-telemetry", "dead-letters"],
+    ids=["compacted-quotas", "two-weeks-submit", "one-day-telemetry", "dead-letters"],
 )
 def test_new_topic_carries_partitions_and_configs(
     name: str, partitions: int, cleanup: str, retention: str
