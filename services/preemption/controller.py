@@ -85,6 +85,7 @@ from services.core.task import TaskClass, TaskSpec
 from services.preemption.attempts import Attempt, Phase
 from services.preemption.explanations import explanation_dict
 from services.preemption.reconcile import NodeReport, UnknownWork, bind_lost
+from services.preemption.seen_tasks import DEFAULT_WINDOW_S, SeenTasks
 from services.preemption.survival_quote import survival_on_accept
 from services.preemption.tenant_budgets import (
     apply_tenant_budgets,
@@ -92,7 +93,6 @@ from services.preemption.tenant_budgets import (
     budgets_from_dict,
     check_budgets,
 )
-from services.preemption.seen_tasks import DEFAULT_WINDOW_S, SeenTasks
 
 # Namespace of the command and event ids the controller derives (uuid5 of pool, salt and counter).
 ID_NAMESPACE = uuid.UUID("6a1f4c52-2d0e-4f1b-9a57-0c9e3b8d7e11")
