@@ -132,9 +132,9 @@ def bench_pass(
 
 @app.command("warnings")
 def bench_warnings(
-    config: Annotated[Path, typer.Option("--config", help="robustness-suite config")] = Path(
-        "configs/suite-robustness.yaml"
-    ),
+    config: Annotated[
+        Path, typer.Option("--config", help="robustness-suite config (configs/suite-robustness.yaml)")
+    ],
     split: Annotated[str, typer.Option("--split", help="dev (choose settings) or test (report)")] = "test",
     policy: Annotated[str, typer.Option("--policy")] = "gfs",
     lead_s: Annotated[list[float] | None, typer.Option("--lead-s", help="lead time (repeatable)")] = None,
