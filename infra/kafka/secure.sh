@@ -213,7 +213,13 @@ stop() {
 case "${1:-}" in
   up)
     "$KAFKA_INFRA_DIR/fetch.sh"
-    command -v openssl >/dev/null || { echo "kafka-secure: openssl is required" >&2; exit 1; }
+    # openssl makes the CA and certificate; Debian's base images ship it, minimal CI images may not.
+    if ! command -v openssl >/dev/null; then
+      [[ "$(id -u)" == 0 ]] || { echo "kafka-secure: openssl is required" >&2; exit 1; }
+      echo "kafka-secure: apt-get install openssl"
+      DEBIAN_FRONTEND=noninteractive apt-get update -qq
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssl >/dev/null
+    fi
     start
     wait_ready
     apply_acls

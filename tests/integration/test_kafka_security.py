@@ -82,11 +82,13 @@ class SecureBroker:
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
 
-    def script(self, *args: str, timeout: float = 600.0) -> str:
+    def script(self, *args: str, timeout: float = 900.0) -> str:
         env = os.environ | {
             "KAFKA_SECURE_DIR": str(self.folder),
             "KAFKA_SECURE_PORT": str(self.port),
             "KAFKA_SECURE_AGENTS": " ".join(AGENTS),
+            # A loaded CI machine may take minutes to start a JVM broker (the script's default: 120 s).
+            "KAFKA_WAIT_TIMEOUT": os.environ.get("KAFKA_WAIT_TIMEOUT", "300"),
         }
         done = subprocess.run(
             ["bash", str(SECURE_SH), *args], env=env, capture_output=True, text=True, timeout=timeout
