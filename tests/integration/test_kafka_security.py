@@ -42,6 +42,7 @@ from aiokafka.errors import KafkaConnectionError, KafkaError, TopicAuthorization
 from live_harness import REPO, ServiceProcess
 from payload_examples import task_submitted
 from pydantic import SecretStr
+from test_live_cluster import _get, _until
 from test_quota_service import _free_port, _migrated
 
 from schemas.commands import BindCommand, EvictAck, EvictCommand, EvictOutcome
@@ -248,12 +249,13 @@ async def test_clients_without_credentials_get_nothing(secure_broker: SecureBrok
 @pytest_asyncio.fixture(loop_scope="session")
 async def preemption(
     secure_broker: SecureBroker, database_url: str, scratch_schema: str, tmp_path: Path
-) -> AsyncIterator[tuple[ServiceProcess, str, str]]:
+) -> AsyncIterator[tuple[ServiceProcess, str, str, int]]:
     """The real preemption service, connected as the `preemption` principal."""
     dsn = await _migrated(database_url, scratch_schema)
     run = uuid.uuid4().hex[:6]
     secret = "sec-" + uuid.uuid4().hex
     pool = f"P{run}"
+    port = _free_port()
     env = os.environ | secure_broker.env_of("preemption") | {
         "DATABASE_URL": dsn,
         "GFS_COMMAND_SECRET": secret,
@@ -261,7 +263,7 @@ async def preemption(
         "PREEMPTION_ROUTER_GROUP": f"gfs-preemption-it-router-{run}",
         "PREEMPTION_INBOX_TOPIC": f"gfs-preemption-it-inbox-{run}",
         "PREEMPTION_INBOX_PARTITIONS": "1",
-        "PREEMPTION_API_PORT": str(_free_port()),
+        "PREEMPTION_API_PORT": str(port),
         "PREEMPTION_INSTANCE": f"sec-{run}",
         "PREEMPTION_POOLS": pool,
         "PREEMPTION_NODE_TIMEOUT_S": "600",
@@ -269,7 +271,7 @@ async def preemption(
     }  # fmt: skip
     proc = ServiceProcess(["serve", "preemption"], env, tmp_path / "preemption.log").start()
     try:
-        yield proc, secret, pool
+        yield proc, secret, pool, port
     finally:
         proc.stop()
 
@@ -297,9 +299,9 @@ async def _dead_letters(broker: SecureBroker, until: float) -> AsyncIterator[Dea
 
 @pytest.mark.asyncio(loop_scope="session")
 async def test_an_agent_acking_for_another_node_is_refused_by_the_preemption_service(
-    secure_broker: SecureBroker, preemption: tuple[ServiceProcess, str, str]
+    secure_broker: SecureBroker, preemption: tuple[ServiceProcess, str, str, int]
 ) -> None:
-    proc, secret, pool = preemption
+    proc, secret, pool, port = preemption
     # n2's own agent makes n2 known to the service (its heartbeat, signed with n2's key) ...
     samples = tuple(
         GpuSample(index=g, utilisation_pct=0, memory_used_mib=0, memory_total_mib=1) for g in range(2)
@@ -313,6 +315,14 @@ async def test_an_agent_acking_for_another_node_is_refused_by_the_preemption_ser
         await n2.send(
             TELEMETRY_TOPIC, wrap(sign(heartbeat, key=node_key(secret.encode(), "n2")), producer="agent")
         )
+
+    async def n2_known() -> bool:
+        body = await _get(port, "/pools")
+        return bool(body) and body["pools"].get(pool, {}).get("nodes") == 1
+
+    # (the service has taken n2's heartbeat, so the ack below is routed to n2's pool, not parked
+    # as coming from an unknown node)
+    await _until(n2_known, 240, f"the service to know node n2 in {pool}; log:\n{proc.tail(30)}")
     # ... then n1's agent, which may write acks, acks in n2's name: it holds only its own key.
     forged = EvictAck(
         command_id=uuid.uuid4(), node="n2", task_ids=("victim",), outcome=EvictOutcome.KILLED,
@@ -327,13 +337,14 @@ async def test_an_agent_acking_for_another_node_is_refused_by_the_preemption_ser
             EVICT_ACK_TOPIC, wrap(sign(forged, key=node_key(secret.encode(), "n1")), producer="agent")
         )
 
-    until = asyncio.get_running_loop().time() + 120
-    found = None
+    until = asyncio.get_running_loop().time() + 180
+    found, seen = None, []
     async for letter in _dead_letters(secure_broker, until):
+        seen.append(letter.error)
         if "EvictAck refused: not signed by node 'n2'" in letter.error:
             found = letter
             break
-    assert found is not None, f"no dead letter for the forged ack; service log:\n{proc.tail(60)}"
+    assert found is not None, f"no dead letter for the forged ack (saw {seen}); log:\n{proc.tail(60)}"
     assert str(forged.command_id).encode() in base64.b64decode(found.original)
     log = proc.log.read_text(errors="replace")
     # The service says how it reaches Kafka (never the password) and refused the ack for its signature.
