@@ -10,6 +10,10 @@
 #           a 3-broker KRaft cluster (replication factor 3, min.insync.replicas 2) on ports of its
 #           own (29092-29094 by default), beside the single broker, which it never touches
 #           (infra/kafka/cluster.sh; docs/operations.md, "Scaling out")
+#   secure up|down|reset|status|env [PRINCIPAL]
+#           a single broker with TLS, SASL/SCRAM users per service and agent, and ACLs, on ports
+#           of its own (29392-29393 by default), beside the plaintext one, which it never touches
+#           (infra/kafka/secure.sh; docs/operations.md, "Kafka security")
 set -euo pipefail
 INFRA_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO_DIR="$(cd "$INFRA_DIR/.." && pwd)"
@@ -109,5 +113,6 @@ case "${1:-}" in
   status) stack_status ;;
   env) stack_env "${2:-}" ;;
   cluster) exec "$INFRA_DIR/kafka/cluster.sh" "${@:2}" ;;
-  *) echo "usage: infra/stack.sh up|down|status|env [--traces]|reset|cluster ..." >&2; exit 2 ;;
+  secure) exec "$INFRA_DIR/kafka/secure.sh" "${@:2}" ;;
+  *) echo "usage: infra/stack.sh up|down|status|env [--traces]|reset|cluster ...|secure ..." >&2; exit 2 ;;
 esac

@@ -10,8 +10,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from services.platform.kafka_security import KafkaSecurity
 
 # The repository root: services/platform/settings.py -> parents[2]. Used to resolve relative
 # paths the same way whatever the current working directory is.
@@ -32,6 +34,15 @@ class PlatformSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="", case_sensitive=False, extra="ignore", frozen=True)
 
     kafka_bootstrap_servers: str = DEFAULT_BOOTSTRAP_SERVERS
+    # How clients authenticate (services/platform/kafka/security.py): PLAINTEXT for the dev stack;
+    # SASL_SSL with a SCRAM user per service in a cluster (`infra/stack.sh secure env USER` prints
+    # them for the secured test broker). Env KAFKA_SECURITY_PROTOCOL, KAFKA_SASL_MECHANISM,
+    # KAFKA_SASL_USERNAME, KAFKA_SASL_PASSWORD, KAFKA_SSL_CAFILE.
+    kafka_security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    kafka_sasl_mechanism: Literal["SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN"] = "SCRAM-SHA-512"
+    kafka_sasl_username: str | None = None
+    kafka_sasl_password: SecretStr | None = None
+    kafka_ssl_cafile: str | None = None
     database_url: str = DEFAULT_DATABASE_URL
     # None means "no exporter": spans are created but not shipped anywhere (no console spam).
     otel_exporter_otlp_endpoint: str | None = None
@@ -50,7 +61,7 @@ class PlatformSettings(BaseSettings):
     # infra/k8s). Env GFS_HTTP_HOST.
     gfs_http_host: str = Field(default="127.0.0.1", min_length=1)
 
-    @field_validator("gfs_log_level", mode="before")
+    @field_validator("gfs_log_level", "kafka_security_protocol", "kafka_sasl_mechanism", mode="before")
     @classmethod
     def _level_any_case(cls, value: object) -> object:
         return value.upper() if isinstance(value, str) else value
@@ -74,6 +85,18 @@ class PlatformSettings(BaseSettings):
     def bind_host(self, specific: str | None) -> str:
         """The address an HTTP API binds: the service's own setting when set, else GFS_HTTP_HOST."""
         return specific.strip() if specific and specific.strip() else self.gfs_http_host
+
+    @property
+    def kafka_security(self) -> KafkaSecurity:
+        """The Kafka client security these settings describe; raises KafkaSecurityError (a
+        ValueError) when SASL is asked for without a username and password."""
+        return KafkaSecurity(
+            protocol=self.kafka_security_protocol,
+            sasl_mechanism=self.kafka_sasl_mechanism,
+            username=self.kafka_sasl_username or None,
+            password=self.kafka_sasl_password,
+            cafile=self.kafka_ssl_cafile or None,
+        )
 
     @property
     def bootstrap_servers(self) -> list[str]:

@@ -39,7 +39,13 @@ def topics(
     specs = list(TOPICS)
     try:
         report = asyncio.run(
-            ensure_topics(servers, specs, replication_factor=replication_factor, timeout_ms=timeout_ms)
+            ensure_topics(
+                servers,
+                specs,
+                replication_factor=replication_factor,
+                timeout_ms=timeout_ms,
+                security=settings.kafka_security,
+            )
         )
     except KafkaError as exc:
         typer.echo(f"error: Kafka at {servers}: {exc} (is the stack up? `make up`)", err=True)

@@ -45,6 +45,7 @@ from schemas.workers import WorkerExited, WorkerStarted
 from services.platform.kafka.dead_letter import FailedRecord, build_dead_letter
 from services.platform.kafka.processing import NO_RETRY, ConsumeStats, MessageContext, RecordProcessor
 from services.platform.kafka.producer import EnvelopeProducer
+from services.platform.kafka_security import PLAINTEXT, KafkaSecurity
 from services.platform.tracing import TRACER_NAME, inject_headers
 from services.preemption import store
 from services.preemption.poison import STORE_ATTEMPTS, StoreFailedError, caused_by_record, store_failed
@@ -390,6 +391,7 @@ async def route(
     stats: ConsumeStats | None = None,
     offset_reset: str = "earliest",
     topics: tuple[str, ...] = ROUTED_TOPICS,
+    security: KafkaSecurity = PLAINTEXT,
 ) -> None:
     """The router's loop: per fetched batch, decode (bad records to the dead-letter topic, as the
     platform's loop does), store the batch's routes (one round trip for its submissions), forward
@@ -405,7 +407,7 @@ async def route(
     tracer = trace.get_tracer(TRACER_NAME)
     consumer = AIOKafkaConsumer(
         bootstrap_servers=bootstrap_servers, group_id=group, enable_auto_commit=False,
-        auto_offset_reset=offset_reset, isolation_level="read_committed",
+        auto_offset_reset=offset_reset, isolation_level="read_committed", **security.client_kwargs(),
     )  # fmt: skip
     in_flight = CommitInFlight()
     consumer.subscribe(list(topics), listener=in_flight)

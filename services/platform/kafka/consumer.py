@@ -45,6 +45,7 @@ from services.platform.kafka.processing import (
     RetryPolicy,
 )
 from services.platform.kafka.producer import EnvelopeProducer
+from services.platform.kafka_security import PLAINTEXT, KafkaSecurity
 
 log = logging.getLogger(__name__)
 
@@ -66,11 +67,13 @@ async def consume(
     now: Callable[[], datetime] = _utc_now,
     poll_timeout_ms: int = 500,
     stats: ConsumeStats | None = None,
+    security: KafkaSecurity = PLAINTEXT,
 ) -> ConsumeStats:
     """Run the loop on `topics` as consumer `group` until `stop` is set (or forever).
 
     Returns the stats when stopped; raises `HandlerFailedError` per the module contract.
-    A new group starts from the earliest offset. `dead_letter_producer` is created (and closed)
+    A new group starts from the earliest offset. `security` (TLS/SASL, default plaintext) applies to
+    the consumer and to the dead-letter producer made here. `dead_letter_producer` is created (and closed)
     here when not given.
     """
     names = [topics] if isinstance(topics, str) else list(topics)
@@ -82,7 +85,9 @@ async def consume(
             producer = dead_letter_producer
         else:
             producer = await resources.enter_async_context(
-                EnvelopeProducer(bootstrap_servers=bootstrap_servers, client_id=f"{group}-deadletter")
+                EnvelopeProducer(
+                    bootstrap_servers=bootstrap_servers, client_id=f"{group}-deadletter", security=security
+                )
             )
         processor = RecordProcessor(
             sink=producer, group=group, handler=handler, retry=retry,
@@ -96,6 +101,7 @@ async def consume(
             auto_offset_reset="earliest",
             # Read only what producers committed, so aborted transactional writes never arrive.
             isolation_level="read_committed",
+            **security.client_kwargs(),
         )
         await consumer.start()
         # consumer.stop() leaves uncommitted offsets uncommitted (auto-commit is off).

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
+from services.platform.kafka_security import PLAINTEXT, KafkaSecurity
+
 log = logging.getLogger(__name__)
 
 
@@ -24,6 +26,7 @@ class LagProbe:
     group: str
     topics: Sequence[str]
     lag: dict[str, int] = field(default_factory=dict)  # topic -> events behind
+    security: KafkaSecurity = PLAINTEXT
 
     async def measure(self, admin: AIOKafkaAdminClient, consumer: AIOKafkaConsumer) -> dict[str, int]:
         parts = [
@@ -43,8 +46,8 @@ class LagProbe:
     async def run(
         self, stop: asyncio.Event, every_s: float = 10.0, on_error: Callable[[Exception], None] | None = None
     ) -> None:
-        admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap_servers)
-        consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap_servers)
+        admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap_servers, **self.security.client_kwargs())
+        consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap_servers, **self.security.client_kwargs())
         await admin.start()
         await consumer.start()
         try:

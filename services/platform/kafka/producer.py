@@ -17,6 +17,7 @@ from aiokafka.structs import RecordMetadata
 
 from schemas.envelope import Envelope
 from schemas.topics import encode, key_of, topic
+from services.platform.kafka_security import PLAINTEXT, KafkaSecurity, announce
 from services.platform.tracing import inject_headers
 
 
@@ -27,15 +28,24 @@ class WrongTopicError(ValueError):
 class EnvelopeProducer:
     """Publishes `Envelope`s to registry topics. Use as `async with EnvelopeProducer(...) as p`."""
 
-    def __init__(self, *, bootstrap_servers: list[str] | str, client_id: str = "gfs") -> None:
+    def __init__(
+        self,
+        *,
+        bootstrap_servers: list[str] | str,
+        client_id: str = "gfs",
+        security: KafkaSecurity = PLAINTEXT,
+    ) -> None:
+        self._security = security
         self._producer = AIOKafkaProducer(
             bootstrap_servers=bootstrap_servers,
             client_id=client_id,
             acks="all",
             enable_idempotence=True,
+            **security.client_kwargs(),
         )
 
     async def __aenter__(self) -> Self:
+        announce(self._security)  # every service produces: its log says once how it reaches Kafka
         await self._producer.start()
         return self
 

@@ -18,6 +18,7 @@ from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import for_code
 
 from schemas.topics import TopicSpec
+from services.platform.kafka_security import PLAINTEXT, KafkaSecurity
 
 # Kafka's "topic already exists" error code; a concurrent `gfs stack topics` may win the race.
 _TOPIC_ALREADY_EXISTS = 36
@@ -46,10 +47,13 @@ async def ensure_topics(
     *,
     replication_factor: int = 1,
     timeout_ms: int = 30_000,
+    security: KafkaSecurity = PLAINTEXT,
 ) -> TopicsReport:
     """Make the broker match `specs` (see module docstring). Raises a KafkaError on failure."""
     wanted = {spec.name: spec for spec in specs}
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap_servers, request_timeout_ms=timeout_ms)
+    admin = AIOKafkaAdminClient(
+        bootstrap_servers=bootstrap_servers, request_timeout_ms=timeout_ms, **security.client_kwargs()
+    )
     await admin.start()
     try:
         existing = set(await admin.list_topics())
