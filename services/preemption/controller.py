@@ -426,7 +426,9 @@ class PoolController:
         out.events.append(
             TaskAccepted(task_id=tid, pool=self.pool, task_class=task.task_class, survival=survival)
         )
-        out.decisions.append(Decision(tid, "accepted", now, {"class": task.task_class.value}))
+        quote = None if survival is None else survival.model_dump()  # the dashboard shows it
+        detail = {"class": task.task_class.value, "survival": quote}
+        out.decisions.append(Decision(tid, "accepted", now, detail))
         return out
 
     def cancel(self, task_id: str, tenant: str, reason: str, now: float) -> Effects:

@@ -156,3 +156,13 @@ def test_no_warning_while_the_kill_switch_is_on() -> None:
     assert _warned(_tick(c, 100)) == []
     c.control(Controls(), T0 + 150)
     assert _warned(_tick(c, 200)) == ["B", "A"]
+
+
+def test_the_accepted_decision_carries_the_survival_quote() -> None:
+    # The dashboard reads the quote from it (item 5); the forecast here: one hour, mean 0, std 0.
+    c, _ = _world(((0.0, 0.0),))
+    out = _event(c, _task("C", TaskClass.SPOT, 1), 10)
+    (accepted,) = [d for d in out.decisions if d.kind == "accepted"]
+    assert accepted.detail["survival"] is not None and accepted.detail["survival"]["guarantee_hours"] == 1
+    out = _event(c, _task("H2", TaskClass.HP, 1), 10)
+    assert [d.detail["survival"] for d in out.decisions if d.kind == "accepted"] == [None]
