@@ -129,6 +129,25 @@ class EvictCommand(BaseModel):
         return self
 
 
+class WarnCommand(BaseModel):
+    """Tell a spot task's workers on a node to checkpoint now: the agent sends them SIGUSR1 (issue
+    27, docs/operations.md "Reclaim warnings"). Nothing is stopped and nothing is acknowledged.
+    Published on gfs.commands.evict, so it stays in order with the node's evictions; an agent from
+    before it dead-letters it as an unknown payload type and goes on."""
+
+    model_config = _CONTRACT
+
+    command_id: UUID = Field(description="Idempotency key: the agent signals once per id.")
+    node: NodeName = Field(description="The node running the task's workers.")
+    task_id: TaskId = Field(description="The warned task.")
+    warned_attempt: int = Field(ge=1, description="The run warned: workers of another run are not signalled.")
+    lead_seconds: float = Field(gt=0, allow_inf_nan=False, description="How far ahead the warning looks.")
+    issued_at: UtcDatetime = Field(description="When the scheduler issued the command.")
+    signature: FreeText = Field(
+        default="", max_length=1024, description="HMAC-SHA256 hex of the unsigned command; '' if unsigned."
+    )
+
+
 class EvictAck(BaseModel):
     """The agent's answer to an EvictCommand. Keyed by `node` on gfs.commands.evict-ack."""
 

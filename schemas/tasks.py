@@ -310,3 +310,20 @@ class GuaranteePeriodClosed(BaseModel):
         if self.period_end < self.period_start:
             raise ValueError("period_end must not be before period_start")
         return self
+
+
+class TaskReclaimWarning(BaseModel):
+    """A running spot task is among the likeliest victims if HP demand rises as forecast within
+    `lead_s` (issue 27): its workers were sent SIGUSR1 so they can checkpoint now. A warning changes
+    no scheduling decision; the task may finish, or be evicted later, or never."""
+
+    model_config = _CONTRACT
+
+    task_id: TaskId = Field(description="The warned spot task.")
+    pool: PoolName = Field(description="The pool whose HP demand is expected to reclaim spot GPUs.")
+    attempt: int = Field(ge=1, description="The run of the task warned (docs/attempts.md).")
+    lead_s: float = Field(gt=0, allow_inf_nan=False, description="How far ahead the warning looks, seconds.")
+    shortfall_gpus: float = Field(
+        gt=0, allow_inf_nan=False, description="Spot GPUs HP is expected to need back within the lead time."
+    )
+    issued_at: UtcDatetime = Field(description="When the scheduler issued the warning.")

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from schemas.clock import ClockAck, ClockTick
-from schemas.commands import BindCommand, EvictAck, EvictCommand
+from schemas.commands import BindCommand, EvictAck, EvictCommand, WarnCommand
 from schemas.dead_letter import DeadLetter
 from schemas.envelope import SUPPORTED_SCHEMA_VERSIONS, Envelope, envelope_type
 from schemas.forecast import DemandForecast, PoolDemandForecast
@@ -28,6 +28,7 @@ from schemas.tasks import (
     TaskCancelled,
     TaskEvicted,
     TaskFinished,
+    TaskReclaimWarning,
     TaskRejected,
     TaskStarted,
     TaskSubmitted,
@@ -149,6 +150,7 @@ TOPICS: tuple[TopicSpec, ...] = (
             TaskEvicted,
             TaskWithdrawn,
             GuaranteePeriodClosed,
+            TaskReclaimWarning,
         ),
         partitions=6,
         retention_ms=TASK_RETENTION_MS,
@@ -204,11 +206,11 @@ TOPICS: tuple[TopicSpec, ...] = (
     TopicSpec(
         name=EVICT_TOPIC,
         key_field="node",
-        payload_types=(EvictCommand,),
+        payload_types=(EvictCommand, WarnCommand),
         partitions=6,
         retention_ms=7 * _DAY_MS,
         compacted=False,
-        description="Evict tasks from a node (idempotent by command_id).",
+        description="Evict tasks from a node, or warn them to checkpoint (idempotent by command_id).",
     ),
     TopicSpec(
         name=EVICT_ACK_TOPIC,

@@ -32,7 +32,7 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from schemas.commands import BindCommand, EvictCommand
+from schemas.commands import BindCommand, EvictCommand, WarnCommand
 from schemas.envelope import Envelope
 from schemas.topics import EVICT_ACK_TOPIC, WORKER_ACK_TOPIC
 from services.node_agent.agent_base import (
@@ -50,6 +50,7 @@ from services.node_agent.agent_base import (
 from services.node_agent.clock_ticks import ClockTicks
 from services.node_agent.journal import CommandEntry, WorkerEntry
 from services.node_agent.paths import path_part
+from services.node_agent.reclaim_warning import ReclaimWarnings
 from services.node_agent.recovery import Recovery
 from services.node_agent.security import Rejection
 from services.node_agent.telemetry import Telemetry
@@ -72,7 +73,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 
-class NodeAgent(Recovery, Telemetry, ClockTicks):
+class NodeAgent(Recovery, ReclaimWarnings, Telemetry, ClockTicks):
     """One node's agent: its parts are the classes it is made of (module doc)."""
 
     # Commands ----------------------------------------------------------------------------------
@@ -82,9 +83,15 @@ class NodeAgent(Recovery, Telemetry, ClockTicks):
     ) -> None:
         """Act on one command read from this node's partition; never raises for a bad command."""
         command = envelope.payload
-        if not isinstance(command, BindCommand | EvictCommand):
+        if not isinstance(command, BindCommand | EvictCommand | WarnCommand):
             return
-        kind = "bind" if isinstance(command, BindCommand) else "evict"
+        kind = (
+            "bind"
+            if isinstance(command, BindCommand)
+            else "evict"
+            if isinstance(command, EvictCommand)
+            else "warn"
+        )
         with self.tracer.start_as_current_span(
             "agent.verify", attributes={"gfs.command_id": str(command.command_id), "gfs.node": self.node}
         ) as span:
@@ -106,8 +113,10 @@ class NodeAgent(Recovery, Telemetry, ClockTicks):
         trace_headers = [(name, value.decode("utf-8", "replace")) for name, value in headers]
         if isinstance(command, BindCommand):
             await self._bind(command, trace_headers, received_at)
-        else:
+        elif isinstance(command, EvictCommand):
             await self._evict(command, trace_headers, received_at)
+        else:
+            await self._warn(command, trace_headers, received_at)
         self.metrics.commands.add(1, {"kind": kind, "result": "accepted"})
 
     def reject(self, reason: Rejection, detail: str) -> None:

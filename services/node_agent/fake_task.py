@@ -3,7 +3,10 @@
 It "works" in small sleeps, writes progress, checkpoints every `--checkpoint-s` seconds and on
 SIGTERM (then prints `checkpointed` and exits 0), and exits by itself after `--duration` seconds
 with `--exit-code`. `--ignore-sigterm` makes it note the SIGTERM and go on working, so the agent's
-grace period runs out and it has to SIGKILL.
+grace period runs out and it has to SIGKILL. SIGUSR1 (the agent's reclaim warning, issue 27)
+makes it checkpoint at once, print `checkpoint on warning` and go on working. On the simulated
+clock it only prints `warning noted`: the simulator's arithmetic, which that mode follows exactly,
+has no checkpoint on a warning (a warning changes no decision).
 
 Simulated clock (env GFS_SIM_CLOCK_FILE, set by an agent in topic mode, or `--sim-clock FILE`):
 time is the float in that file, and the task follows the simulator's arithmetic exactly
@@ -78,6 +81,7 @@ class _FakeTask:
         self.steps = 0
         self.checkpoints = 0
         self.sigterm = False
+        self.warned = False  # SIGUSR1 arrived: checkpoint at the next step (not inside the handler)
 
     def _say(self, line: str) -> None:
         # stdout is the worker's log (the agent redirects it); flush so the line is there at once.
@@ -98,8 +102,12 @@ class _FakeTask:
             return
         self.sigterm = True
 
+    def on_sigusr1(self, _signum: int, _frame: FrameType | None) -> None:
+        self.warned = True
+
     def run(self) -> int:
         signal.signal(signal.SIGTERM, self.on_sigterm)
+        signal.signal(signal.SIGUSR1, self.on_sigusr1)
         if self.options.env_file is not None:
             _write_atomic(self.options.env_file, json.dumps(dict(os.environ), sort_keys=True))
         # Printed only once the handler is installed: a test that waits for it knows a SIGTERM
@@ -113,7 +121,12 @@ class _FakeTask:
                 self._say(f"finished exit_code={self.options.exit_code}")
                 return self.options.exit_code
             period = self.options.checkpoint_s
-            if period is not None and now - last_checkpoint >= period:
+            if self.warned:
+                self.warned = False
+                self.checkpoint()
+                last_checkpoint = now
+                self._say("checkpoint on warning")
+            elif period is not None and now - last_checkpoint >= period:
                 self.checkpoint()
                 last_checkpoint = now
             time.sleep(_STEP_S)
@@ -212,6 +225,7 @@ class _SimFakeTask(_FakeTask):
 
     def run(self) -> int:
         signal.signal(signal.SIGTERM, self.on_sigterm)
+        signal.signal(signal.SIGUSR1, self.on_sigusr1)  # SIGUSR1's default would kill it
         if self.options.env_file is not None:
             _write_atomic(self.options.env_file, json.dumps(dict(os.environ), sort_keys=True))
         self._say(f"started pid={os.getpid()}")
@@ -247,6 +261,9 @@ class _SimFakeTask(_FakeTask):
                     self._say(f"finished exit_code={self.options.exit_code}")
                     return self.options.exit_code
                 self._seen(now, exit_at)
+            if self.warned:
+                self.warned = False
+                self._say("warning noted")
             time.sleep(_SIM_POLL_S)
             self.steps += 1
             changed = self._new_time()

@@ -54,6 +54,9 @@ class WorkerEntry(BaseModel):
     evicting_command: UUID | None = None
     sigterm_at: datetime | None = None
     sigkill_at: datetime | None = None
+    # Reclaim warnings (reclaim_warning.py): when SIGUSR1 was last sent to it, and how many times.
+    warned_at: datetime | None = None
+    warnings: int = 0
     # Set when the process ended (or could not start).
     exited_at: datetime | None = None
     exit_code: int | None = None
@@ -80,14 +83,14 @@ class CommandEntry(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     command_id: UUID
-    kind: Literal["bind", "evict"]
+    kind: Literal["bind", "evict", "warn"]
     issued_at: datetime
     received_at: datetime
     state: Literal["accepted", "done"] = "accepted"
     # The W3C trace headers the command arrived with, so work resumed after a restart (and the
     # acks it publishes) continue the command's trace.
     trace_headers: list[tuple[str, str]] = Field(default_factory=list)
-    # Eviction only.
+    # Eviction (and warning: the warned task and the workers signalled, in `targets`).
     task_ids: tuple[str, ...] = ()
     attempt: int | None = None  # the attempt the eviction stops (None: every run of its tasks)
     grace_seconds: float = 0.0

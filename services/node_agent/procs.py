@@ -85,6 +85,21 @@ def signal_group(pid: int, expected_start_ticks: int, sig: signal.Signals) -> Si
     return SignalResult.SENT
 
 
+def catches(pid: int, sig: signal.Signals, proc: Path = Path("/proc")) -> bool:
+    """Whether process `pid` handles or ignores `sig` (`SigCgt` / `SigIgn` of /proc/PID/status):
+    a signal whose default action terminates must not be sent to a program that never asked."""
+    try:
+        text = (proc / str(pid) / "status").read_text()
+    except OSError:
+        return False
+    bit = 1 << (int(sig) - 1)
+    for line in text.splitlines():
+        name, _, value = line.partition(":")
+        if name in ("SigCgt", "SigIgn") and int(value.strip() or "0", 16) & bit:
+            return True
+    return False
+
+
 def argv_of(command: str | Sequence[str]) -> list[str]:
     """A BindCommand's `command`: a tuple is argv as is, a string runs through /bin/sh -c."""
     if isinstance(command, str):

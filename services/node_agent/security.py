@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 
-from schemas.commands import BindCommand, EvictCommand
+from schemas.commands import BindCommand, EvictCommand, WarnCommand
 from services.platform.key_rotation import RotationCheck, check_rotating, expired_message
 from services.platform.signing import SignatureCheck
 
@@ -67,14 +67,14 @@ class CommandGuard:
     previous_until: datetime | None = None
     wall_clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
 
-    def signature(self, command: BindCommand | EvictCommand) -> RotationCheck:
+    def signature(self, command: BindCommand | EvictCommand | WarnCommand) -> RotationCheck:
         """The command's signature under this node's current and previous key."""
         return check_rotating(
             command, key=self.key, previous=self.previous_key, until=self.previous_until,
             now=self.wall_clock(),
         )  # fmt: skip
 
-    def check(self, command: BindCommand | EvictCommand, now: datetime) -> Rejection | None:
+    def check(self, command: BindCommand | EvictCommand | WarnCommand, now: datetime) -> Rejection | None:
         """None when the command may be acted on, else why not."""
         if command.node != self.node:
             return Rejection.WRONG_NODE
@@ -87,7 +87,9 @@ class CommandGuard:
             return Rejection.FUTURE
         return None
 
-    def explain(self, command: BindCommand | EvictCommand, reason: Rejection, now: datetime) -> str:
+    def explain(
+        self, command: BindCommand | EvictCommand | WarnCommand, reason: Rejection, now: datetime
+    ) -> str:
         """A log line's worth of why (never the key or the expected signature)."""
         if reason is Rejection.WRONG_NODE:
             return f"addressed to node {command.node!r}, this agent is {self.node!r}"

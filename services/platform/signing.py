@@ -25,15 +25,24 @@ import string
 from enum import StrEnum
 from typing import TypeVar
 
-from schemas.commands import BindCommand, EvictAck, EvictCommand
+from schemas.commands import BindCommand, EvictAck, EvictCommand, WarnCommand
 from schemas.telemetry import NodeTelemetry
 from schemas.workers import WorkerExited, WorkerStarted
 
 # Every message that carries a `signature` (the tuple is for isinstance checks).
-SIGNED_TYPES = (BindCommand, EvictCommand, EvictAck, WorkerStarted, WorkerExited, NodeTelemetry)
-SignedMessage = BindCommand | EvictCommand | EvictAck | WorkerStarted | WorkerExited | NodeTelemetry
+SIGNED_TYPES = (BindCommand, EvictCommand, WarnCommand, EvictAck, WorkerStarted, WorkerExited, NodeTelemetry)
+SignedMessage = (
+    BindCommand | EvictCommand | WarnCommand | EvictAck | WorkerStarted | WorkerExited | NodeTelemetry
+)
 SignedCommand = TypeVar(
-    "SignedCommand", BindCommand, EvictCommand, EvictAck, WorkerStarted, WorkerExited, NodeTelemetry
+    "SignedCommand",
+    BindCommand,
+    EvictCommand,
+    WarnCommand,
+    EvictAck,
+    WorkerStarted,
+    WorkerExited,
+    NodeTelemetry,
 )
 
 # RFC 2104 recommends keys no shorter than the hash output; 16 bytes (128 bits) is the floor we

@@ -52,7 +52,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from schemas.commands import BindCommand, EvictAck, EvictCommand, EvictOutcome
+from schemas.commands import BindCommand, EvictAck, EvictCommand, EvictOutcome, WarnCommand
 from schemas.pool_status import PoolStatus
 from schemas.quota import SpotQuota
 from schemas.tasks import (
@@ -84,6 +84,7 @@ from services.core.runtime import PoolRuntime, RuntimeSettings
 from services.core.task import TaskClass, TaskSpec
 from services.preemption.attempts import Attempt, Phase
 from services.preemption.explanations import explanation_dict
+from services.preemption.reclaim_warnings import ReclaimWarnings
 from services.preemption.reconcile import NodeReport, UnknownWork, bind_lost
 from services.preemption.seen_tasks import DEFAULT_WINDOW_S, SeenTasks
 from services.preemption.survival_quote import survival_on_accept
@@ -221,7 +222,7 @@ class Decision:
 @dataclass(slots=True)
 class Effects:
     events: list[BaseModel] = field(default_factory=list)  # lifecycle events
-    commands: list[BindCommand | EvictCommand] = field(default_factory=list)  # unsigned
+    commands: list[BindCommand | EvictCommand | WarnCommand] = field(default_factory=list)  # unsigned
     decisions: list[Decision] = field(default_factory=list)
 
     def extend(self, other: Effects) -> None:
@@ -335,6 +336,7 @@ class PoolController:
         self.id_salt = ""  # set by the shell: "" derives the ids of journals written before salts
         self.decided = 0
         self.clock_sequence = -1  # the last controllable-clock tick applied (schemas/clock.py)
+        self.warnings = ReclaimWarnings()  # early reclaim warnings (reclaim_warnings.py, issue 27)
 
     @property
     def dirty(self) -> bool:
@@ -424,7 +426,9 @@ class PoolController:
         out.events.append(
             TaskAccepted(task_id=tid, pool=self.pool, task_class=task.task_class, survival=survival)
         )
-        out.decisions.append(Decision(tid, "accepted", now, {"class": task.task_class.value}))
+        quote = None if survival is None else survival.model_dump()  # the dashboard shows it
+        detail = {"class": task.task_class.value, "survival": quote}
+        out.decisions.append(Decision(tid, "accepted", now, detail))
         return out
 
     def cancel(self, task_id: str, tenant: str, reason: str, now: float) -> Effects:
@@ -726,6 +730,7 @@ class PoolController:
         if self.controls.quota_mode is None and (expired := self.driver.expire_quota(now)) is not None:
             detail = {"frozen_at_gpus": expired.frozen_at_gpus}
             out.decisions.append(Decision("", "quota_expired", now, detail))
+        out.extend(self.warnings.check(self, now))
         return out
 
     # ----- reconciliation (reconcile.py) -------------------------------------------------------

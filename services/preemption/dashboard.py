@@ -13,7 +13,10 @@ refreshed every 15 s by the browser, with:
   (`/dashboard/queues.svg`);
 - the latest decisions with their explanation and a link to each task's trace in Jaeger
   (`{JAEGER_UI_URL}/trace/{trace_id}`; the trace id is the one the decision recorded, see
-  `with_trace_id`, else the one of the task's submission this instance remembers).
+  `with_trace_id`, else the one of the task's submission this instance remembers), and per task
+  the survival probability quoted at acceptance (for its guaranteed duration: the "accepted"
+  decision's `survival`) and the reclaim warnings it was sent (issue 27, `task_notes`);
+- the tenant eviction budgets per pool (used, left).
 
 `/dashboard/data` is the JSON behind it all. Plots are SVG rendered with matplotlib (Agg) in a
 worker thread. Values in the page carry `data-k` attributes (e.g. `data-k="pool:P:hp_queued"`),
@@ -120,6 +123,32 @@ async def _evictions(
             "until": datetime.fromtimestamp(now_s, UTC).isoformat()}  # fmt: skip
 
 
+async def _task_rows(connection: asyncpg.Connection, task_ids: list[str]) -> list[asyncpg.Record]:
+    """The acceptance and warning records of `task_ids` (the index on (task_id, id) serves it)."""
+    return await connection.fetch(
+        "SELECT task_id, kind, at, detail FROM preemption_decision "
+        "WHERE task_id = ANY($1::text[]) AND kind IN ('accepted', 'warned') ORDER BY id",
+        task_ids,
+    )
+
+
+def task_notes(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per task, from its "accepted" and "warned" decision rows in id order: the survival quoted at
+    its (latest) acceptance for its guaranteed duration (None: HP, no forecast, or a decision
+    recorded before issue 27), the warnings it was sent and the last one's time."""
+    notes: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        note = notes.setdefault(row["task_id"], {"survival": None, "warnings": 0, "last_warned": None})
+        detail = row["detail"]
+        if row["kind"] == "accepted":
+            survival = detail.get("survival")
+            note["survival"] = None if not survival else survival.get("guarantee")
+        elif row["kind"] == "warned":
+            note["warnings"] += 1
+            note["last_warned"] = row["at"]
+    return notes
+
+
 async def dashboard_data(
     decider: DeciderView, *, limit: int = 20, window_s: int = DEFAULT_WINDOW_S,
     bucket_s: int = DEFAULT_BUCKET_S, jaeger_ui_url: str = JAEGER_UI_URL,
@@ -143,6 +172,12 @@ async def dashboard_data(
         forecasts = await _forecasts(connection, list(owned))
         evictions = await _evictions(connection, window_s, bucket_s, decider.clock.now())
         rows = await store.recent_decisions(connection, limit)
+        tasks = sorted({r["task_id"] for r in rows if r["task_id"]})
+        notes = task_notes([
+            {"task_id": r["task_id"], "kind": r["kind"], "at": r["at"].isoformat(),
+             "detail": json.loads(r["detail"]) if isinstance(r["detail"], str) else dict(r["detail"])}
+            for r in await _task_rows(connection, tasks)
+        ])  # fmt: skip
     for name, entry in pools.items():
         entry["forecast"] = forecasts.get(name)
     decisions = []
@@ -154,6 +189,7 @@ async def dashboard_data(
             "dry_run": row["dry_run"], "explanation": describe(row["kind"], row["task_id"], detail),
             "trace_id": trace_id,
             "trace_url": f"{jaeger_ui_url}/trace/{trace_id}" if trace_id else None,
+            **notes.get(row["task_id"], {"survival": None, "warnings": 0, "last_warned": None}),
         })  # fmt: skip
     return {
         "instance": decider.instance,
@@ -396,6 +432,8 @@ def render_page(data: dict[str, Any], query: str = "") -> str:
             + _cell(f"{k}:pool", d["pool"])
             + _cell(f"{k}:task_id", d["task_id"])
             + _cell(f"{k}:kind", d["kind"])
+            + _cell(f"{k}:survival", "-" if d.get("survival") is None else f"{d['survival']:.2f}")
+            + _cell(f"{k}:warnings", d.get("warnings", 0))
             + f'<td class="why" data-k="{k}:explanation">{_e(d["explanation"])}</td><td>{link}</td></tr>'
         )
     ev = data["evictions"]
@@ -442,8 +480,8 @@ in the last {ev["window_s"] / 3600:.3g} h</h2>
 </table>
 <h2>Latest decisions</h2>
 <table id="decisions"><tr><th>at (UTC)</th><th>pool</th><th>task</th><th>decision</th>\
-<th>why</th><th>trace</th></tr>
-{"".join(decisions) or '<tr><td colspan="6">no decision yet</td></tr>'}
+<th>quoted survival</th><th>reclaim warnings</th><th>why</th><th>trace</th></tr>
+{"".join(decisions) or '<tr><td colspan="8">no decision yet</td></tr>'}
 </table>
 </body></html>
 """

@@ -43,7 +43,19 @@ def gpu_time(gpu_seconds: float) -> str:
 
 
 def _accepted(task_id: str, d: Detail) -> str:
-    return f"accepted {task_id} as {'spot' if d['class'] == 'SPOT' else d['class']}"
+    text = f"accepted {task_id} as {'spot' if d['class'] == 'SPOT' else d['class']}"
+    quote = d.get("survival")  # issue 27; absent from decisions recorded before it
+    if quote:
+        text += f", quoted {quote['guarantee']:.2f} to run its {quote['guarantee_hours']} h uninterrupted"
+    return text
+
+
+def _warned(task_id: str, d: Detail) -> str:
+    source = "forecast" if d["hp_demand"] == "forecast" else "HP running and queued"
+    return (
+        f"warned {task_id} (attempt {d['attempt']}) to checkpoint: HP may need "
+        f"{d['shortfall_gpus']:.3g} spot GPUs back within {duration(d['lead_s'])} ({source})"
+    )
 
 
 def _started(task_id: str, d: Detail) -> str:
@@ -145,4 +157,5 @@ _KINDS: dict[str, Callable[[str, Detail], str]] = {
     "bind_held": _bind_held,
     "bound": _bound,
     "node_joined": _node_joined,
+    "warned": _warned,
 }

@@ -47,7 +47,7 @@ from opentelemetry import propagate, trace
 from pydantic import BaseModel, SecretStr
 
 from schemas.clock import CLOCK_KEY, ClockTick
-from schemas.commands import BindCommand, EvictAck, EvictCommand
+from schemas.commands import BindCommand, EvictAck, EvictCommand, WarnCommand
 from schemas.envelope import Envelope, wrap
 from schemas.tasks import TaskClass, TaskEvicted
 from schemas.telemetry import NodeTelemetry
@@ -733,9 +733,11 @@ class Decider:
         parent = self.contexts.get(task_id, ctx) if task_id else ctx
         if isinstance(message, BindCommand):  # noqa: SIM114 (`sign` keeps each command's own type)
             message = sign(message, key=self.key(message.node))
-        elif isinstance(message, EvictCommand):
+        elif isinstance(message, EvictCommand):  # noqa: SIM114
             message = sign(message, key=self.key(message.node))
-        if isinstance(message, BindCommand | EvictCommand):
+        elif isinstance(message, WarnCommand):
+            message = sign(message, key=self.key(message.node))
+        if isinstance(message, BindCommand | EvictCommand | WarnCommand):
             # A span per command (the decision SREs follow); events carry the task's trace as is.
             spot = isinstance(message, BindCommand) and message.task_class is TaskClass.SPOT
             links = [trace.Link(quota, {"gfs.link": "admitted by the spot quota"})] if spot and quota else []

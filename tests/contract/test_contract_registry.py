@@ -22,6 +22,7 @@ EXPECTED: dict[str, tuple[str, frozenset[str], int]] = {
                 "TaskEvicted",
                 "TaskWithdrawn",
                 "GuaranteePeriodClosed",
+                "TaskReclaimWarning",
             }
         ),
         6,
@@ -31,7 +32,7 @@ EXPECTED: dict[str, tuple[str, frozenset[str], int]] = {
     "gfs.pools.status": ("pool", frozenset({"PoolStatus"}), 3),
     "gfs.quotas": ("pool", frozenset({"SpotQuota"}), 3),
     "gfs.commands.bind": ("node", frozenset({"BindCommand"}), 6),
-    "gfs.commands.evict": ("node", frozenset({"EvictCommand"}), 6),
+    "gfs.commands.evict": ("node", frozenset({"EvictCommand", "WarnCommand"}), 6),
     "gfs.commands.evict-ack": ("node", frozenset({"EvictAck"}), 6),
     "gfs.commands.worker-ack": ("node", frozenset({"WorkerStarted", "WorkerExited"}), 6),
     "gfs.control.clock": ("clock", frozenset({"ClockTick"}), 1),
