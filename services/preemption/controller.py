@@ -55,11 +55,9 @@ from schemas.quota import SpotQuota
 from schemas.tasks import (
     EvictionReason,
     GuaranteeOutcome,
-    GuaranteePeriodClosed,
     Placement,
     RejectionReason,
     TaskAccepted,
-    TaskEvicted,
     TaskFinished,
     TaskRejected,
     TaskStarted,
@@ -69,19 +67,15 @@ from schemas.tasks import (
 from schemas.tasks import TaskClass as WireClass
 from schemas.workers import WorkerExited, WorkerStarted
 from services.core import reasons as core_reasons
-from services.core.driver.pool_driver import PoolDriver
 from services.core.explain import Explanation
 from services.core.feasibility import rejection_message
 from services.core.guarantee import GUARANTEE_PERIOD_S
 from services.core.ids import PoolId, TaskId, TenantId
 from services.core.outcomes import Started, Stopped
-from services.core.policies.registry import build_policy
-from services.core.pool import PoolState
-from services.core.runtime import PoolRuntime, RuntimeSettings
 from services.core.task import TaskClass, TaskSpec
 from services.preemption.attempts import Attempt, Phase
+from services.preemption.controller_endings import Endings
 from services.preemption.controller_types import (
-    _EVICTION_REASONS,
     _REJECTIONS,
     DEFAULT_CHECKPOINT_S,
     ID_NAMESPACE,
@@ -99,8 +93,7 @@ from services.preemption.controller_types import (
     utc,
 )
 from services.preemption.explanations import explanation_dict
-from services.preemption.reconcile import NodeReport, UnknownWork, bind_lost
-from services.preemption.seen_tasks import SeenTasks
+from services.preemption.reconcile import NodeReport, bind_lost
 from services.preemption.survival_quote import survival_on_accept
 from services.preemption.tenant_budgets import (
     apply_tenant_budgets,
@@ -120,66 +113,7 @@ __all__ = [
 ]
 
 
-class PoolController:
-    def __init__(self, pool: str, settings: ControllerSettings | None = None) -> None:
-        self.pool = pool
-        self.settings = settings or ControllerSettings()
-        s = self.settings
-        # The driver owns the runtime, the pass trigger (`dirty`), the guarantee-period timers and
-        # the quota's expiry; the controller keeps the wire: ids, held binds, acks, attempts.
-        self.driver = PoolDriver(
-            PoolRuntime(
-                PoolState(PoolId(pool), (), ()),
-                build_policy(s.policy),
-                RuntimeSettings(t_win_s=s.t_win_s, cost_weight=s.cost_weight),
-            )
-        )
-        self.runtime = self.driver.runtime
-        # No spot task before the first quota (module doc).
-        self.driver.hold_quota(dict.fromkeys(self.runtime.quota, 0.0), 1.0)
-        self.nodes: dict[str, int] = self.driver.nodes  # the driver's: name -> runtime index
-        self.down: set[str] = self.driver.down
-        self.tasks: dict[str, _Task] = {}
-        # task ids accepted or rejected here (duplicates), until a window after their task ended
-        self.seen = SeenTasks(self.settings.seen_window_s)
-        self.pending: dict[str, _Pending] = {}
-        self.evictions: dict[uuid.UUID, _Eviction] = {}
-        self.bound: dict[uuid.UUID, _Bound] = {}  # every bind issued (acks are checked against it)
-        self.ending: dict[str, _Ending] = {}  # task -> its evicted attempt whose end is not known
-        self.refused = 0  # acks refused (`refusal`)
-        # Reconciliation (reconcile.py): each reporting node's last journaled report, the unknown
-        # attempts seen there, and re-issued evictions -> the eviction they stand for.
-        self.reports: dict[str, NodeReport] = {}
-        self.unknown = UnknownWork(self.settings.unknown_after_s)
-        self.aliases: dict[uuid.UUID, uuid.UUID] = {}
-        self.quota_version = ""  # "<forecast_version>@<valid_from>" of the SpotQuota in force
-        self.last_quota: SpotQuota | None = None  # the last SpotQuota received (in force or held)
-        self.controls = Controls()
-        self.counter = 0
-        self.id_salt = ""  # set by the shell: "" derives the ids of journals written before salts
-        self.decided = 0
-        self.clock_sequence = -1  # the last controllable-clock tick applied (schemas/clock.py)
-
-    @property
-    def dirty(self) -> bool:
-        """Something a pass could act on changed since the last pass (the driver's pass trigger:
-        a task arrived, finished or was cancelled, the quota or the nodes changed). A PASS tick
-        runs a pass only then, as the simulator does; wall-clock passes run on every batch."""
-        return self.driver.dirty
-
-    @property
-    def quota_valid_until(self) -> float | None:
-        return self.driver.quota_valid_until
-
-    @property
-    def quota_frozen(self) -> bool:
-        return self.driver.quota_frozen
-
-    # ----- ids --------------------------------------------------------------------------------
-    def _id(self) -> uuid.UUID:
-        self.counter += 1
-        return command_id(self.pool, self.id_salt, self.counter)
-
+class PoolController(Endings):
     # ----- nodes ------------------------------------------------------------------------------
     def node_seen(self, name: str, gpus: int, now: float) -> Effects:
         """A heartbeat of `name` (NodeTelemetry): a new node joins, a down one comes back."""
@@ -479,45 +413,6 @@ class PoolController:
         del self.tasks[tid]
         return out
 
-    def _conclude(self, ending: _Ending, phase: Phase, now: float) -> Effects:
-        """The evicted attempt's end is known (docs/attempts.md): report it as what it was."""
-        out = Effects()
-        tid = ending.task_id
-        del self.ending[tid]
-        if phase is Phase.EVICTED:
-            for command_id, node in ending.commands.items():
-                evicted = TaskEvicted(
-                    task_id=tid, node=node, command_id=command_id, reason=ending.reason,
-                    evicted_at=ending.acked_at.get(node, utc(now)), lost_gpu_seconds=ending.lost,
-                    requeued=ending.requeued,
-                )  # fmt: skip
-                out.events.append(evicted)
-            out.events += ending.closes
-            out.decisions.append(Decision(tid, "evict_concluded", now, {"attempt": ending.run.number}))
-            pending = self.pending.get(tid)
-            if pending is not None:
-                pending.own.clear()
-                if not pending.waiting:
-                    out.extend(self._release(pending, now, "its previous attempt ended"))
-            return out
-        # Every worker exited on its own while the eviction was in flight: the run finished. No
-        # TaskEvicted, no failed guarantee period; the requeued task is withdrawn from the runtime
-        # (or its next attempt, whose binds are still held, is dropped).
-        out.events += ending.closes[:-1] if ending.failed_close else ending.closes
-        if ending.failed_close:
-            # The runtime logged the failure when it decided the eviction: withdraw it there too.
-            self.runtime.void_failure(ending.decided_s)
-        codes = [ending.run.own_exits[w] for w in sorted(ending.run.own_exits)]
-        code = next((c for c in codes if c != 0), 0)
-        out.events.append(TaskFinished(task_id=tid, exit_code=code, finished_at=ending.exited_at or utc(now)))
-        detail = {"exit_code": code, "attempt": ending.run.number, "during_eviction": True}
-        out.decisions.append(Decision(tid, "finished", now, detail))
-        if ending.requeued and tid in self.tasks:
-            self._drop_pending(tid)
-            self.driver.cancel(TaskId(tid), now)
-            del self.tasks[tid]
-        return out
-
     # ----- time -----------------------------------------------------------------------------------
     def tick(self, now: float, *, reconcile: bool = False) -> Effects:
         """Timers due at `now`: guarantee periods that closed, held binds past their deadline, an
@@ -747,9 +642,6 @@ class PoolController:
         return out
 
     # ----- internals ------------------------------------------------------------------------------
-    def _now(self, now: float) -> float:
-        # The wall clock may step back a little (NTP); the runtime's time never does.
-        return self.driver.at(now)
 
     def _started(self, started: Started, now: float, victim_commands: list[uuid.UUID]) -> Effects:
         out = Effects()
@@ -848,153 +740,6 @@ class PoolController:
                     found.add(command_id)
                     until = max(until, ending.deadline_s)
         return found, until
-
-    def _release(self, pending: _Pending, now: float, why: str) -> Effects:
-        out = Effects()
-        del self.pending[pending.task_id]
-        # Re-issued now: the agent checks freshness against issued_at, and the signature covers it.
-        for bind in pending.binds:
-            fresh = bind.model_copy(update={"issued_at": utc(now)})
-            self.tasks[pending.task_id].binds[bind.command_id] = fresh
-            out.commands.append(fresh)
-        out.decisions.append(Decision(pending.task_id, "bound", now, {"why": why}))
-        return out
-
-    def _drop_pending(self, task_id: str) -> None:
-        self.pending.pop(task_id, None)
-
-    def _stopped(self, stop: Stopped, now: float, *, grace_s: float) -> Effects:
-        """A running task lost its GPUs: EvictCommands to every node holding one of its workers.
-        What the attempt turned out to be is reported when its acks and exits say (`_conclude`)."""
-        out = Effects()
-        tid = stop.task_id
-        task = self.tasks[tid]
-        reason = _EVICTION_REASONS[stop.reason]
-        requeued = stop.reason is not core_reasons.EvictionReason.CANCELLED
-        held = tid in self.pending  # binds never went out: nothing runs, nothing to stop
-        self._drop_pending(tid)
-        spec = task.submitted
-        checkpoint = spec.checkpoint_interval_s
-        since_checkpoint = stop.run_s if checkpoint is None else stop.run_s % checkpoint
-        lost = since_checkpoint * spec.gpus_per_worker * spec.workers
-        closes: list[BaseModel] = []
-        if spec.task_class is WireClass.SPOT:
-            start = now - stop.run_s
-            closes = self._closes(tid, task, start, now, stop.successes, failed=stop.failed_period)
-        nodes = sorted({b.node for b in task.binds.values()})
-        why = explanation_dict(self.runtime.explain(TaskId(tid)))
-        run = task.run
-        task.run = None
-        if held or not nodes or run is None:
-            # A held attempt never reached a node (its binds did not go out), so no period of it
-            # ran: reporting one, FAILED, would feed the quota's feedback a failure nobody suffered
-            # (found by `gfs livebench races`, docs/decisions.md). The scheduling is the same.
-            if not held:
-                out.events += closes
-            out.decisions.append(
-                Decision(tid, "evicted", now, {"reason": reason.value, "nodes": [], "explanation": why})
-            )
-        grace = 0.0 if reason is EvictionReason.NODE_LOST else grace_s
-        commands: dict[uuid.UUID, str] = {}
-        for node in nodes if run is not None and not held else []:
-            assert run is not None
-            command = EvictCommand(
-                command_id=self._id(), node=node, task_ids=(tid,), reason=reason, grace_seconds=grace,
-                preemptor_task_id=stop.preemptor, issued_at=utc(now), attempt=run.number,
-            )  # fmt: skip
-            self.evictions[command.command_id] = _Eviction(node, (tid,), run.number)
-            commands[command.command_id] = node
-            out.commands.append(command)
-            out.decisions.append(
-                Decision(
-                    tid,
-                    "evicted",
-                    now,
-                    {
-                        "reason": reason.value,
-                        "node": node,
-                        "command_id": str(command.command_id),
-                        "attempt": run.number,
-                        "preemptor": stop.preemptor,
-                        "lost_gpu_seconds": lost,
-                        "run_s": stop.run_s,
-                        "quota_version": self.quota_version,
-                        "explanation": why,
-                    },
-                )
-            )
-        if commands and run is not None and reason is EvictionReason.NODE_LOST:
-            # The lost node will not answer: report the eviction now (its command id joins the
-            # decision record; a late ack from a node that comes back changes nothing).
-            run.lose()
-            first = next(iter(commands))
-            self.evictions[first].reported = True
-            out.events += closes
-            out.events.append(
-                TaskEvicted(
-                    task_id=tid,
-                    node=commands[first],
-                    command_id=first,
-                    reason=reason,
-                    evicted_at=utc(now),
-                    lost_gpu_seconds=lost,
-                    requeued=requeued,
-                )
-            )
-        elif commands and run is not None:
-            deadline = now + grace + self.settings.ack_margin_s
-            placements = tuple(
-                sorted((p for b in task.binds.values() for p in b.placements), key=lambda p: p.worker_index)
-            )
-            ending = _Ending(
-                tid,
-                spec.task_class,
-                run,
-                commands,
-                reason,
-                lost,
-                requeued,
-                closes,
-                stop.failed_period,
-                deadline,
-                placements,
-                dict(task.started),
-                preemptor=stop.preemptor,
-                decided_s=self.runtime.now,
-            )
-            self.ending[tid] = ending
-            phase = run.evict(set(commands.values()))
-            if phase is not None:
-                out.extend(self._conclude(ending, phase, now))
-        task.binds.clear()
-        task.started.clear()
-        task.evicted = True
-        if not requeued:
-            del self.tasks[tid]
-        return out
-
-    def _closes(
-        self, tid: str, task: _Task, start: float, now: float, successes: int, *, failed: bool
-    ) -> list[BaseModel]:
-        """GuaranteePeriodClosed for the periods a stop or finish logged now."""
-        events: list[BaseModel] = []
-        for _ in range(successes):
-            period_start = start + task.periods_closed * GUARANTEE_PERIOD_S
-            end = min(now, period_start + GUARANTEE_PERIOD_S)
-            task.periods_closed += 1
-            events.append(self._close(tid, task, period_start, end, GuaranteeOutcome.SUCCEEDED))
-        if failed:
-            period_start = start + task.periods_closed * GUARANTEE_PERIOD_S
-            events.append(self._close(tid, task, min(period_start, now), now, GuaranteeOutcome.FAILED))
-        return events
-
-    def _close(
-        self, tid: str, task: _Task, start: float, end: float, outcome: GuaranteeOutcome
-    ) -> GuaranteePeriodClosed:
-        return GuaranteePeriodClosed(
-            task_id=tid, pool=self.pool, guarantee_hours=task.submitted.guarantee_hours,
-            period_start=utc(start), period_end=utc(end), outcome=outcome,
-        )  # fmt: skip
 
     # ----- views ------------------------------------------------------------------------------------
     def explain(self, task_id: str) -> Explanation:
