@@ -86,12 +86,15 @@ class _Collector(pickle.Pickler):
     def __init__(self, file: io.BytesIO) -> None:
         super().__init__(file, protocol=PROTOCOL)
         self.modules: set[str] = set()
+        self.types: set[type] = set()  # the classes already noted (called once per object)
 
     def reducer_override(self, obj: Any) -> Any:
         owner = obj if isinstance(obj, type) else type(obj)
-        # Its bases' modules too: the pool controller is one object built of parts, a class per
-        # module (controller.py), and a change in any part changes what the state means.
-        self.modules.update(base.__module__ for base in owner.__mro__)
+        if owner not in self.types:
+            self.types.add(owner)
+            # Its bases' modules too: the pool controller is one object built of parts, a class
+            # per module (controller.py), and a change in any part changes what the state means.
+            self.modules.update(base.__module__ for base in owner.__mro__)
         return NotImplemented  # pickle it the ordinary way
 
 
