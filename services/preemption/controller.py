@@ -40,323 +40,79 @@ Rules (docs/services.md, "Preemption service"):
   recorded, not applied), an override puts given values in force, and clearing either applies the
   last SpotQuota received; the eviction cap is the core's per-pass budget
   (`PoolRuntime.set_eviction_cap`).
+
+The controller is one object built of parts, a class per concept, each in its own module and
+importing only the parts below it (an import-linter layers contract in pyproject.toml):
+`controller` (this module: the inputs and the pass) <- `controller_acks` (acks bound to their
+command) | `controller_reconcile` (what the nodes report) | `controller_binds` (a start becomes
+binds, held or sent) <- `controller_endings` (a stopped run's evictions and how it ended) <-
+`controller_base` (the state) <- `controller_types` (settings, controls, effects, ids, records).
 """
 
 from __future__ import annotations
 
-import math
 import uuid
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from typing import Any
 
-from pydantic import BaseModel
-
-from schemas.commands import BindCommand, EvictAck, EvictCommand, EvictOutcome, WarnCommand
+from schemas.commands import EvictCommand
 from schemas.pool_status import PoolStatus
 from schemas.quota import SpotQuota
 from schemas.tasks import (
-    EvictionReason,
     GuaranteeOutcome,
-    GuaranteePeriodClosed,
-    Placement,
     RejectionReason,
     TaskAccepted,
-    TaskEvicted,
-    TaskFinished,
     TaskRejected,
-    TaskStarted,
     TaskSubmitted,
     TaskWithdrawn,
 )
 from schemas.tasks import TaskClass as WireClass
-from schemas.workers import WorkerExited, WorkerStarted
 from services.core import reasons as core_reasons
-from services.core.driver.pool_driver import PoolDriver
 from services.core.explain import Explanation
 from services.core.feasibility import rejection_message
 from services.core.guarantee import GUARANTEE_PERIOD_S
 from services.core.ids import PoolId, TaskId, TenantId
-from services.core.outcomes import Started, Stopped
-from services.core.policies.registry import build_policy
-from services.core.pool import PoolState
-from services.core.runtime import PoolRuntime, RuntimeSettings
+from services.core.outcomes import Stopped
 from services.core.task import TaskClass, TaskSpec
-from services.preemption.attempts import Attempt, Phase
-from services.preemption.explanations import explanation_dict
-from services.preemption.reclaim_warnings import ReclaimWarnings
-from services.preemption.reconcile import NodeReport, UnknownWork, bind_lost
-from services.preemption.seen_tasks import DEFAULT_WINDOW_S, SeenTasks
-from services.preemption.survival_quote import survival_on_accept
-from services.preemption.tenant_budgets import (
-    apply_tenant_budgets,
-    budgets_as_dict,
-    budgets_from_dict,
-    check_budgets,
+from services.preemption.controller_acks import Acks
+from services.preemption.controller_binds import Binds
+from services.preemption.controller_reconcile import Reconciliation
+from services.preemption.controller_types import (
+    _REJECTIONS,
+    DEFAULT_CHECKPOINT_S,
+    ID_NAMESPACE,
+    ControllerSettings,
+    Controls,
+    Decision,
+    Effects,
+    _Task,
+    command_id,
+    id_salt,
+    utc,
 )
+from services.preemption.reclaim_warnings import ReclaimWarnings
+from services.preemption.survival_quote import survival_on_accept
+from services.preemption.tenant_budgets import apply_tenant_budgets
 
-# Namespace of the command and event ids the controller derives (uuid5 of pool, salt and counter).
-ID_NAMESPACE = uuid.UUID("6a1f4c52-2d0e-4f1b-9a57-0c9e3b8d7e11")
-
-
-def command_id(pool: str, salt: str, counter: int) -> uuid.UUID:
-    """uuid5 of "<pool>/<counter>" (no salt: journals from before salts) or "<pool>/<salt>/<counter>"."""
-    name = f"{pool}/{counter}" if not salt else f"{pool}/{salt}/{counter}"
-    return uuid.uuid5(ID_NAMESPACE, name)
-
-
-def id_salt(epoch: int | None) -> str:
-    """The id salt of journal rows written under `epoch` (None: rows from before 0006, no salt)."""
-    return "" if epoch is None else f"e{epoch}"
-
-
-# Policies whose runtime needs lease renewals the live service does not drive (the simulator's
-# engine does): refused by name rather than run wrongly.
-LEASE_POLICIES = frozenset({"chronus"})
-DEFAULT_CHECKPOINT_S = 3600.0  # what the core assumes when a task declares none (spec 5.4)
-
-_REJECTIONS = {
-    core_reasons.Rejection.UNKNOWN_POOL: RejectionReason.UNKNOWN_GPU_MODEL,
-    core_reasons.Rejection.WORKER_LARGER_THAN_NODE: RejectionReason.REQUEST_LARGER_THAN_ANY_NODE,
-    core_reasons.Rejection.GANG_LARGER_THAN_POOL: RejectionReason.GANG_LARGER_THAN_POOL,
-    core_reasons.Rejection.INVALID_REQUEST: RejectionReason.REQUEST_LARGER_THAN_ANY_NODE,
-}
-_EVICTION_REASONS = {
-    core_reasons.EvictionReason.PREEMPTED_BY_HP: EvictionReason.PREEMPTED_BY_HP,
-    core_reasons.EvictionReason.NODE_DOWN: EvictionReason.NODE_LOST,
-    core_reasons.EvictionReason.CANCELLED: EvictionReason.CANCELLED,
-    core_reasons.EvictionReason.LEASE_NOT_RENEWED: EvictionReason.QUOTA_REDUCED,
-}
+# The names other modules and tests import from here (moved to controller_types.py).
+__all__ = [
+    "ID_NAMESPACE",
+    "ControllerSettings",
+    "Controls",
+    "Decision",
+    "Effects",
+    "PoolController",
+    "command_id",
+    "id_salt",
+    "utc",
+]
 
 
-def utc(seconds: float) -> datetime:
-    return datetime.fromtimestamp(seconds, UTC)
+class PoolController(Acks, Reconciliation, Binds):
+    """One pool: the inputs the shell feeds (nodes, submissions, cancels, quotas, acks, reports,
+    controls, ticks) in, `Effects` out (module doc). The parts it is built of are its bases."""
 
-
-@dataclass(frozen=True, slots=True)
-class ControllerSettings:
-    policy: str = "gfs"
-    t_win_s: float = 31 * 86400.0
-    cost_weight: float = 5.0
-    grace_s: float = 30.0  # EvictCommand.grace_seconds for preemptions
-    ack_margin_s: float = 10.0  # after the grace period, held binds go out even without an ack
-    # Reconciliation (services/preemption/reconcile.py), for nodes whose agent reports its workers:
-    # a bind none of whose workers started this long after it was issued is issued again, and a
-    # worker of an attempt the service does not hold there, reported this long, is stopped.
-    bind_start_timeout_s: float = 120.0
-    unknown_after_s: float = 60.0
-    # How long after its submission an ended task's id still rejects a second submission
-    # (seen_tasks.py: the redelivery window).
-    seen_window_s: float = DEFAULT_WINDOW_S
-
-    def __post_init__(self) -> None:
-        if self.policy in LEASE_POLICIES:
-            raise ValueError(
-                f"policy {self.policy!r} is lease-based: the live service does not renew leases; "
-                "use it in the simulator only"
-            )
-        build_policy(self.policy)  # unknown names raise here, at start-up, with the known names
-        if self.grace_s < 0 or self.ack_margin_s < 0:
-            raise ValueError("grace_s and ack_margin_s must not be negative")
-        if self.bind_start_timeout_s <= 0 or self.unknown_after_s < 0:
-            raise ValueError("bind_start_timeout_s must be positive and unknown_after_s not negative")
-
-
-QUOTA_MODES = ("freeze", "override")
-
-
-@dataclass(frozen=True, slots=True)
-class Controls:
-    """The SRE controls in force on one pool (services/preemption/controls.py sets them)."""
-
-    kill_switch: bool = False  # no preemption at all
-    quota_mode: str | None = None  # "freeze", "override" or None (the quota service's quota)
-    quota_gpus: tuple[tuple[int, float], ...] = ()  # the override, per guarantee hours
-    max_evictions: int | None = None  # eviction cap: at most this many per interval_s (None: none)
-    interval_s: float = 3600.0
-    # Per-tenant eviction budgets, sorted: (tenant, max evictions, "day" | "periods") (controls.py).
-    tenant_budgets: tuple[tuple[str, int, str], ...] = ()
-
-    def __post_init__(self) -> None:
-        if self.quota_mode is not None and self.quota_mode not in QUOTA_MODES:
-            raise ValueError(f"quota mode must be one of {QUOTA_MODES} or None, not {self.quota_mode!r}")
-        if self.quota_mode == "override" and not self.quota_gpus:
-            raise ValueError("a quota override needs quota_gpus")
-        if any(h < 1 or q < 0 for h, q in self.quota_gpus):
-            raise ValueError("quota_gpus: guarantee hours >= 1 and GPUs >= 0")
-        if self.max_evictions is not None and (self.max_evictions < 0 or not 0 < self.interval_s <= 86400):
-            raise ValueError("eviction cap: max_evictions >= 0 and interval_s in (0, 86400]")
-        check_budgets(self.tenant_budgets)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "kill_switch": self.kill_switch, "quota_mode": self.quota_mode,
-            "quota_gpus": {str(h): q for h, q in self.quota_gpus}, "max_evictions": self.max_evictions,
-            "interval_s": self.interval_s,
-            "tenant_budgets": budgets_as_dict(self.tenant_budgets),
-        }  # fmt: skip
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Controls:
-        gpus = data.get("quota_gpus") or {}
-        return cls(
-            kill_switch=bool(data.get("kill_switch", False)),
-            quota_mode=data.get("quota_mode"),
-            quota_gpus=tuple(sorted((int(h), float(q)) for h, q in gpus.items())),
-            max_evictions=None if data.get("max_evictions") is None else int(data["max_evictions"]),
-            interval_s=float(data.get("interval_s", 3600.0)),
-            tenant_budgets=budgets_from_dict(data.get("tenant_budgets")),  # absent before issue 27
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class Decision:
-    """One decision record (persisted; `gfs explain` reads them)."""
-
-    task_id: str
-    kind: str  # accepted, rejected, started, evicted, bound, withdrawn, finished, node_down, ...
-    at_s: float
-    detail: dict[str, Any]
-
-
-@dataclass(slots=True)
-class Effects:
-    events: list[BaseModel] = field(default_factory=list)  # lifecycle events
-    commands: list[BindCommand | EvictCommand | WarnCommand] = field(default_factory=list)  # unsigned
-    decisions: list[Decision] = field(default_factory=list)
-
-    def extend(self, other: Effects) -> None:
-        self.events += other.events
-        self.commands += other.commands
-        self.decisions += other.decisions
-
-    def __bool__(self) -> bool:
-        return bool(self.events or self.commands or self.decisions)
-
-
-@dataclass(slots=True)
-class _Task:
-    submitted: TaskSubmitted
-    attempt: int = 0
-    binds: dict[uuid.UUID, BindCommand] = field(default_factory=dict)  # current attempt's commands
-    run: Attempt | None = None  # the current attempt's state machine (None: queued)
-    started: dict[int, float] = field(default_factory=dict)  # worker -> WorkerStarted time
-    periods_closed: int = 0  # guarantee periods of the current run already reported
-    evicted: bool = False  # stopped and requeued before: its next start pays the restart overhead
-
-
-@dataclass(slots=True)
-class _Pending:
-    """A task's binds, held until its victims' evictions are acknowledged (`waiting`) and its own
-    previous attempt ended (`own`: that attempt's eviction commands)."""
-
-    task_id: str
-    binds: list[BindCommand]
-    waiting: set[uuid.UUID]
-    deadline_s: float
-    own: set[uuid.UUID] = field(default_factory=set)
-
-
-@dataclass(frozen=True, slots=True)
-class _Bound:
-    """What a BindCommand addressed: its acks must match it (`PoolController.refusal`)."""
-
-    task_id: str
-    node: str
-    attempt: int
-    workers: frozenset[int]
-
-
-@dataclass(slots=True)
-class _Eviction:
-    node: str
-    task_ids: tuple[str, ...]
-    attempt: int | None
-    reported: bool = False  # its ack (or, NODE_LOST, the command itself) was recorded
-
-
-@dataclass(slots=True)
-class _Ending:
-    """An evicted attempt whose end is not known yet: what to report once it is (module doc)."""
-
-    task_id: str
-    task_class: WireClass
-    run: Attempt
-    commands: dict[uuid.UUID, str]  # eviction command -> node
-    reason: EvictionReason
-    lost: float  # GPU-seconds since the last checkpoint
-    requeued: bool
-    closes: list[BaseModel]  # the guarantee periods the stop closed (a FAILED one last if any)
-    failed_close: bool
-    deadline_s: float
-    placements: tuple[Placement, ...] = ()
-    started: dict[int, float] = field(default_factory=dict)  # worker -> WorkerStarted time
-    acked_at: dict[str, datetime] = field(default_factory=dict)
-    exited_at: datetime | None = None
-    preemptor: str | None = None  # the HP task that needed the GPUs (a re-issued eviction names it)
-    decided_s: float = 0.0  # the runtime's time of the stop (its failed period was logged then)
-
-
-class PoolController:
     def __init__(self, pool: str, settings: ControllerSettings | None = None) -> None:
-        self.pool = pool
-        self.settings = settings or ControllerSettings()
-        s = self.settings
-        # The driver owns the runtime, the pass trigger (`dirty`), the guarantee-period timers and
-        # the quota's expiry; the controller keeps the wire: ids, held binds, acks, attempts.
-        self.driver = PoolDriver(
-            PoolRuntime(
-                PoolState(PoolId(pool), (), ()),
-                build_policy(s.policy),
-                RuntimeSettings(t_win_s=s.t_win_s, cost_weight=s.cost_weight),
-            )
-        )
-        self.runtime = self.driver.runtime
-        # No spot task before the first quota (module doc).
-        self.driver.hold_quota(dict.fromkeys(self.runtime.quota, 0.0), 1.0)
-        self.nodes: dict[str, int] = self.driver.nodes  # the driver's: name -> runtime index
-        self.down: set[str] = self.driver.down
-        self.tasks: dict[str, _Task] = {}
-        # task ids accepted or rejected here (duplicates), until a window after their task ended
-        self.seen = SeenTasks(self.settings.seen_window_s)
-        self.pending: dict[str, _Pending] = {}
-        self.evictions: dict[uuid.UUID, _Eviction] = {}
-        self.bound: dict[uuid.UUID, _Bound] = {}  # every bind issued (acks are checked against it)
-        self.ending: dict[str, _Ending] = {}  # task -> its evicted attempt whose end is not known
-        self.refused = 0  # acks refused (`refusal`)
-        # Reconciliation (reconcile.py): each reporting node's last journaled report, the unknown
-        # attempts seen there, and re-issued evictions -> the eviction they stand for.
-        self.reports: dict[str, NodeReport] = {}
-        self.unknown = UnknownWork(self.settings.unknown_after_s)
-        self.aliases: dict[uuid.UUID, uuid.UUID] = {}
-        self.quota_version = ""  # "<forecast_version>@<valid_from>" of the SpotQuota in force
-        self.last_quota: SpotQuota | None = None  # the last SpotQuota received (in force or held)
-        self.controls = Controls()
-        self.counter = 0
-        self.id_salt = ""  # set by the shell: "" derives the ids of journals written before salts
-        self.decided = 0
-        self.clock_sequence = -1  # the last controllable-clock tick applied (schemas/clock.py)
+        super().__init__(pool, settings)
         self.warnings = ReclaimWarnings()  # early reclaim warnings (reclaim_warnings.py, issue 27)
-
-    @property
-    def dirty(self) -> bool:
-        """Something a pass could act on changed since the last pass (the driver's pass trigger:
-        a task arrived, finished or was cancelled, the quota or the nodes changed). A PASS tick
-        runs a pass only then, as the simulator does; wall-clock passes run on every batch."""
-        return self.driver.dirty
-
-    @property
-    def quota_valid_until(self) -> float | None:
-        return self.driver.quota_valid_until
-
-    @property
-    def quota_frozen(self) -> bool:
-        return self.driver.quota_frozen
-
-    # ----- ids --------------------------------------------------------------------------------
-    def _id(self) -> uuid.UUID:
-        self.counter += 1
-        return command_id(self.pool, self.id_salt, self.counter)
 
     # ----- nodes ------------------------------------------------------------------------------
     def node_seen(self, name: str, gpus: int, now: float) -> Effects:
@@ -503,201 +259,6 @@ class PoolController:
         )
         return out
 
-    # ----- acknowledgements -----------------------------------------------------------------------
-    def refusal(
-        self, ack: EvictAck | WorkerStarted | WorkerExited, source_key: str | None = None
-    ) -> str | None:
-        """Why `ack` must not be applied (None: it may). An ack is bound to the command it answers:
-        the command must be one this pool issued, and the ack's node, tasks, worker and attempt must
-        be the command's; `source_key` (the Kafka key the agent published it under, when known)
-        must be that node too. A legitimate late ack of an earlier attempt passes (it is applied as
-        a no-op); only an ack that cannot be what it claims is refused."""
-        if source_key is not None and source_key != ack.node:
-            return f"published under key {source_key!r} but claims node {ack.node!r}"
-        if isinstance(ack, EvictAck):
-            eviction = self.evictions.get(ack.command_id)
-            if eviction is None:
-                return f"no eviction {ack.command_id} was issued in pool {self.pool!r}"
-            if ack.node != eviction.node:
-                return f"node {ack.node!r} answered eviction {ack.command_id}, addressed to {eviction.node!r}"
-            if tuple(ack.task_ids) != eviction.task_ids:
-                return f"tasks {list(ack.task_ids)} differ from the eviction's {list(eviction.task_ids)}"
-            if ack.attempt is not None and ack.attempt != eviction.attempt:
-                return f"attempt {ack.attempt} differs from the eviction's attempt {eviction.attempt}"
-            return None
-        bound = self.bound.get(ack.command_id)
-        if bound is None:
-            return f"no bind {ack.command_id} was issued in pool {self.pool!r}"
-        if ack.node != bound.node:
-            return f"node {ack.node!r} reported on bind {ack.command_id}, addressed to {bound.node!r}"
-        if ack.task_id != bound.task_id:
-            return f"task {ack.task_id!r} differs from the bind's {bound.task_id!r}"
-        if ack.worker_index not in bound.workers:
-            return f"worker {ack.worker_index} is not one of the bind's workers {sorted(bound.workers)}"
-        if ack.attempt is not None and ack.attempt != bound.attempt:
-            return f"attempt {ack.attempt} differs from the bind's attempt {bound.attempt}"
-        return None
-
-    def _refused(self, ack: BaseModel, why: str, now: float) -> Effects:
-        # The shell refuses (dead-letters) such acks before journaling them; this guard keeps a
-        # direct caller from applying one.
-        self.refused += 1
-        detail = {"type": type(ack).__name__, "why": why, "command_id": str(getattr(ack, "command_id", ""))}
-        return Effects(decisions=[Decision(str(getattr(ack, "task_id", "")), "ack_refused", now, detail)])
-
-    def evict_ack(self, ack: EvictAck, now: float) -> Effects:
-        why = self.refusal(ack)
-        if why is not None:
-            return self._refused(ack, why, now)
-        out = Effects()
-        eviction = self.evictions[ack.command_id]
-        if not eviction.reported:
-            eviction.reported = True
-            out.decisions.append(
-                Decision(
-                    eviction.task_ids[0],
-                    "evict_acked",
-                    now,
-                    {
-                        "command_id": str(ack.command_id),
-                        "node": ack.node,
-                        "outcome": ack.outcome.value,
-                        "tasks": list(eviction.task_ids),
-                        "attempt": eviction.attempt,
-                    },
-                )
-            )
-        # The victim's GPUs are free on that node (stopped, or nothing ran): a preemptor may go.
-        # A re-issued eviction's ack answers the eviction it stands for (reconcile.py).
-        original = self.aliases.get(ack.command_id, ack.command_id)
-        for pending in list(self.pending.values()):
-            if original in pending.waiting:
-                pending.waiting.discard(original)
-                if not pending.waiting and not pending.own:
-                    out.extend(self._release(pending, now, "victims acknowledged"))
-        for tid in eviction.task_ids:
-            ending = self.ending.get(tid)
-            if ending is not None and original in ending.commands:
-                ending.acked_at.setdefault(eviction.node, ack.acked_at)
-                phase = ending.run.ack(eviction.node, ack.outcome.value)
-                if phase is not None:
-                    out.extend(self._conclude(ending, phase, now))
-        if ack.outcome is EvictOutcome.FAILED:
-            out.decisions.append(Decision(eviction.task_ids[0], "evict_failed", now, {"detail": ack.detail}))
-        return out
-
-    def worker_started(self, ack: WorkerStarted, now: float) -> Effects:
-        why = self.refusal(ack)
-        if why is not None:
-            return self._refused(ack, why, now)
-        out = Effects()
-        bound = self.bound[ack.command_id]
-        ending = self.ending.get(ack.task_id)
-        if ending is not None and ending.run.number == bound.attempt:
-            # Read after the eviction was decided: the run did start (and may finish on its own).
-            ending.started.setdefault(ack.worker_index, ack.started_at.timestamp())
-            if ending.run.start(ack.worker_index):
-                started = TaskStarted(
-                    task_id=ack.task_id, pool=self.pool, task_class=ending.task_class,
-                    placements=ending.placements, started_at=utc(max(ending.started.values())),
-                    attempt=ending.run.number,
-                )  # fmt: skip
-                out.events.append(started)
-            return out
-        task = self.tasks.get(ack.task_id)
-        run = None if task is None else task.run
-        if task is None or run is None or run.number != bound.attempt:
-            return out  # an earlier attempt's start: that attempt is over
-        if ack.worker_index not in run.started:
-            task.started[ack.worker_index] = ack.started_at.timestamp()
-        if run.start(ack.worker_index):
-            placements = tuple(p for b in task.binds.values() for p in b.placements)
-            out.events.append(
-                TaskStarted(
-                    task_id=ack.task_id,
-                    pool=self.pool,
-                    task_class=task.submitted.task_class,
-                    placements=tuple(sorted(placements, key=lambda p: p.worker_index)),
-                    started_at=utc(max(task.started.values())),
-                    attempt=task.attempt,
-                )
-            )
-        return out
-
-    def worker_exited(self, ack: WorkerExited, now: float) -> Effects:
-        why = self.refusal(ack)
-        if why is not None:
-            return self._refused(ack, why, now)
-        out = Effects()
-        bound = self.bound[ack.command_id]
-        tid = ack.task_id
-        ending = self.ending.get(tid)
-        if ending is not None and ending.run.number == bound.attempt:
-            # A late exit of an attempt being evicted: never dropped, it may say the run finished.
-            ending.exited_at = max(ending.exited_at or ack.exited_at, ack.exited_at)
-            phase = ending.run.exit(ack.worker_index, ack.exit_code, evicted=ack.evicted)
-            if phase is not None:
-                out.extend(self._conclude(ending, phase, now))
-            return out
-        task = self.tasks.get(tid)
-        run = None if task is None else task.run
-        if task is None or run is None or run.number != bound.attempt:
-            return out  # an attempt that already ended
-        if run.exit(ack.worker_index, ack.exit_code, evicted=ack.evicted) is not Phase.FINISHED:
-            return out
-        if TaskId(tid) not in self.runtime.state.running:
-            return out
-        start = self.runtime.run_start(TaskId(tid))
-        finished = self.driver.finish(TaskId(tid), now)
-        codes = [run.own_exits[w] for w in sorted(run.own_exits)]
-        code = next((c for c in codes if c != 0), 0)
-        if task.submitted.task_class is WireClass.SPOT and start is not None:
-            out.events += self._closes(tid, task, start, now, finished.successes, failed=False)
-        out.events.append(TaskFinished(task_id=tid, exit_code=code, finished_at=ack.exited_at))
-        out.decisions.append(Decision(tid, "finished", now, {"exit_code": code, "run_s": finished.run_s}))
-        self._drop_pending(tid)
-        del self.tasks[tid]
-        return out
-
-    def _conclude(self, ending: _Ending, phase: Phase, now: float) -> Effects:
-        """The evicted attempt's end is known (docs/attempts.md): report it as what it was."""
-        out = Effects()
-        tid = ending.task_id
-        del self.ending[tid]
-        if phase is Phase.EVICTED:
-            for command_id, node in ending.commands.items():
-                evicted = TaskEvicted(
-                    task_id=tid, node=node, command_id=command_id, reason=ending.reason,
-                    evicted_at=ending.acked_at.get(node, utc(now)), lost_gpu_seconds=ending.lost,
-                    requeued=ending.requeued,
-                )  # fmt: skip
-                out.events.append(evicted)
-            out.events += ending.closes
-            out.decisions.append(Decision(tid, "evict_concluded", now, {"attempt": ending.run.number}))
-            pending = self.pending.get(tid)
-            if pending is not None:
-                pending.own.clear()
-                if not pending.waiting:
-                    out.extend(self._release(pending, now, "its previous attempt ended"))
-            return out
-        # Every worker exited on its own while the eviction was in flight: the run finished. No
-        # TaskEvicted, no failed guarantee period; the requeued task is withdrawn from the runtime
-        # (or its next attempt, whose binds are still held, is dropped).
-        out.events += ending.closes[:-1] if ending.failed_close else ending.closes
-        if ending.failed_close:
-            # The runtime logged the failure when it decided the eviction: withdraw it there too.
-            self.runtime.void_failure(ending.decided_s)
-        codes = [ending.run.own_exits[w] for w in sorted(ending.run.own_exits)]
-        code = next((c for c in codes if c != 0), 0)
-        out.events.append(TaskFinished(task_id=tid, exit_code=code, finished_at=ending.exited_at or utc(now)))
-        detail = {"exit_code": code, "attempt": ending.run.number, "during_eviction": True}
-        out.decisions.append(Decision(tid, "finished", now, detail))
-        if ending.requeued and tid in self.tasks:
-            self._drop_pending(tid)
-            self.driver.cancel(TaskId(tid), now)
-            del self.tasks[tid]
-        return out
-
     # ----- time -----------------------------------------------------------------------------------
     def tick(self, now: float, *, reconcile: bool = False) -> Effects:
         """Timers due at `now`: guarantee periods that closed, held binds past their deadline, an
@@ -733,115 +294,7 @@ class PoolController:
         out.extend(self.warnings.check(self, now))
         return out
 
-    # ----- reconciliation (reconcile.py) -------------------------------------------------------
-    def node_report(self, node: str, report: NodeReport, now: float) -> Effects:
-        """A node's report of the workers it runs (journaled when new, reconcile.worth_journaling)."""
-        last = self.reports.get(node)
-        if node not in self.nodes or (last is not None and report.sampled_at < last.sampled_at):
-            return Effects()
-        self.reports[node] = report
-        self.unknown.observe(node, report, lambda task, attempt: self._holds(node, task, attempt))
-        return Effects()
-
-    def _holds(self, node: str, task_id: str, attempt: int) -> bool:
-        """Whether the service holds `attempt` of `task_id` on `node` (running, or being evicted)."""
-        ending = self.ending.get(task_id)
-        if ending is not None and ending.run.number == attempt and node in ending.commands.values():
-            return True
-        task = self.tasks.get(task_id)
-        run = None if task is None else task.run
-        if run is None or run.number != attempt or task_id in self.pending:
-            return False
-        return node in run.workers.values()
-
-    def _runs_on(self, node: str, task_id: str, attempt: int | None) -> bool:
-        """The node's last report lists the attempt (a node that does not report, or is down, never)."""
-        report = self.reports.get(node)
-        if report is None or attempt is None or node in self.down:
-            return False
-        return report.lists(task_id, attempt)
-
-    def _still_running(self, ending: _Ending) -> bool:
-        tid, number = ending.task_id, ending.run.number
-        nodes = [n for n in ending.commands.values() if n not in ending.run.acks]
-        return any(self._runs_on(node, tid, number) for node in nodes)
-
-    def _eviction_runs(self, command_id: uuid.UUID) -> bool:
-        eviction = self.evictions.get(command_id)
-        if eviction is None or eviction.reported:
-            return False
-        return any(self._runs_on(eviction.node, t, eviction.attempt) for t in eviction.task_ids)
-
-    def _reconcile(self, now: float) -> Effects:
-        out = Effects()
-        # Lost binds: issued again with a new id and a fresh issued_at.
-        for tid, task in self.tasks.items():
-            run = task.run
-            if run is None or run.phase is not Phase.BOUND or tid in self.pending:
-                continue
-            for cid, bind in list(task.binds.items()):
-                workers = {p.worker_index for p in bind.placements}
-                if workers & (run.started | run.stopped | set(run.own_exits)):
-                    continue
-                report = None if bind.node in self.down else self.reports.get(bind.node)
-                lost = bind_lost(
-                    issued_at=bind.issued_at.timestamp(), now=now,
-                    timeout_s=self.settings.bind_start_timeout_s, report=report, task_id=tid,
-                    attempt=run.number, workers=workers,
-                )  # fmt: skip
-                if not lost:
-                    continue
-                fresh = bind.model_copy(update={"command_id": self._id(), "issued_at": utc(now)})
-                del task.binds[cid]
-                task.binds[fresh.command_id] = fresh
-                self.bound[fresh.command_id] = _Bound(tid, bind.node, run.number, frozenset(workers))
-                out.commands.append(fresh)
-                detail = {"node": bind.node, "attempt": run.number, "replaces": str(cid),
-                          "command_id": str(fresh.command_id)}  # fmt: skip
-                out.decisions.append(Decision(tid, "bind_reissued", now, detail))
-        if self.controls.kill_switch:
-            return out  # no eviction command of any kind while the switch is on
-        # Lost evictions: past grace + margin, unanswered, and the node still lists the attempt.
-        for ending in list(self.ending.values()):
-            if ending.deadline_s > now:
-                continue
-            tid, number = ending.task_id, ending.run.number
-            reissued = False
-            for original, node in list(ending.commands.items()):
-                if node in ending.run.acks or not self._runs_on(node, tid, number):
-                    continue
-                command = EvictCommand(
-                    command_id=self._id(), node=node, task_ids=(tid,), reason=ending.reason,
-                    grace_seconds=self.settings.grace_s, preemptor_task_id=ending.preemptor,
-                    issued_at=utc(now), attempt=number,
-                )  # fmt: skip
-                self.evictions[command.command_id] = _Eviction(node, (tid,), number)
-                self.aliases[command.command_id] = original
-                out.commands.append(command)
-                detail = {"node": node, "attempt": number, "replaces": str(original),
-                          "command_id": str(command.command_id)}  # fmt: skip
-                out.decisions.append(Decision(tid, "evict_reissued", now, detail))
-                reissued = True
-            if reissued:  # the re-issued command gets its own grace period and margin
-                ending.deadline_s = now + self.settings.grace_s + self.settings.ack_margin_s
-        # Unknown work: an attempt the service does not hold on that node, reported long enough.
-        for node, report in sorted(self.reports.items()):
-            if node in self.down:
-                continue
-            for tid, number in self.unknown.due(node, report):
-                if self._holds(node, tid, number):
-                    continue
-                command = EvictCommand(
-                    command_id=self._id(), node=node, task_ids=(tid,),
-                    reason=EvictionReason.NODE_LOST, grace_seconds=0.0, issued_at=utc(now), attempt=number,
-                )  # fmt: skip
-                self.evictions[command.command_id] = _Eviction(node, (tid,), number, reported=True)
-                self.unknown.mark_stopped(node, tid, number, report.sampled_at)
-                out.commands.append(command)
-                why = "unknown work: the service does not hold this attempt on this node"
-                detail = {"node": node, "attempt": number, "command_id": str(command.command_id), "why": why}
-                out.decisions.append(Decision(tid, "unknown_stopped", now, detail))
-        return out
+    # ----- passes and clock ticks -----------------------------------------------------------------
 
     def schedule(self, now: float, *, preemption: bool = True) -> Effects:
         """One scheduling pass: starts become BindCommands (held while victims stop), evictions
@@ -926,256 +379,6 @@ class PoolController:
                   "quota_in_force": {str(h): q for h, q in sorted(self.runtime.quota.items())}}  # fmt: skip
         out.decisions.append(Decision("", "control", now, detail))
         return out
-
-    # ----- internals ------------------------------------------------------------------------------
-    def _now(self, now: float) -> float:
-        # The wall clock may step back a little (NTP); the runtime's time never does.
-        return self.driver.at(now)
-
-    def _started(self, started: Started, now: float, victim_commands: list[uuid.UUID]) -> Effects:
-        out = Effects()
-        tid = started.task_id
-        task = self.tasks[tid]
-        spec = task.submitted
-        task.attempt += 1
-        task.binds.clear()
-        task.started.clear()
-        task.periods_closed = 0
-        per_node: dict[str, list[Placement]] = {}
-        worker = 0
-        whole = max(1, math.ceil(spec.gpus_per_worker - 1e-9))
-        for binding in started.devices:
-            node = self.runtime.state.node_names[binding.node]
-            if binding.slot >= 0:
-                groups = [binding.devices]
-                fraction = binding.fraction
-            else:
-                groups = [binding.devices[i : i + whole] for i in range(0, len(binding.devices), whole)]
-                fraction = 1.0
-            for devices in groups:
-                per_node.setdefault(node, []).append(
-                    Placement(
-                        worker_index=worker, node=node, gpu_indices=tuple(devices), gpu_fraction=fraction
-                    )
-                )
-                worker += 1
-        task.run = Attempt(task.attempt, {p.worker_index: node for node, ps in per_node.items() for p in ps})
-        # The start pays the eviction/restart delay when it needed evictions or resumes an evicted
-        # run (spec 5.4): the task is told, so a fake task models it the way the simulator does.
-        core_spec = self.runtime.state.running[TaskId(tid)].spec
-        overhead = core_spec.restart_overhead_s if started.preempted or task.evicted else None
-        binds = []
-        for node, placements in per_node.items():
-            command = BindCommand(
-                command_id=self._id(), node=node, task_id=tid, task_class=spec.task_class,
-                placements=tuple(placements), command=spec.command,
-                checkpoint_interval_s=spec.checkpoint_interval_s, restart_overhead_s=overhead,
-                issued_at=utc(now), attempt=task.attempt,
-            )  # fmt: skip
-            binds.append(command)
-            task.binds[command.command_id] = command
-            self.bound[command.command_id] = _Bound(
-                tid, node, task.attempt, frozenset(p.worker_index for p in placements)
-            )
-        why = self.runtime.explain(TaskId(tid))
-        detail = {
-            "attempt": task.attempt,
-            "nodes": {n: [list(p.gpu_indices) for p in ps] for n, ps in per_node.items()},
-            "preempted": started.preempted,
-            "quota_version": self.quota_version,
-            "explanation": explanation_dict(why),
-        }
-        out.decisions.append(Decision(tid, "started", now, detail))
-        # Its guarantee periods' timer was armed by the driver's pass.
-        previous = self.ending.get(tid)
-        own = set() if previous is None else set(previous.commands)
-        # Any task placed on GPUs an evicted attempt still holds waits for that eviction's ack,
-        # not only the preemptor it was evicted for: the runtime frees a victim's GPUs when it
-        # decides the eviction, and the same or a later pass may give the rest of them to
-        # another task (found by `gfs livebench races`: a spot task started on a victim's GPUs
-        # 0.2 s before the victim stopped).
-        occupied, occupied_until = self._occupied(tid, per_node)
-        victims = set(victim_commands) | occupied
-        if victims or own:
-            # Held until the victims answered and, for a task run again, until its previous
-            # attempt ended on every node (docs/decisions.md, "per-node order").
-            deadline = max(now + self.settings.grace_s + self.settings.ack_margin_s, occupied_until)
-            if previous is not None:
-                deadline = max(deadline, previous.deadline_s)
-            self.pending[tid] = _Pending(tid, binds, victims, deadline, own)
-            waiting = [str(c) for c in [*sorted(victims), *sorted(own)]]
-            out.decisions.append(
-                Decision(tid, "bind_held", now, {"waiting_for": waiting, "deadline_s": deadline})
-            )
-        else:
-            out.commands += binds
-        return out
-
-    def _occupied(self, tid: str, per_node: dict[str, list[Placement]]) -> tuple[set[uuid.UUID], float]:
-        """The eviction commands (their original ids) of other tasks' attempts still ending on a
-        GPU that `per_node` places a worker on, whose node has not acknowledged yet; and the
-        latest of those attempts' deadlines. A shared (fractional) GPU counts as occupied too."""
-        found: set[uuid.UUID] = set()
-        until = -math.inf
-        for ending in self.ending.values():
-            if ending.task_id == tid:
-                continue  # its own previous attempt: the `own` wait
-            for command_id, node in ending.commands.items():
-                if node in ending.run.acks or node not in per_node:
-                    continue
-                held = {g for p in ending.placements if p.node == node for g in p.gpu_indices}
-                wanted = {g for p in per_node[node] for g in p.gpu_indices}
-                if held & wanted:
-                    found.add(command_id)
-                    until = max(until, ending.deadline_s)
-        return found, until
-
-    def _release(self, pending: _Pending, now: float, why: str) -> Effects:
-        out = Effects()
-        del self.pending[pending.task_id]
-        # Re-issued now: the agent checks freshness against issued_at, and the signature covers it.
-        for bind in pending.binds:
-            fresh = bind.model_copy(update={"issued_at": utc(now)})
-            self.tasks[pending.task_id].binds[bind.command_id] = fresh
-            out.commands.append(fresh)
-        out.decisions.append(Decision(pending.task_id, "bound", now, {"why": why}))
-        return out
-
-    def _drop_pending(self, task_id: str) -> None:
-        self.pending.pop(task_id, None)
-
-    def _stopped(self, stop: Stopped, now: float, *, grace_s: float) -> Effects:
-        """A running task lost its GPUs: EvictCommands to every node holding one of its workers.
-        What the attempt turned out to be is reported when its acks and exits say (`_conclude`)."""
-        out = Effects()
-        tid = stop.task_id
-        task = self.tasks[tid]
-        reason = _EVICTION_REASONS[stop.reason]
-        requeued = stop.reason is not core_reasons.EvictionReason.CANCELLED
-        held = tid in self.pending  # binds never went out: nothing runs, nothing to stop
-        self._drop_pending(tid)
-        spec = task.submitted
-        checkpoint = spec.checkpoint_interval_s
-        since_checkpoint = stop.run_s if checkpoint is None else stop.run_s % checkpoint
-        lost = since_checkpoint * spec.gpus_per_worker * spec.workers
-        closes: list[BaseModel] = []
-        if spec.task_class is WireClass.SPOT:
-            start = now - stop.run_s
-            closes = self._closes(tid, task, start, now, stop.successes, failed=stop.failed_period)
-        nodes = sorted({b.node for b in task.binds.values()})
-        why = explanation_dict(self.runtime.explain(TaskId(tid)))
-        run = task.run
-        task.run = None
-        if held or not nodes or run is None:
-            # A held attempt never reached a node (its binds did not go out), so no period of it
-            # ran: reporting one, FAILED, would feed the quota's feedback a failure nobody suffered
-            # (found by `gfs livebench races`, docs/decisions.md). The scheduling is the same.
-            if not held:
-                out.events += closes
-            out.decisions.append(
-                Decision(tid, "evicted", now, {"reason": reason.value, "nodes": [], "explanation": why})
-            )
-        grace = 0.0 if reason is EvictionReason.NODE_LOST else grace_s
-        commands: dict[uuid.UUID, str] = {}
-        for node in nodes if run is not None and not held else []:
-            assert run is not None
-            command = EvictCommand(
-                command_id=self._id(), node=node, task_ids=(tid,), reason=reason, grace_seconds=grace,
-                preemptor_task_id=stop.preemptor, issued_at=utc(now), attempt=run.number,
-            )  # fmt: skip
-            self.evictions[command.command_id] = _Eviction(node, (tid,), run.number)
-            commands[command.command_id] = node
-            out.commands.append(command)
-            out.decisions.append(
-                Decision(
-                    tid,
-                    "evicted",
-                    now,
-                    {
-                        "reason": reason.value,
-                        "node": node,
-                        "command_id": str(command.command_id),
-                        "attempt": run.number,
-                        "preemptor": stop.preemptor,
-                        "lost_gpu_seconds": lost,
-                        "run_s": stop.run_s,
-                        "quota_version": self.quota_version,
-                        "explanation": why,
-                    },
-                )
-            )
-        if commands and run is not None and reason is EvictionReason.NODE_LOST:
-            # The lost node will not answer: report the eviction now (its command id joins the
-            # decision record; a late ack from a node that comes back changes nothing).
-            run.lose()
-            first = next(iter(commands))
-            self.evictions[first].reported = True
-            out.events += closes
-            out.events.append(
-                TaskEvicted(
-                    task_id=tid,
-                    node=commands[first],
-                    command_id=first,
-                    reason=reason,
-                    evicted_at=utc(now),
-                    lost_gpu_seconds=lost,
-                    requeued=requeued,
-                )
-            )
-        elif commands and run is not None:
-            deadline = now + grace + self.settings.ack_margin_s
-            placements = tuple(
-                sorted((p for b in task.binds.values() for p in b.placements), key=lambda p: p.worker_index)
-            )
-            ending = _Ending(
-                tid,
-                spec.task_class,
-                run,
-                commands,
-                reason,
-                lost,
-                requeued,
-                closes,
-                stop.failed_period,
-                deadline,
-                placements,
-                dict(task.started),
-                preemptor=stop.preemptor,
-                decided_s=self.runtime.now,
-            )
-            self.ending[tid] = ending
-            phase = run.evict(set(commands.values()))
-            if phase is not None:
-                out.extend(self._conclude(ending, phase, now))
-        task.binds.clear()
-        task.started.clear()
-        task.evicted = True
-        if not requeued:
-            del self.tasks[tid]
-        return out
-
-    def _closes(
-        self, tid: str, task: _Task, start: float, now: float, successes: int, *, failed: bool
-    ) -> list[BaseModel]:
-        """GuaranteePeriodClosed for the periods a stop or finish logged now."""
-        events: list[BaseModel] = []
-        for _ in range(successes):
-            period_start = start + task.periods_closed * GUARANTEE_PERIOD_S
-            end = min(now, period_start + GUARANTEE_PERIOD_S)
-            task.periods_closed += 1
-            events.append(self._close(tid, task, period_start, end, GuaranteeOutcome.SUCCEEDED))
-        if failed:
-            period_start = start + task.periods_closed * GUARANTEE_PERIOD_S
-            events.append(self._close(tid, task, min(period_start, now), now, GuaranteeOutcome.FAILED))
-        return events
-
-    def _close(
-        self, tid: str, task: _Task, start: float, end: float, outcome: GuaranteeOutcome
-    ) -> GuaranteePeriodClosed:
-        return GuaranteePeriodClosed(
-            task_id=tid, pool=self.pool, guarantee_hours=task.submitted.guarantee_hours,
-            period_start=utc(start), period_end=utc(end), outcome=outcome,
-        )  # fmt: skip
 
     # ----- views ------------------------------------------------------------------------------------
     def explain(self, task_id: str) -> Explanation:

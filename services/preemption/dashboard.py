@@ -19,8 +19,8 @@ refreshed every 15 s by the browser, with:
 - the tenant eviction budgets per pool (used, left).
 
 `/dashboard/data` is the JSON behind it all. Plots are SVG rendered with matplotlib (Agg) in a
-worker thread. Values in the page carry `data-k` attributes (e.g. `data-k="pool:P:hp_queued"`),
-so tests read them without scraping layout.
+worker thread (dashboard_plots.py). Values in the page carry `data-k` attributes (e.g.
+`data-k="pool:P:hp_queued"`), so tests read them without scraping layout.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import asyncio
 import html
 import json
 import os
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import asyncpg
@@ -37,8 +37,8 @@ from aiohttp import web
 
 from services.preemption import store
 from services.preemption.api_spec import API
+from services.preemption.dashboard_plots import _locked, evictions_svg, queues_svg, quota_svg
 from services.preemption.decision_text import describe
-from services.preemption.plots import PLOT_LOCK, figure, svg
 from services.preemption.tenant_budgets import budgets_view
 from services.preemption.trace_ids import trace_id_of
 from services.preemption.trace_view import register_trace_view
@@ -51,7 +51,6 @@ JAEGER_UI_URL = "http://127.0.0.1:16686"  # the stack's Jaeger (infra/jaeger); J
 REFRESH_S = 15
 DEFAULT_WINDOW_S = 6 * 3600
 DEFAULT_BUCKET_S = 300
-MAX_POOLS_PLOTTED = 8
 
 
 # ----- data ---------------------------------------------------------------------------------------
@@ -125,11 +124,12 @@ async def _evictions(
 
 async def _task_rows(connection: asyncpg.Connection, task_ids: list[str]) -> list[asyncpg.Record]:
     """The acceptance and warning records of `task_ids` (the index on (task_id, id) serves it)."""
-    return await connection.fetch(
+    rows: list[asyncpg.Record] = await connection.fetch(
         "SELECT task_id, kind, at, detail FROM preemption_decision "
         "WHERE task_id = ANY($1::text[]) AND kind IN ('accepted', 'warned') ORDER BY id",
         task_ids,
     )
+    return rows
 
 
 def task_notes(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -218,135 +218,6 @@ def why_spot_waits(rt: PoolRuntime) -> dict[str, Any]:
         "reserved_task_id": None if res is None else str(res.task_id),
         "reserved_nodes": 0 if res is None else len(res.nodes),
     }
-
-
-# ----- plots (matplotlib, SVG) --------------------------------------------------------------------
-def _locked(render: Any, data: dict[str, Any]) -> bytes:
-    with PLOT_LOCK:
-        result: bytes = render(data)
-        return result
-
-
-def _empty(message: str) -> bytes:
-    fig, (ax,) = figure(1, 1.2)
-    ax.axis("off")
-    ax.text(0.5, 0.5, message, ha="center", va="center", fontsize=11, color="#555")
-    return svg(fig)
-
-
-def quota_svg(data: dict[str, Any]) -> bytes:
-    """Per pool: capacity, the HP demand forecast (p-quantile and mean), the spare it leaves, and
-    the spot quota in force per guarantee duration (steps at 1, 2, 4 h)."""
-    pools = list(data["pools"].items())[:MAX_POOLS_PLOTTED]
-    if not pools:
-        return _empty("no pool owned by this instance")
-    fig, axes = figure(len(pools))
-    for ax, (name, p) in zip(axes, pools, strict=True):
-        capacity = p["capacity_gpus"]
-        quota = sorted((float(h), q) for h, q in p["quota_gpus"].items())
-        hours = [h for h, _ in quota] or [1.0]
-        forecast = p.get("forecast") or {}
-        ahead = forecast.get("hours_ahead") or []
-        if ahead:
-            q = forecast["hp_demand_quantile"]
-            ax.plot(
-                ahead, q, "o-", color="#c0392b", label=f"HP demand forecast p{forecast.get('quantile', '')}"
-            )
-            ax.plot(
-                ahead, forecast["hp_demand_mean"], ":", color="#c0392b", alpha=0.6, label="HP demand mean"
-            )
-            ax.fill_between(
-                ahead,
-                q,
-                [capacity] * len(ahead),
-                color="#27ae60",
-                alpha=0.12,
-                label="spare (capacity - forecast)",
-            )
-            hours = sorted(set(hours) | set(ahead))
-        ax.axhline(capacity, color="#333", linestyle="--", linewidth=1, label=f"capacity {capacity}")
-        why = p.get("why_spot_waits") or {}
-        if why:  # the HP usage the quota protects at least, and the HP that waits beyond it
-            ax.axhline(why["hp_placeable_gpus"], color="#8e44ad", linewidth=1.5,
-                       label="HP floor (running + servable queued)")  # fmt: skip
-            queued_all = why["hp_running_gpus"] + why["hp_queued_gpus"]
-            if queued_all > why["hp_placeable_gpus"]:
-                ax.axhline(queued_all, color="#8e44ad", linestyle=":", linewidth=1,
-                           label="HP running + all queued")  # fmt: skip
-        if quota:
-            ax.step([h for h, _ in quota], [v for _, v in quota], where="post", color="#2471a3", linewidth=2,
-                    label="spot quota in force")  # fmt: skip
-            ax.plot([h for h, _ in quota], [v for _, v in quota], "s", color="#2471a3")
-        ax.set_xlim(0, max(hours) + 0.5)
-        ax.set_ylim(0, max(1.0, capacity * 1.1))
-        version = p.get("quota_version") or "no quota yet"
-        ax.set_title(f"{name}: quota against forecast ({version})", fontsize=9, loc="left")
-        ax.set_xlabel("hours ahead / guarantee hours", fontsize=8)
-        ax.set_ylabel("GPUs", fontsize=8)
-        ax.tick_params(labelsize=8)
-        ax.legend(fontsize=7, loc="upper right")
-    return svg(fig)
-
-
-def evictions_svg(data: dict[str, Any]) -> bytes:
-    ev = data["evictions"]
-    by_pool: dict[str, dict[str, int]] = ev["by_pool"]
-    if not by_pool:
-        return _empty(f"no eviction in the last {ev['window_s'] / 3600:.3g} h")
-    buckets = sorted({b for series in by_pool.values() for b in series})
-    times = [datetime.fromisoformat(b) for b in buckets]
-    width = timedelta(seconds=ev["bucket_s"] * 0.8)
-    fig, (ax,) = figure(1, 3.0)
-    bottom = [0] * len(buckets)
-    for name, series in sorted(by_pool.items()):
-        counts = [series.get(b, 0) for b in buckets]
-        ax.bar(times, counts, width=width, bottom=bottom, align="edge", label=name)
-        bottom = [a + b for a, b in zip(bottom, counts, strict=True)]
-    ax.set_title(
-        f"evictions per {ev['bucket_s'] // 60 or ev['bucket_s']} {'min' if ev['bucket_s'] >= 60 else 's'}"
-        f" (last {ev['window_s'] / 3600:.3g} h, {ev['total']} in all)",
-        fontsize=9,
-        loc="left",
-    )
-    end = datetime.fromisoformat(ev["until"]) + timedelta(seconds=ev["bucket_s"])
-    ax.set_xlim(
-        min(times[0], end - timedelta(seconds=ev["window_s"])), end
-    )  # the whole window, now on the right
-    ax.set_ylabel("evictions", fontsize=8)
-    ax.tick_params(labelsize=8)
-    ax.yaxis.get_major_locator().set_params(integer=True)
-    fig.autofmt_xdate()
-    ax.legend(fontsize=7)
-    return svg(fig)
-
-
-def queues_svg(data: dict[str, Any]) -> bytes:
-    pools = list(data["pools"].items())[: MAX_POOLS_PLOTTED * 2]
-    if not pools:
-        return _empty("no pool owned by this instance")
-    fig, (ax,) = figure(1, 0.5 + 0.45 * len(pools))
-    names = [n for n, _ in pools]
-    ys = list(range(len(names)))
-    series = (("hp_running", "#c0392b", 1.0), ("hp_queued", "#c0392b", 0.45),
-              ("spot_running", "#2471a3", 1.0), ("spot_queued", "#2471a3", 0.45))  # fmt: skip
-    height = 0.8 / len(series)
-    for i, (key, color, alpha) in enumerate(series):
-        values = [p[key] for _, p in pools]
-        ax.barh(
-            [y + i * height for y in ys],
-            values,
-            height=height,
-            color=color,
-            alpha=alpha,
-            label=key.replace("_", " "),
-        )
-    ax.set_yticks([y + 0.4 - height / 2 for y in ys], names, fontsize=8)
-    ax.invert_yaxis()
-    ax.set_xlabel("tasks", fontsize=8)
-    ax.xaxis.get_major_locator().set_params(integer=True)
-    ax.set_title("tasks running and queued per pool and class", fontsize=9, loc="left")
-    ax.legend(fontsize=7, loc="lower right")
-    return svg(fig)
 
 
 # ----- the page -----------------------------------------------------------------------------------

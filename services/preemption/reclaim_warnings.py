@@ -33,9 +33,10 @@ from schemas.commands import WarnCommand
 from schemas.quota import SpotQuota
 from schemas.tasks import TaskReclaimWarning
 from services.core.reclaim_warning import WarningSettings, shortfall_gpus, warn_candidates
+from services.preemption.controller_types import Decision, Effects, utc
 
 if TYPE_CHECKING:
-    from services.preemption.controller import Effects, PoolController
+    from services.preemption.controller import PoolController
 
 HOUR_S = 3600.0
 WARN_NAMESPACE = uuid.UUID("0b6f2a8e-4c1d-4e7a-9f35-7d2c8e1a5b90")
@@ -68,10 +69,6 @@ class ReclaimWarnings:
 
     def check(self, ctl: PoolController, now: float) -> Effects:
         """The warnings due at `now` (the runtime's time) in `ctl`'s pool."""
-        # Imported here: the controller imports this module, and its Effects and Decision are
-        # defined after that import.
-        from services.preemption.controller import Decision, Effects, utc
-
         out = Effects()
         s = self.settings
         rt = ctl.runtime

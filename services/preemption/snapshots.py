@@ -14,8 +14,9 @@ would restore a subtly wrong pool. The price is that a pickle is only safe to re
 that wrote it, so a snapshot is versioned by what it depends on (`version_of`):
 - `FORMAT` (bumped when this module changes what an image holds), the pickle protocol;
 - the controller settings (another policy or window decides differently from the same inputs);
-- a digest of the source of every module one of the pickled objects' classes comes from (the
-  modules are collected while pickling, stored with the snapshot and hashed again at load).
+- a digest of the source of every module one of the pickled objects' classes, or one of their
+  base classes, comes from (the modules are collected while pickling, stored with the snapshot
+  and hashed again at load).
 A snapshot whose version differs from the running code's is ignored: the claim replays the whole
 journal, as before (correct, only slower, once after an upgrade until the next snapshot). The
 bytes come from this deployment's own Postgres, which the journal already trusts.
@@ -85,10 +86,15 @@ class _Collector(pickle.Pickler):
     def __init__(self, file: io.BytesIO) -> None:
         super().__init__(file, protocol=PROTOCOL)
         self.modules: set[str] = set()
+        self.types: set[type] = set()  # the classes already noted (called once per object)
 
     def reducer_override(self, obj: Any) -> Any:
         owner = obj if isinstance(obj, type) else type(obj)
-        self.modules.add(owner.__module__)
+        if owner not in self.types:
+            self.types.add(owner)
+            # Its bases' modules too: the pool controller is one object built of parts, a class
+            # per module (controller.py), and a change in any part changes what the state means.
+            self.modules.update(base.__module__ for base in owner.__mro__)
         return NotImplemented  # pickle it the ordinary way
 
 

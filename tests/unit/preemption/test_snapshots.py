@@ -157,3 +157,19 @@ def test_when_a_snapshot_is_due(
     rows: int, seconds: float, rows_since: int, seconds_since: float, due: bool
 ) -> None:
     assert snapshots.Policy(rows, seconds).due(rows_since, seconds_since) is due
+
+
+@pytest.mark.parametrize(
+    "module", ["services.preemption.controller_endings", "services.preemption.controller_base"]
+)
+def test_a_snapshot_is_refused_when_a_part_the_controller_is_built_of_changed(
+    monkeypatch: pytest.MonkeyPatch, module: str
+) -> None:
+    # PoolController's behaviour lives in its base classes' modules too (the controller's parts):
+    # a release that changed only how a stopped run ends, or the state, must not restore old bytes.
+    c = PoolController("A100", SETTINGS)
+    _run(c, _journal()[:20])
+    blob, version, modules = snapshots.encode(snapshots.Image({"A100": c}), SETTINGS)
+    assert module in modules
+    monkeypatch.setitem(snapshots._DIGESTS, module, "another-release")
+    assert snapshots.decode(blob, version, modules, SETTINGS) is None

@@ -1,0 +1,138 @@
+"""The decider's timer: the controllers' periodic work (guarantee periods, held binds, an expired
+quota, reconciliation, a pass), nodes whose heartbeat stopped marked down by the rules of
+liveness.py (and what the service heard meanwhile), and each pool's PoolStatus for the quota
+service; committed like a batch (decider_commit.py).
+
+Part of the decider (service.py): a class over its transaction (decider_commit.py).
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from opentelemetry import context as otel_context
+
+from schemas.envelope import wrap
+from schemas.topics import POOL_STATUS_TOPIC
+from services.platform.outbox import enqueue
+from services.preemption import controls, liveness, store
+from services.preemption.controller import Effects
+from services.preemption.decider_base import (
+    PRODUCER,
+    PartitionState,
+    _utc,
+    log,
+)
+from services.preemption.decider_commit import Transaction
+from services.preemption.inputs import Entry, apply
+
+
+class Timers(Transaction):
+    __slots__ = ()
+
+    def note_heard(self, partition: int, caught_up_at: float | None) -> None:
+        """After a fetch: the inbox partition was read to its end as of `caught_up_at` (None: it
+        lags, so it was heard only up to the newest record read)."""
+        state = self.partitions.get(partition)
+        if state is None:
+            return
+        heard = caught_up_at if caught_up_at is not None else (state.newest or None)
+        if heard is not None:
+            state.heard = max(heard, state.heard or heard)
+
+    def _heard(self, state: PartitionState) -> float | None:
+        router = self.router_heard()
+        if state.heard is None or router is None:
+            return None
+        return min(state.heard, router)
+
+    def _lost_nodes(self, state: PartitionState, now: float) -> list[tuple[str, str]]:
+        """(pool, node) to mark down now, by the liveness rules (liveness.py)."""
+        heard = self._heard(state)
+        if heard is None:
+            return []  # not known yet what was heard: a fresh owner gives every node a full timeout
+        deaf = state.heard_clock.advance(heard, now)
+        if deaf > 0:
+            log.warning("preemption: input resumed after %.0fs deaf: node timeouts restart", deaf)
+            liveness.credit(state.last_seen, deaf, heard)
+        out: list[tuple[str, str]] = []
+        rules = self.settings.liveness_rules()
+        for pool_name, controller in state.controllers.items():
+            for node in controller.nodes:
+                state.last_seen.setdefault(node, now)
+            verdict = liveness.judge(
+                controller.nodes, controller.down, state.last_seen, heard=heard, now=now, rules=rules,
+                kill_switch=controller.controls.kill_switch,
+            )  # fmt: skip
+            self._note_hold(state, pool_name, verdict, now - heard)
+            out += [(pool_name, node) for node in verdict.lost]
+        return out
+
+    def _note_hold(
+        self, state: PartitionState, pool_name: str, verdict: liveness.Verdict, lag: float
+    ) -> None:
+        before = state.holding.get(pool_name)
+        if verdict.held == before:
+            return
+        if verdict.held is None:
+            state.holding.pop(pool_name, None)
+            log.warning("preemption: pool %s: node-loss hold (%s) ended", pool_name, before)
+            return
+        state.holding[pool_name] = verdict.held
+        self.stats.node_loss_held += 1
+        if self.held_counter is not None:
+            self.held_counter.add(1, {"reason": verdict.held, "pool": pool_name})
+        log.warning(
+            "preemption: pool %s: %d silent node(s) NOT declared lost (%s; input lag %.1fs): %s",
+            pool_name, len(verdict.silent), verdict.held, lag, ", ".join(verdict.silent),
+        )  # fmt: skip
+
+    async def tick(self) -> None:
+        async with self.lock:
+            now = self.clock.now()
+            wanted = await controls.load(self.pool)  # SRE controls in force (controls.py)
+            for state in list(self.partitions.values()):
+                rows: list[tuple[str, Entry, uuid.UUID | None]] = []
+                effects: list[tuple[str, Effects, otel_context.Context | None]] = []
+                for pool_name, control in controls.entries(state.controllers, wanted, now):
+                    effects.append((pool_name, apply(state.controllers[pool_name], control), None))
+                    rows.append((pool_name, control, None))
+                for pool_name, node in self._lost_nodes(state, now):
+                    entry: Entry = ("node_down", {"node": node}, now)
+                    effects.append((pool_name, apply(state.controllers[pool_name], entry), None))
+                    rows.append((pool_name, entry, None))
+                    silent = now - state.last_seen[node]
+                    log.warning("preemption: node %s silent for %.0fs: marked down", node, silent)
+                # Reconciliation acts only while the input is current: a lagging input holds acks
+                # and reports not read yet, so a command would look lost when it is not.
+                heard = self._heard(state)
+                current = heard is not None and now - heard <= self.settings.preemption_node_timeout_s
+                for pool_name, controller in state.controllers.items():
+                    entry = ("tick", {"reconcile": current} if current else {}, now)
+                    out = apply(controller, entry)
+                    if out:
+                        effects.append((pool_name, out, None))
+                        rows.append((pool_name, entry, None))
+                if rows:
+                    await self._commit(state, rows, effects, next_offset=None)
+            if now - self.last_status >= self.settings.preemption_status_s:
+                self.last_status = now
+                await self._publish_status(now)
+
+    async def _publish_status(self, now: float) -> None:
+        for state in list(self.partitions.values()):
+            statuses = [c.status(now) for c in state.controllers.values() if c.nodes]
+            if not statuses or self.settings.preemption_dry_run:
+                continue
+            try:
+                async with self.pool.acquire() as connection, connection.transaction():
+                    await store.check_epoch(connection, state.claim, None)
+                    for status in statuses:
+                        await enqueue(
+                            connection,
+                            POOL_STATUS_TOPIC,
+                            wrap(status, producer=PRODUCER, occurred_at=_utc(now)),
+                        )
+            except store.FencedError:
+                await self._fenced(state)
+        self.on_committed()
