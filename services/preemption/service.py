@@ -184,13 +184,15 @@ async def run_preemption_service(
         # transaction-level), and the reset was one more round trip per acquisition (issue 22).
         open_pool(settings.database_url, max_size=6, reset_session=False) as pool,
         EnvelopeProducer(
-            bootstrap_servers=settings.bootstrap_servers, client_id=f"gfs-preemption-{instance}"
+            bootstrap_servers=settings.bootstrap_servers,
+            client_id=f"gfs-preemption-{instance}",
+            security=settings.kafka_security,
         ) as producer,
     ):
         if settings.preemption_dry_run:  # before anything is claimed, routed or created
             async with pool.acquire() as connection:
                 await store.refuse_live_schema(connection)
-        await ensure_topics(settings.bootstrap_servers, [inbox])
+        await ensure_topics(settings.bootstrap_servers, [inbox], security=settings.kafka_security)
         relay = OutboxRelay(pool, producer, poll_interval_s=0.5)
         decider = Decider(pool, settings, clock, instance, secret, on_committed=relay.wake, producer=producer)
         decider.auth = report_auth(settings, decider.key, instance)
@@ -214,6 +216,7 @@ async def run_preemption_service(
                 session_timeout_ms=settings.preemption_session_timeout_ms,
                 heartbeat_interval_ms=max(500, settings.preemption_session_timeout_ms // 4),
                 client_id=f"gfs-preemption-{instance}",
+                **settings.kafka_security.client_kwargs(),
             )
             consumer.subscribe([inbox.name], listener=_Listener(decider, consumer, ready))
             decider.consumer = consumer
@@ -230,6 +233,7 @@ async def run_preemption_service(
                         stop=stop,
                         offset_reset=settings.preemption_router_offset_reset,
                         topics=(*ROUTED_TOPICS, CLOCK_TOPIC) if settings.topic_clock else ROUTED_TOPICS,
+                        security=settings.kafka_security,
                     )
                 ),
                 asyncio.create_task(relay.run(stop)),

@@ -13,7 +13,7 @@ from uuid import UUID
 from pydantic import BaseModel
 
 from schemas.clock import ClockAck, ClockPhase, ClockTick
-from schemas.commands import BindCommand, EvictAck, EvictCommand, EvictOutcome
+from schemas.commands import BindCommand, EvictAck, EvictCommand, EvictOutcome, WarnCommand
 from schemas.dead_letter import DeadLetter
 from schemas.forecast import DemandForecast, HourlyDemand, PoolDemandForecast
 from schemas.pool_status import PoolStatus
@@ -29,6 +29,7 @@ from schemas.tasks import (
     TaskClass,
     TaskEvicted,
     TaskFinished,
+    TaskReclaimWarning,
     TaskRejected,
     TaskStarted,
     TaskSubmitted,
@@ -168,6 +169,17 @@ def all_examples() -> dict[str, BaseModel]:
             acked_at=T0 + timedelta(seconds=20),
         ),
         TaskWithdrawn(task_id="job-1", pool="A100", withdrawn_at=T0, reason="owner asked"),
+        TaskReclaimWarning(
+            task_id="job-1", pool="A100", attempt=1, lead_s=600.0, shortfall_gpus=4.0, issued_at=T0
+        ),
+        WarnCommand(
+            command_id=COMMAND_ID,
+            node="node-1",
+            task_id="job-1",
+            warned_attempt=1,
+            lead_seconds=600.0,
+            issued_at=T0,
+        ),
         WorkerStarted(
             command_id=COMMAND_ID, node="node-1", task_id="job-1", worker_index=0, pid=4242, started_at=T0
         ),

@@ -130,6 +130,11 @@ async def test_every_preemption_route_answers_its_document(
         await api.call("POST", cap, cap, json=body | {"max_evictions": 3, "interval_s": 60}, headers=auth)
         await api.call("GET", "/controls", "/controls")
         assert len(await api.call("GET", "/controls/audit", f"/controls/audit?limit=3&pool={c.pool}")) == 3
+        budget = "/controls/tenant-budget"  # a tenant's, in force in every pool (no pool in the body)
+        per_tenant = {"who": "it", "reason": "contract test", "tenant": "org-it", "max_evictions": 2}
+        await api.call("POST", budget, budget, json=per_tenant, headers=auth)
+        await api.call("POST", budget, budget, json=per_tenant | {"max_evictions": None}, headers=auth)
+        await api.call("POST", budget, budget, json=per_tenant | {"pool": c.pool}, headers=auth, want=400)
         data = await api.call("GET", "/dashboard/data", "/dashboard/data?limit=5")
         assert c.pool in data["pools"]
         await api.call("GET", "/dashboard", "/dashboard")
