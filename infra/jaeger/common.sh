@@ -3,6 +3,8 @@
 # Jaeger v1.75.0 is the "v2" binary (an OpenTelemetry Collector distribution), built from the Go
 # module proxy as a Go tool of the small module in this folder (go.mod pins it, go.sum locks it).
 JAEGER_INFRA_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=../process.sh
+source "$JAEGER_INFRA_DIR/../process.sh"
 GFS_REPO_DIR="$(cd "$JAEGER_INFRA_DIR/../.." && pwd)"
 GFS_STACK_DIR="${GFS_STACK_DIR:-$GFS_REPO_DIR/.stack}"
 JAEGER_PKG="github.com/jaegertracing/jaeger/cmd/jaeger"

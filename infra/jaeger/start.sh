@@ -28,4 +28,5 @@ fi
 env -u OTEL_EXPORTER_OTLP_ENDPOINT -u OTEL_TRACES_EXPORTER -u OTEL_SERVICE_NAME \
   setsid nohup "$JAEGER_BIN" --config "$JAEGER_CONFIG" </dev/null >"$JAEGER_LOG_FILE" 2>&1 &
 echo $! >"$JAEGER_PID_FILE"
+await_exec "$!" "$JAEGER_BIN --config" || true # wait.sh reports a Jaeger that died at once
 echo "jaeger: started (pid $!), log $JAEGER_LOG_FILE"

@@ -11,14 +11,6 @@ if ! pid="$(jaeger_pid)"; then
   echo "jaeger: not running"
   exit 0
 fi
-kill -TERM "$pid"
-for ((i = 0; i < ${JAEGER_STOP_TIMEOUT:-20}; i++)); do
-  kill -0 "$pid" 2>/dev/null || break
-  sleep 1
-done
-if kill -0 "$pid" 2>/dev/null; then
-  echo "jaeger: pid $pid ignored SIGTERM, killing" >&2
-  kill -KILL "$pid" 2>/dev/null || true
-fi
+stop_pid jaeger "$pid" "${JAEGER_STOP_TIMEOUT:-20}"
 rm -f "$JAEGER_PID_FILE"
 echo "jaeger: stopped"

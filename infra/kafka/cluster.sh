@@ -102,6 +102,7 @@ start_node() {
     setsid nohup "$KAFKA_INFRA_DIR/kafka-java.sh" kafka.Kafka "$dir/server.properties" \
     </dev/null >"$dir/logs/stdout.log" 2>&1 &
   echo $! >"$dir/kafka.pid"
+  await_exec "$!" kafka.Kafka || true # the readiness wait reports a node that died at once
   echo "kafka-cluster: node $n started (pid $!, 127.0.0.1:$(port_of "$n")), logs in $dir/logs"
 }
 
@@ -134,15 +135,7 @@ stop_node() {
     echo "kafka-cluster: node $n not running"
     return 0
   fi
-  kill "-$signal" "$pid"
-  for ((i = 0; i < ${KAFKA_STOP_TIMEOUT:-30}; i++)); do
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 1
-  done
-  if kill -0 "$pid" 2>/dev/null; then
-    echo "kafka-cluster: node $n (pid $pid) ignored SIG$signal, killing" >&2
-    kill -KILL "$pid" 2>/dev/null || true
-  fi
+  stop_pid "kafka-cluster: node $n" "$pid" "${KAFKA_STOP_TIMEOUT:-30}" "$signal"
   rm -f "$(node_dir "$n")/kafka.pid"
   echo "kafka-cluster: node $n stopped (SIG$signal)"
 }

@@ -2,6 +2,8 @@
 # Sourced by the infra/kafka scripts: one place for paths and defaults, so every script agrees on
 # where the jars, the data and the PID file are, whatever the caller's cwd.
 KAFKA_INFRA_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=../process.sh
+source "$KAFKA_INFRA_DIR/../process.sh"
 GFS_REPO_DIR="$(cd "$KAFKA_INFRA_DIR/../.." && pwd)"
 GFS_STACK_DIR="${GFS_STACK_DIR:-$GFS_REPO_DIR/.stack}"
 KAFKA_LIB_DIR="$KAFKA_INFRA_DIR/lib"

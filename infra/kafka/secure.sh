@@ -126,6 +126,7 @@ start() {
     setsid nohup "$KAFKA_INFRA_DIR/kafka-java.sh" kafka.Kafka "$SECURE_DIR/server.properties" \
     </dev/null >"$SECURE_DIR/logs/stdout.log" 2>&1 &
   echo $! >"$PID_FILE"
+  await_exec "$!" kafka.Kafka || true # wait_ready reports a broker that died at once
   echo "kafka-secure: started (pid $!, SASL_SSL 127.0.0.1:$PORT), logs in $SECURE_DIR/logs"
 }
 
@@ -197,15 +198,7 @@ stop() {
     echo "kafka-secure: not running"
     return 0
   fi
-  kill -TERM "$pid"
-  for ((i = 0; i < ${KAFKA_STOP_TIMEOUT:-30}; i++)); do
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 1
-  done
-  if kill -0 "$pid" 2>/dev/null; then
-    echo "kafka-secure: pid $pid ignored SIGTERM, killing" >&2
-    kill -KILL "$pid" 2>/dev/null || true
-  fi
+  stop_pid kafka-secure "$pid" "${KAFKA_STOP_TIMEOUT:-30}"
   rm -f "$PID_FILE"
   echo "kafka-secure: stopped"
 }

@@ -10,14 +10,6 @@ if ! pid="$(kafka_broker_pid)"; then
   echo "kafka: not running"
   exit 0
 fi
-kill -TERM "$pid"
-for ((i = 0; i < ${KAFKA_STOP_TIMEOUT:-30}; i++)); do
-  kill -0 "$pid" 2>/dev/null || break
-  sleep 1
-done
-if kill -0 "$pid" 2>/dev/null; then
-  echo "kafka: pid $pid ignored SIGTERM, killing" >&2
-  kill -KILL "$pid" 2>/dev/null || true
-fi
+stop_pid kafka "$pid" "${KAFKA_STOP_TIMEOUT:-30}"
 rm -f "$KAFKA_PID_FILE"
 echo "kafka: stopped"

@@ -2,6 +2,8 @@
 # Sourced by the infra/prometheus scripts: paths of Debian's Prometheus run as our own process
 # (not the package's system service), with this folder's prometheus.yml.
 PROM_INFRA_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=../process.sh
+source "$PROM_INFRA_DIR/../process.sh"
 GFS_REPO_DIR="$(cd "$PROM_INFRA_DIR/../.." && pwd)"
 GFS_STACK_DIR="${GFS_STACK_DIR:-$GFS_REPO_DIR/.stack}"
 PROM_BIN=/usr/bin/prometheus

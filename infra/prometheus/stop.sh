@@ -10,14 +10,6 @@ if ! pid="$(prom_pid)"; then
   echo "prometheus: not running"
   exit 0
 fi
-kill -TERM "$pid"
-for ((i = 0; i < ${PROM_STOP_TIMEOUT:-30}; i++)); do
-  kill -0 "$pid" 2>/dev/null || break
-  sleep 1
-done
-if kill -0 "$pid" 2>/dev/null; then
-  echo "prometheus: pid $pid ignored SIGTERM, killing" >&2
-  kill -KILL "$pid" 2>/dev/null || true
-fi
+stop_pid prometheus "$pid" "${PROM_STOP_TIMEOUT:-30}"
 rm -f "$PROM_PID_FILE"
 echo "prometheus: stopped"
