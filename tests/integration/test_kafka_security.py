@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import io
 import os
 import random
 import shlex
@@ -41,8 +42,10 @@ import pytest_asyncio
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaConnectionError, KafkaError, TopicAuthorizationFailedError
 from live_harness import REPO, ServiceProcess
+from opentelemetry.sdk.trace import TracerProvider
 from payload_examples import task_submitted
 from pydantic import SecretStr
+from rich.console import Console
 from test_live_cluster import _get, _until
 from test_quota_service import _free_port, _hour, _migrated
 
@@ -72,11 +75,13 @@ from schemas.workers import WorkerExited, WorkerStarted
 from services.forecast.app import ForecastServiceSettings, _declare_internal_topic
 from services.node_agent.service import AgentOptions, run_node_agent
 from services.node_agent.settings import NodeAgentSettings
+from services.platform.deadletter_cli import read_letters
 from services.platform.kafka.consumer import consume
 from services.platform.kafka.processing import MessageContext
 from services.platform.kafka.producer import EnvelopeProducer
 from services.platform.kafka_security import KafkaSecurity
 from services.platform.signing import node_key, sign
+from services.platform.smoke import run_smoke
 from services.producers.client import GfsClient, KafkaAccessDeniedError, TaskState
 from services.quota.service import QuotaServiceSettings, run_quota_service
 
@@ -573,3 +578,19 @@ async def test_the_forecast_stream_creates_its_internal_topic_as_forecast(
         assert f"{app_id}-demand-by-pool" in await consumer.topics()
     finally:
         await consumer.stop()
+
+
+@pytest.mark.asyncio(loop_scope="session")
+async def test_the_operator_tools_smoke_and_deadletter_work_as_admin(secure_broker: SecureBroker) -> None:
+    # `gfs stack smoke` and `gfs deadletter` are operator tools: on a secured broker, `admin`.
+    admin = secure_broker.security("admin")
+    buffer = io.StringIO()
+    report = await run_smoke(
+        bootstrap_servers=secure_broker.bootstrap, tasks=4, tracer=TracerProvider().get_tracer("it"),
+        console=Console(file=buffer, width=200), timeout_s=90.0, security=admin,
+    )  # fmt: skip
+    assert report.failures() == (), buffer.getvalue()
+    assert (report.sent, report.handled) == (4, 4) and report.dead_letter_at is not None
+    # The smoke's malformed record, dead-lettered above, is what `gfs deadletter list` reads back.
+    letters = await asyncio.wait_for(read_letters(secure_broker.bootstrap, admin), timeout=90)
+    assert (report.dead_letter_at[0], report.dead_letter_at[1]) in {(i.partition, i.offset) for i in letters}

@@ -54,7 +54,9 @@ def test_sasl_ssl_settings_reach_fausts_clients(monkeypatch: pytest.MonkeyPatch,
     assert context.verify_mode == ssl.CERT_REQUIRED and context.check_hostname
 
 
-def test_sasl_without_tls_and_tls_without_sasl(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_sasl_without_tls_tls_without_sasl_and_plaintext(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     sasl = _settings(
         monkeypatch, tmp_path,
         KAFKA_SECURITY_PROTOCOL="SASL_PLAINTEXT", KAFKA_SASL_MECHANISM="SCRAM-SHA-256",
@@ -72,14 +74,10 @@ def test_sasl_without_tls_and_tls_without_sasl(monkeypatch: pytest.MonkeyPatch, 
     tls = _faust_kwargs(_settings(monkeypatch, tmp_path, KAFKA_SECURITY_PROTOCOL="SSL"))
     assert tls["security_protocol"] == "SSL"
     assert isinstance(tls["ssl_context"], ssl.SSLContext)
-
-
-def test_plaintext_stays_fausts_default(tmp_path: Path) -> None:
+    # Plaintext (the dev stack) stays Faust's default: no credentials at all.
+    monkeypatch.delenv("KAFKA_SECURITY_PROTOCOL")
     assert broker_credentials(PLAINTEXT) is None
-    settings = ForecastServiceSettings(
-        forecast_artifact=None, forecast_store="memory://", forecast_datadir=tmp_path
-    )
-    assert _faust_kwargs(settings) == {"security_protocol": "PLAINTEXT"}
+    assert _faust_kwargs(_settings(monkeypatch, tmp_path)) == {"security_protocol": "PLAINTEXT"}
 
 
 def test_the_password_is_not_in_the_credentials_repr() -> None:
