@@ -15,7 +15,12 @@ must pass):
   preemption service, connected as `preemption`, refuses it by its node signature and
   dead-letters it;
 - the allowed path: `producer` submits, a consumer group of `preemption` reads the submission;
-- a client without TLS/SASL, or with a wrong password, gets nothing.
+- a client without TLS/SASL, or with a wrong password, gets nothing;
+- the other clients, each as its own principal: `GfsClient` submits as `producer` (refused as
+  `agent-n1`, KafkaAccessDeniedError), a real node agent takes a signed bind as `agent-n1` and acks
+  it, the real quota service turns a status and a forecast into the hand-worked quota as `quota`,
+  the forecast worker creates its internal topic as `forecast`, and `gfs stack smoke` and
+  `gfs deadletter`'s reader work as `admin`.
 """
 
 from __future__ import annotations
