@@ -7,4 +7,9 @@
 set -euo pipefail
 REPO_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$REPO_DIR"
+# The dev stack's Kafka is plaintext: say so up front (each service also logs it once), so nobody
+# takes the demo's set-up for a secured one (docs/operations.md, "Kafka security").
+if [[ "${KAFKA_SECURITY_PROTOCOL:-PLAINTEXT}" == [Pp][Ll][Aa][Ii][Nn][Tt][Ee][Xx][Tt] ]]; then
+  echo "gfs demo: Kafka at ${KAFKA_BOOTSTRAP_SERVERS:-127.0.0.1:9092} in PLAINTEXT: no TLS, no authentication, dev/demo only" >&2
+fi
 exec "$REPO_DIR/.venv/bin/gfs" demo live --speed "${GFS_DEMO_SPEED:-480}" "$@"

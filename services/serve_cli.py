@@ -217,6 +217,7 @@ def virtual_nodes(
             clock_name=clock_name,
             previous_secret=keys.previous_secret(),
             previous_until=keys.gfs_command_secret_previous_until,
+            security=settings.kafka_security,
         )
 
     _run_until_signalled(main)
@@ -256,7 +257,8 @@ def quota_adapter(
 
     async def main(stop: asyncio.Event) -> None:
         await run_quota_adapter(
-            adapter, sink, bootstrap_servers=settings.kafka_bootstrap_servers, stop=stop, recheck_s=recheck_s
-        )
+            adapter, sink, bootstrap_servers=settings.kafka_bootstrap_servers, stop=stop,
+            recheck_s=recheck_s, security=settings.kafka_security,
+        )  # fmt: skip
 
     _run_until_signalled(main)

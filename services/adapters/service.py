@@ -25,6 +25,7 @@ from schemas.quota import SpotQuota
 from schemas.topics import QUOTAS_TOPIC, decode, topic
 from services.adapters.adapter import QuotaAdapter
 from services.adapters.kueue import FIELD_MANAGER
+from services.platform.kafka_security import PLAINTEXT, KafkaSecurity, announce
 
 log = logging.getLogger(__name__)
 
@@ -135,15 +136,18 @@ async def run_quota_adapter(
     stop: asyncio.Event,
     recheck_s: float = 5.0,
     now: Callable[[], datetime] = lambda: datetime.now(UTC),
+    security: KafkaSecurity = PLAINTEXT,
 ) -> None:
     """Follow gfs.quotas until `stop`; emit once caught up, then after every batch and every
     `recheck_s` (a quota that expires without a successor must fall back to 0 on time, and a
-    failed apply is retried at that pace, not in a tight loop)."""
+    failed apply is retried at that pace, not in a tight loop). `security`: TLS/SASL settings."""
+    announce(security)
     consumer = AIOKafkaConsumer(
         bootstrap_servers=bootstrap_servers,
         group_id=None,
         enable_auto_commit=False,
         isolation_level="read_committed",
+        **security.client_kwargs(),
     )
     await consumer.start()
     try:

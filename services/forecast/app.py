@@ -61,9 +61,11 @@ from schemas.topics import (
 from services.forecast import pipeline
 from services.forecast.api_spec import API
 from services.forecast.forecasting import HOUR, PoolHistory, StreamForecaster
+from services.forecast.kafka_auth import broker_credentials
 from services.forecast.metrics import register_metrics
 from services.forecast.pipeline import Delta, PoolDemand, TaskRecord, apply_task_event
 from services.platform.kafka.dead_letter import DeadLetterPublisher
+from services.platform.kafka_security import announce
 from services.platform.metrics import configure_metrics
 from services.platform.openapi import render
 from services.platform.paths import state_dir
@@ -149,9 +151,12 @@ class ForecastServiceSettings(PlatformSettings):
 def make_app(settings: ForecastServiceSettings, forecaster: StreamForecaster | None = None) -> faust.App:
     """Build the app and its agents (nothing connects until a worker starts it)."""
     forecaster = forecaster or StreamForecaster(settings.forecast_artifact)
+    security = settings.kafka_security  # the `forecast` principal on a secured broker
     app = faust.App(
         settings.forecast_app_id,
         broker=[f"kafka://{server}" for server in settings.bootstrap_servers],
+        # Faust's every client (consumers, producer, changelog topic creation) takes these.
+        broker_credentials=broker_credentials(security),
         store=settings.forecast_store,
         datadir=str(settings.forecast_datadir),
         topic_partitions=settings.forecast_partitions,
@@ -387,6 +392,11 @@ def make_app(settings: ForecastServiceSettings, forecaster: StreamForecaster | N
 
         app.timer(settings.forecast_tick_s)(tick)  # called, not applied: faust's decorator is untyped
 
+    async def announce_transport() -> None:
+        # Once the worker has set up logging (a line logged before that may be lost).
+        announce(security)
+
+    app.task(announce_transport)
     return app
 
 
@@ -398,7 +408,9 @@ async def _declare_internal_topic(settings: ForecastServiceSettings) -> None:
     from aiokafka.admin import AIOKafkaAdminClient, NewTopic
     from aiokafka.errors import TopicAlreadyExistsError
 
-    admin = AIOKafkaAdminClient(bootstrap_servers=list(settings.bootstrap_servers))
+    admin = AIOKafkaAdminClient(
+        bootstrap_servers=list(settings.bootstrap_servers), **settings.kafka_security.client_kwargs()
+    )
     await admin.start()
     try:
         name = f"{settings.forecast_app_id}-demand-by-pool"

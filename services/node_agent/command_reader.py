@@ -43,6 +43,7 @@ from services.node_agent.agent import PRODUCER, TRACER, NodeAgent
 from services.node_agent.security import Rejection
 from services.platform.kafka.dead_letter import DeadLetterPublisher, describe_error
 from services.platform.kafka.producer import EnvelopeProducer
+from services.platform.kafka_security import PLAINTEXT, KafkaSecurity, announce
 from services.platform.tracing import extract_context
 
 # The service's logger name, kept for the records it always wrote (log filters, tests' caplog).
@@ -59,21 +60,28 @@ def group_of(node: str) -> str:
 class CommandReader:
     """This node's partitions of the command topics, positioned and committed as documented above."""
 
-    def __init__(self, *, node: str, servers: list[str], max_age_s: float) -> None:
+    def __init__(
+        self, *, node: str, servers: list[str], max_age_s: float, security: KafkaSecurity = PLAINTEXT
+    ) -> None:
         self.node = node
         self.key = node.encode("utf-8")
         self.servers = servers
         self.max_age_s = max_age_s
+        # On a secured broker the agent is principal `agent-<node>`: it may read the command
+        # topics and commit under its own group only (services/platform/kafka/acls.py).
+        self.security = security
+        announce(security)
         self.consumer = AIOKafkaConsumer(
             bootstrap_servers=servers,
             group_id=group_of(node),
             enable_auto_commit=False,
             auto_offset_reset="latest",  # never reached for a fresh group: see `start`
             isolation_level="read_committed",
+            **security.client_kwargs(),
         )
 
     async def partitions(self) -> list[TopicPartition]:
-        admin = AIOKafkaAdminClient(bootstrap_servers=self.servers)
+        admin = AIOKafkaAdminClient(bootstrap_servers=self.servers, **self.security.client_kwargs())
         await admin.start()
         try:
             described = await admin.describe_topics(list(COMMAND_TOPICS))
@@ -109,10 +117,12 @@ class CommandReader:
 class ClockReader:
     """gfs.control.clock from its end as of `start` (module doc)."""
 
-    def __init__(self, *, servers: list[str]) -> None:
+    def __init__(self, *, servers: list[str], security: KafkaSecurity = PLAINTEXT) -> None:
+        announce(security)
         self.consumer = AIOKafkaConsumer(
-            bootstrap_servers=servers, enable_auto_commit=False, isolation_level="read_committed"
-        )
+            bootstrap_servers=servers, enable_auto_commit=False, isolation_level="read_committed",
+            **security.client_kwargs(),
+        )  # fmt: skip
         self.partitions = [TopicPartition(CLOCK_TOPIC, p) for p in range(topic(CLOCK_TOPIC).partitions)]
 
     async def start(self) -> None:

@@ -157,7 +157,9 @@ async def run_node_agent(
             )
             _log_rotation(options.node, guard)
             async with EnvelopeProducer(
-                bootstrap_servers=settings.bootstrap_servers, client_id=group_of(options.node)
+                bootstrap_servers=settings.bootstrap_servers,
+                client_id=group_of(options.node),
+                security=settings.kafka_security,
             ) as producer:
                 delayed = (
                     DelayedSink(
@@ -202,10 +204,13 @@ async def run_node_agent(
                     node=options.node,
                     servers=settings.bootstrap_servers,
                     max_age_s=settings.agent_command_max_age_s,
+                    security=settings.kafka_security,
                 )
                 await reader.start(wall())  # record timestamps are wall-clock ones
                 if sim_clock is not None:
-                    clock_reader = ClockReader(servers=settings.bootstrap_servers)
+                    clock_reader = ClockReader(
+                        servers=settings.bootstrap_servers, security=settings.kafka_security
+                    )
                     await clock_reader.start()
                 if started is not None:
                     started(agent)

@@ -48,6 +48,7 @@ from schemas.topics import (
 from schemas.workers import WorkerExited, WorkerStarted
 from services.node_agent.security import Rejection, signature_rejection
 from services.platform.kafka.producer import EnvelopeProducer
+from services.platform.kafka_security import PLAINTEXT, KafkaSecurity
 from services.platform.key_rotation import check_rotating
 from services.platform.signing import node_key, sign
 
@@ -238,9 +239,13 @@ async def run_virtual_nodes(
     clock_name: str | None = None,
     previous_secret: bytes | None = None,
     previous_until: datetime | None = None,
+    security: KafkaSecurity = PLAINTEXT,
 ) -> None:
-    """Serve `nodes` until `stop`; `clock_name`: follow that controllable clock (module doc)."""
-    async with EnvelopeProducer(bootstrap_servers=bootstrap, client_id="gfs-virtual-nodes") as producer:
+    """Serve `nodes` until `stop`; `clock_name`: follow that controllable clock (module doc).
+    `security`: the Kafka settings (on a secured broker, a principal with the agents' ACL rows)."""
+    async with EnvelopeProducer(
+        bootstrap_servers=bootstrap, client_id="gfs-virtual-nodes", security=security
+    ) as producer:
         host = VirtualNodes(
             nodes, secret, producer, previous_secret=previous_secret, previous_until=previous_until
         )
@@ -248,7 +253,9 @@ async def run_virtual_nodes(
             # The clock runs ahead of the wall by design, and the host may read a command before
             # the tick it was issued at: freshness is the agents' on the topic clock (a day).
             host.max_age_s = host.max_ahead_s = 86400.0
-        consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=bootstrap, enable_auto_commit=False, **security.client_kwargs()
+        )
         await consumer.start()
         watched = (BIND_TOPIC, EVICT_TOPIC)
         if clock_name is not None:

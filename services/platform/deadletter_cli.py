@@ -10,11 +10,14 @@ from __future__ import annotations
 import asyncio
 import json
 from datetime import datetime
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from services.platform.dead_letters import Letter, ReplayPlan, Selection, Verdict, plan_replay, summary_row
+
+if TYPE_CHECKING:
+    from services.platform.kafka_security import KafkaSecurity
 
 app = typer.Typer(no_args_is_help=True, help="Dead letters: list, show, replay after a fix.")
 
@@ -37,10 +40,14 @@ _Servers = Annotated[
 ]
 
 
-def _servers(given: str | None) -> str:
+def _kafka(given: str | None) -> tuple[str, KafkaSecurity]:
+    """The brokers (the option, else KAFKA_BOOTSTRAP_SERVERS) and how to reach them (TLS/SASL:
+    KAFKA_SECURITY_PROTOCOL, KAFKA_SASL_*, KAFKA_SSL_CAFILE; a secured broker's `admin` principal
+    reads and replays any topic)."""
     from services.platform.settings import PlatformSettings
 
-    return given or PlatformSettings().kafka_bootstrap_servers
+    settings = PlatformSettings()
+    return given or settings.kafka_bootstrap_servers, settings.kafka_security
 
 
 def _utc(value: datetime | None) -> datetime | None:
@@ -56,14 +63,20 @@ def _check_output(output: str) -> None:
         raise typer.BadParameter(f"--output must be table or json (got {output!r})")
 
 
-async def read_letters(servers: str) -> list[Letter]:
-    """Every letter on gfs.deadletter up to its end at the time of the call, in offset order."""
+async def read_letters(servers: str, security: KafkaSecurity | None = None) -> list[Letter]:
+    """Every letter on gfs.deadletter up to its end at the time of the call, in offset order.
+    `security`: TLS/SASL settings (None: plaintext)."""
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
     from schemas.dead_letter import DeadLetter
     from schemas.topics import DEAD_LETTER_TOPIC, decode, topic
+    from services.platform.kafka_security import PLAINTEXT, announce
 
-    consumer = AIOKafkaConsumer(bootstrap_servers=servers, enable_auto_commit=False, group_id=None)
+    security = security or PLAINTEXT
+    announce(security)
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=servers, enable_auto_commit=False, group_id=None, **security.client_kwargs()
+    )
     await consumer.start()
     try:
         # The registry's partition count, as every other reader of a registry topic assumes.
@@ -109,7 +122,7 @@ def list_letters(
     selection = Selection(topic=topic, reason=reason, since=_utc(since), until=_utc(until))
     rows = [
         summary_row(item)
-        for item in asyncio.run(read_letters(_servers(bootstrap_servers)))
+        for item in asyncio.run(read_letters(*_kafka(bootstrap_servers)))
         if selection.matches(item)
     ]
     rows = rows[-limit:]
@@ -132,7 +145,7 @@ def show(
 ) -> None:
     """One letter: where it came from, why it failed, and its original record."""
     _check_output(output)
-    found = [item for item in asyncio.run(read_letters(_servers(bootstrap_servers))) if item.offset == offset]
+    found = [item for item in asyncio.run(read_letters(*_kafka(bootstrap_servers))) if item.offset == offset]
     if not found:
         typer.echo(f"no dead letter at offset {offset}", err=True)
         raise typer.Exit(code=1)
@@ -186,8 +199,8 @@ def replay(
     )
     if selection.empty and not all_letters:
         raise typer.BadParameter("name letters (offsets, --topic, --reason, --since, --until) or pass --all")
-    servers = _servers(bootstrap_servers)
-    plans = asyncio.run(_replay(servers, selection, dry_run=dry_run))
+    servers, security = _kafka(bootstrap_servers)
+    plans = asyncio.run(_replay(servers, selection, dry_run=dry_run, security=security))
     results = [
         {
             "offset": p.item.offset,
@@ -215,13 +228,18 @@ def replay(
         raise typer.Exit(code=1)
 
 
-async def _replay(servers: str, selection: Selection, *, dry_run: bool) -> list[ReplayPlan]:
+async def _replay(
+    servers: str, selection: Selection, *, dry_run: bool, security: KafkaSecurity
+) -> list[ReplayPlan]:
     from services.platform.kafka.producer import EnvelopeProducer
 
-    plans = [plan_replay(item) for item in await read_letters(servers) if selection.matches(item)]
+    letters = await read_letters(servers, security)
+    plans = [plan_replay(item) for item in letters if selection.matches(item)]
     if dry_run or not any(p.verdict is Verdict.REPLAY for p in plans):
         return plans
-    async with EnvelopeProducer(bootstrap_servers=servers, client_id="gfs-deadletter-replay") as producer:
+    async with EnvelopeProducer(
+        bootstrap_servers=servers, client_id="gfs-deadletter-replay", security=security
+    ) as producer:
         for plan in plans:
             if plan.verdict is Verdict.REPLAY:
                 # One at a time, acked: records of one key keep the letters' order.

@@ -43,6 +43,7 @@ from schemas.envelope import Envelope, wrap
 from schemas.tasks import TaskClass, TaskSubmitted
 from schemas.topics import DEAD_LETTER_TOPIC, TASK_SUBMIT_TOPIC, decode, encode
 from services.platform.kafka import NO_RETRY, EnvelopeProducer, MessageContext, consume
+from services.platform.kafka_security import PLAINTEXT, KafkaSecurity
 from services.platform.tracing import inject_headers, traceparent_of
 
 SUBMIT_TOPIC = TASK_SUBMIT_TOPIC
@@ -213,8 +214,11 @@ async def run_smoke(
     console: Console,
     timeout_s: float = 30.0,
     seed: int = 0,
+    security: KafkaSecurity = PLAINTEXT,
 ) -> SmokeReport:
-    """Run the flow in the module docstring once; raises only for broker errors (KafkaError)."""
+    """Run the flow in the module docstring once; raises only for broker errors (KafkaError).
+    `security`: TLS/SASL settings (on a secured broker: `admin`, the only principal that may write
+    submissions, consume them under a `gfs-smoke-*` group and read the dead letters)."""
     if tasks < 1:
         raise ValueError(f"tasks must be at least 1 (got {tasks})")
     run_id = uuid.uuid4().hex[:8]
@@ -222,16 +226,20 @@ async def run_smoke(
     goods = smoke_tasks(run_id, tasks, seed=seed)
     half = len(goods) // 2
     malformed = malformed_record(goods[half])
-    await _start_group_at_end(bootstrap_servers, group, SUBMIT_TOPIC)
+    await _start_group_at_end(bootstrap_servers, group, SUBMIT_TOPIC, security)
     console.print(f"[bold]smoke[/] run {run_id}: group {group} starts at the end of {SUBMIT_TOPIC}")
 
     envelopes = [wrap(task, producer=PRODUCER_NAME) for task in goods]
     with tracer.start_as_current_span("gfs stack smoke", attributes={"gfs.smoke.run": run_id}) as root:
         trace_id = root.get_span_context().trace_id
         console.print(f"root span trace id [bold cyan]{trace_id:032x}[/]")
-        async with EnvelopeProducer(bootstrap_servers=bootstrap_servers, client_id=PRODUCER_NAME) as producer:
+        async with EnvelopeProducer(
+            bootstrap_servers=bootstrap_servers, client_id=PRODUCER_NAME, security=security
+        ) as producer:
             await _send_good(producer, envelopes[:half], console)
-            malformed_at = await _send_raw(bootstrap_servers, malformed, key=goods[half].task_id)
+            malformed_at = await _send_raw(
+                bootstrap_servers, malformed, key=goods[half].task_id, security=security
+            )
             console.print(
                 f"  sent     [red]malformed[/] record without payload.{MISSING_FIELD} "
                 f"-> p{malformed_at[0]}@{malformed_at[1]}"
@@ -245,13 +253,15 @@ async def run_smoke(
     console.print(f"consuming {SUBMIT_TOPIC} as {group} (at most {timeout_s:g}s)")
     started = time.monotonic()
     timed_out = False
-    async with EnvelopeProducer(bootstrap_servers=bootstrap_servers, client_id=f"{group}-dlq") as dlq:
+    async with EnvelopeProducer(
+        bootstrap_servers=bootstrap_servers, client_id=f"{group}-dlq", security=security
+    ) as dlq:
         try:
             async with asyncio.timeout(timeout_s):
                 await consume(
                     SUBMIT_TOPIC, group, progress.handle, bootstrap_servers=bootstrap_servers,
                     stop=progress.stop, retry=NO_RETRY, producer_name=PRODUCER_NAME,
-                    dead_letter_producer=_RecordingSink(dlq, progress),
+                    dead_letter_producer=_RecordingSink(dlq, progress), security=security,
                 )  # fmt: skip
         except TimeoutError:
             timed_out = True
@@ -259,7 +269,7 @@ async def run_smoke(
 
     letter = None
     if progress.dead_letter_at is not None:
-        letter = await _read_dead_letter(bootstrap_servers, progress.dead_letter_at)
+        letter = await _read_dead_letter(bootstrap_servers, progress.dead_letter_at, security)
     partition, offset = malformed_at
     return SmokeReport(
         group=group, trace_id=f"{trace_id:032x}", sent=len(goods), handled=len(progress.handled),
@@ -282,9 +292,11 @@ async def _send_good(
         )
 
 
-async def _start_group_at_end(bootstrap_servers: str | list[str], group: str, topic_name: str) -> None:
+async def _start_group_at_end(
+    bootstrap_servers: str | list[str], group: str, topic_name: str, security: KafkaSecurity
+) -> None:
     """Commit the current end offsets of every partition of `topic_name` for `group`."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap_servers)
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap_servers, **security.client_kwargs())
     await admin.start()
     try:
         described = await admin.describe_topics([topic_name])
@@ -296,7 +308,7 @@ async def _start_group_at_end(bootstrap_servers: str | list[str], group: str, to
     partitions = [TopicPartition(topic_name, number) for number in numbers]
     consumer = AIOKafkaConsumer(
         bootstrap_servers=bootstrap_servers, group_id=group, enable_auto_commit=False,
-        isolation_level="read_committed",
+        isolation_level="read_committed", **security.client_kwargs(),
     )  # fmt: skip
     await consumer.start()
     try:
@@ -308,11 +320,14 @@ async def _start_group_at_end(bootstrap_servers: str | list[str], group: str, to
         await consumer.stop()
 
 
-async def _send_raw(bootstrap_servers: str | list[str], value: bytes, *, key: str) -> tuple[int, int]:
+async def _send_raw(
+    bootstrap_servers: str | list[str], value: bytes, *, key: str, security: KafkaSecurity
+) -> tuple[int, int]:
     """Publish bytes with a plain aiokafka producer (no envelope checks), in the current trace."""
     producer = AIOKafkaProducer(
-        bootstrap_servers=bootstrap_servers, acks="all", client_id=f"{PRODUCER_NAME}-raw"
-    )
+        bootstrap_servers=bootstrap_servers, acks="all", client_id=f"{PRODUCER_NAME}-raw",
+        **security.client_kwargs(),
+    )  # fmt: skip
     await producer.start()
     try:
         sent = await producer.send_and_wait(
@@ -323,13 +338,15 @@ async def _send_raw(bootstrap_servers: str | list[str], value: bytes, *, key: st
     return sent.partition, sent.offset
 
 
-async def _read_dead_letter(bootstrap_servers: str | list[str], at: tuple[int, int]) -> DeadLetter | None:
+async def _read_dead_letter(
+    bootstrap_servers: str | list[str], at: tuple[int, int], security: KafkaSecurity
+) -> DeadLetter | None:
     """The dead letter stored at partition/offset `at` of gfs.deadletter, decoded and validated."""
     partition, offset = at
     tp = TopicPartition(DEAD_LETTER_TOPIC, partition)
     consumer = AIOKafkaConsumer(
         bootstrap_servers=bootstrap_servers, group_id=None, enable_auto_commit=False,
-        isolation_level="read_committed",
+        isolation_level="read_committed", **security.client_kwargs(),
     )  # fmt: skip
     await consumer.start()
     try:

@@ -95,7 +95,7 @@ def smoke(
         report = asyncio.run(
             run_smoke(
                 bootstrap_servers=servers, tasks=tasks, tracer=provider.get_tracer(TRACER_NAME),
-                console=console, timeout_s=timeout_s, seed=seed,
+                console=console, timeout_s=timeout_s, seed=seed, security=settings.kafka_security,
             )
         )  # fmt: skip
     except (KafkaError, RuntimeError) as exc:

@@ -45,7 +45,14 @@ from types import TracebackType
 from typing import Any, Protocol, Self
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.errors import KafkaError
+from aiokafka.errors import (
+    AuthenticationFailedError,
+    ClusterAuthorizationFailedError,
+    GroupAuthorizationFailedError,
+    KafkaError,
+    SaslAuthenticationFailed,
+    TopicAuthorizationFailedError,
+)
 from aiokafka.structs import RecordMetadata
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider as SdkTracerProvider
@@ -66,6 +73,7 @@ from schemas.tasks import (
 )
 from schemas.topics import TASK_LIFECYCLE_TOPIC, TASK_SUBMIT_TOPIC, decode, key_of, topic
 from services.platform.kafka.producer import EnvelopeProducer
+from services.platform.kafka_security import PLAINTEXT, KafkaSecurity, announce
 from services.platform.tracing import inject_headers
 from services.producers.partitioning import partition_for_key
 
@@ -86,6 +94,21 @@ class GfsClientError(RuntimeError):
 
 class KafkaUnavailableError(GfsClientError):
     """The broker could not be reached, or did not acknowledge a record in time."""
+
+
+class KafkaAccessDeniedError(KafkaUnavailableError):
+    """The broker refused this client's principal (wrong password, or an ACL that does not let it
+    write/read the topic): retrying will not help; the credentials or the ACLs must change."""
+
+
+# A refusal for who the client is, not an outage: raised as KafkaAccessDeniedError.
+_DENIED = (
+    TopicAuthorizationFailedError,
+    GroupAuthorizationFailedError,
+    ClusterAuthorizationFailedError,
+    SaslAuthenticationFailed,
+    AuthenticationFailedError,
+)
 
 
 class ClientNotStartedError(GfsClientError):
@@ -168,6 +191,10 @@ class GfsClient:
     """An async producer-side client of the GFS scheduler. Use as `async with GfsClient(...) as c`.
 
     `producer_factory` exists for tests; by default an `EnvelopeProducer` on `bootstrap_servers`.
+    `security` (TLS/SASL; default plaintext) applies to the producer and to the lifecycle readers
+    of `follow`/`status`/`quote`; a command line passes `PlatformSettings().kafka_security`, so a
+    producer connects as its SCRAM principal (`producer`, which may write submissions and read the
+    lifecycle: services/platform/kafka/acls.py).
     """
 
     def __init__(
@@ -180,14 +207,18 @@ class GfsClient:
         tracer_provider: TracerProvider | None = None,
         producer_factory: Callable[[], EnvelopeSender] | None = None,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
+        security: KafkaSecurity = PLAINTEXT,
     ) -> None:
         self._bootstrap = bootstrap_servers
+        self._security = security
         self._producer_name = producer_name
         self._client_id = client_id
         self._send_timeout_s = send_timeout_s
         self._tracer = (tracer_provider or _default_tracer_provider()).get_tracer(TRACER_NAME)
         self._factory: Callable[[], EnvelopeSender] = producer_factory or (
-            lambda: EnvelopeProducer(bootstrap_servers=bootstrap_servers, client_id=client_id)
+            lambda: EnvelopeProducer(
+                bootstrap_servers=bootstrap_servers, client_id=client_id, security=security
+            )
         )
         self._now = now
         self._producer: EnvelopeSender | None = None
@@ -197,12 +228,18 @@ class GfsClient:
     # -- lifecycle -------------------------------------------------------------------------------
 
     async def __aenter__(self) -> Self:
+        announce(self._security)  # once per process: says when a producer talks plaintext
         producer = self._factory()
         try:
             await producer.__aenter__()
         except KafkaError as exc:
             # aiokafka leaves a half-started producer behind; close it so nothing leaks.
             await producer.__aexit__(type(exc), exc, exc.__traceback__)
+            if isinstance(exc, _DENIED):
+                raise KafkaAccessDeniedError(
+                    f"Kafka at {self._bootstrap} refused {self._who()}: "
+                    f"{type(exc).__name__} (check KAFKA_SASL_USERNAME/KAFKA_SASL_PASSWORD)"
+                ) from exc
             raise KafkaUnavailableError(
                 f"cannot reach Kafka at {self._bootstrap}: {exc} (is the broker running? "
                 'start it with `make up`, then `eval "$(infra/stack.sh env)"`)'
@@ -216,6 +253,11 @@ class GfsClient:
         producer, self._producer = self._producer, None
         if producer is not None:
             await producer.__aexit__(exc_type, exc, tb)
+
+    def _who(self) -> str:
+        """Who this client is to the broker, for errors: the principal, never the password."""
+        security = self._security
+        return f"principal {security.username}" if security.username else security.describe()
 
     # -- submit and cancel -----------------------------------------------------------------------
 
@@ -266,6 +308,12 @@ class GfsClient:
                 self._producer.send(topic_name, envelope, headers=inject_headers()),
                 timeout=self._send_timeout_s,
             )
+        except _DENIED as exc:
+            raise KafkaAccessDeniedError(
+                f"Kafka at {self._bootstrap} refused {envelope.event_type} {key_of(envelope).decode()} "
+                f"on {topic_name}: {self._who()} may not write it ({type(exc).__name__}); "
+                "nothing was written"
+            ) from exc
         except (KafkaError, TimeoutError) as exc:
             raise KafkaUnavailableError(
                 f"Kafka at {self._bootstrap} did not acknowledge {envelope.event_type} "
@@ -333,6 +381,7 @@ class GfsClient:
             group_id=None,  # no group: manual assignment, nothing committed
             enable_auto_commit=False,
             auto_offset_reset="earliest",
+            **self._security.client_kwargs(),
         )
         try:
             await consumer.start()

@@ -282,7 +282,7 @@ async def _publish(plan: ReplayPlan, console: Console) -> ReplayStats:
         with progress:
             async with GfsClient(
                 bootstrap_servers=settings.bootstrap_servers, producer_name="gfs-replay",
-                client_id="gfs-replay", tracer_provider=provider,
+                client_id="gfs-replay", tracer_provider=provider, security=settings.kafka_security,
             ) as client:  # fmt: skip
                 return await run_replay(plan.submissions, client.submit, on_published=advance)
     except KafkaUnavailableError as exc:

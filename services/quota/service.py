@@ -364,6 +364,9 @@ async def run_quota_service(
     clock = clock or (StatusClock() if settings.topic_clock else SystemClock())
     ready = ready or asyncio.Event()
     metrics = configure_metrics(settings.otel_service_name or "gfs-quota")
+    # One KafkaSecurity for every client below (the `quota` principal on a secured broker); a bad
+    # setting (SASL without a password) raises here, before anything connects.
+    security = settings.kafka_security
     stats = ConsumeStats()
     runner: web.AppRunner | None = None
     fence = AdvisoryFence(
@@ -373,10 +376,12 @@ async def run_quota_service(
     try:
         async with (
             open_pool(settings.database_url) as pool,
-            EnvelopeProducer(bootstrap_servers=settings.bootstrap_servers, client_id="gfs-quota") as producer,
+            EnvelopeProducer(
+                bootstrap_servers=settings.bootstrap_servers, client_id="gfs-quota", security=security
+            ) as producer,
         ):
             relay = OutboxRelay(pool, producer)
-            probe = LagProbe(settings.bootstrap_servers, settings.quota_group, TOPICS)
+            probe = LagProbe(settings.bootstrap_servers, settings.quota_group, TOPICS, security=security)
             service = QuotaService(
                 pool, settings, clock, on_saved=relay.wake, stats=stats, lag_probe=probe,
                 publish=relay.drain if settings.topic_clock else None,
@@ -419,6 +424,7 @@ async def run_quota_service(
                 dead_letter_producer=producer,
                 producer_name=PRODUCER,
                 stats=stats,
+                security=security,
             )
             jobs = [
                 asyncio.create_task(consuming),
