@@ -58,7 +58,7 @@ from schemas.topics import (
     WORKER_ACK_TOPIC,
 )
 from schemas.topics import topic as registry_topic
-from services.faults.harness import Supervised, _free_port, _get
+from services.faults.processes import Supervised, _free_port, _get
 from services.parity.barrier import Barrier
 from services.parity.compare import Diff, compare, live_lines, sim_lines
 from services.parity.observer import Observer
@@ -255,7 +255,7 @@ async def run_live(options: ParityOptions, trace: Trace) -> LiveRun:
             await observer.stop()
         for s in [*agents, *services]:
             s.stop()
-        from services.faults.harness import _kill_workers
+        from services.faults.processes import _kill_workers
 
         _kill_workers(workdir, list(result.nodes))
         if not options.keep_schema:
