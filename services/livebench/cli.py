@@ -49,9 +49,9 @@ def forecast_cpu(
     """CPU per hourly forecast of all series (one call per pool, as the stream does)."""
     import torch
 
-    from services.forecast.app import SHIPPED_ARTIFACT
     from services.forecast.forecasting import PoolHistory, StreamForecaster
     from services.forecast.pipeline import CompletedHour
+    from services.forecast.settings import SHIPPED_ARTIFACT
 
     torch.set_num_threads(1)
     rng = random.Random(0)
