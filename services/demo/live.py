@@ -37,6 +37,10 @@ runs never see each other's state. The router of a new run starts at the topics'
 (`PREEMPTION_ROUTER_OFFSET_RESET=latest`), so older runs' submissions are not replayed into it; the
 quota service's group starts there too (the demo commits the topics' end offsets for it first), so
 it quotes from the first seconds even on a stack whose topics hold a long history.
+
+Parts: this module runs the demo (`run_demo`); processes.py starts and stops its processes,
+topics.py prepares the run's Kafka groups and bootstrap forecasts, view.py draws the terminal
+view, final_report.py the report at the end.
 """
 
 from __future__ import annotations
@@ -47,27 +51,34 @@ import csv
 import json
 import os
 import signal
-import subprocess
 import sys
 import time
 import uuid
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import aiohttp
 import asyncpg
-from rich.console import Console, Group
+from rich.console import Console
 from rich.live import Live
-from rich.table import Table
 
-from schemas.topics import CLOCK_TOPIC, FORECASTS_TOPIC, TASK_LIFECYCLE_TOPIC, TASK_SUBMIT_TOPIC
-from services.core.quota import QuotaSettings
+from schemas.topics import CLOCK_TOPIC, TASK_LIFECYCLE_TOPIC, TASK_SUBMIT_TOPIC
 from services.demo.accelerated import BASE_S, clock_env, drive_clock
 from services.demo.clock import ClockState
+from services.demo.final_report import (
+    _lstm_line,
+    _lstm_quotas,
+    _periods,
+    _rates,
+    _report,
+    _side_by_side,
+    _side_by_side_table,
+)
+from services.demo.processes import Proc, _kill_workers, stop_all
 from services.demo.report_page import write_page
-from services.demo.side_by_side import COLUMNS, TITLE, Row, caption, cells, live, simulated
+from services.demo.topics import _bootstrap_forecasts, _start_at_end
+from services.demo.view import View, _json, _render
 from services.node_agent.worker_env import DEFAULT_ALLOW
 from services.platform.migrations import migrated_schema
 from services.platform.paths import state_dir
@@ -78,134 +89,6 @@ SAMPLE = DEMO_DIR / "sample"
 PORTS = {"quota": 8081, "preemption": 8082, "forecast": 6066}
 AGENT_METRICS = 9101  # Prometheus scrapes agents on 9101-9110
 FORECAST_SOURCES = (TASK_SUBMIT_TOPIC, TASK_LIFECYCLE_TOPIC)  # the forecast stream's inputs
-TARGET = QuotaSettings().target  # the eviction rate the quota promises (1 - p = 0.1)
-
-
-@dataclass(slots=True)
-class Proc:
-    name: str
-    args: list[str]
-    env: dict[str, str]
-    log: Path
-    proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        handle = self.log.open("ab")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "services", *self.args],
-            cwd=REPO_ROOT,
-            env=self.env,
-            stdout=handle,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        handle.close()
-
-    def terminate(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGTERM)
-
-    def wait(self, deadline: float) -> None:
-        """Wait for the process until `deadline` (monotonic), then kill its group."""
-        if self.proc is None:
-            return
-        try:
-            self.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(timeout=5)
-
-
-def stop_all(procs: list[Proc], timeout_s: float = 15.0) -> None:
-    """SIGTERM every process group at once, then wait; a group still there after `timeout_s` is
-    killed."""
-    for p in procs:
-        p.terminate()
-    deadline = time.monotonic() + timeout_s
-    for p in procs:
-        p.wait(deadline)
-
-
-@dataclass(slots=True)
-class View:
-    started: float = field(default_factory=time.monotonic)
-    first_decision_s: float | None = None
-    pools: dict[str, Any] = field(default_factory=dict)
-    quotas: dict[str, Any] = field(default_factory=dict)
-    counts: dict[tuple[str, str], int] = field(default_factory=dict)  # (pool, kind) -> decisions
-    replay_done: bool = False
-    clock: ClockState | None = None  # the accelerated clock's progress (None on the wall clock)
-    speed: float = 0.0
-    # pool -> (failed, all) guarantee periods so far, from the quota service's ledger
-    periods: dict[str, tuple[int, int]] = field(default_factory=dict)
-
-
-async def _json(http: aiohttp.ClientSession, url: str) -> Any:
-    try:
-        async with http.get(url, timeout=aiohttp.ClientTimeout(total=2)) as response:
-            return await response.json() if response.status == 200 else None
-    except (aiohttp.ClientError, OSError, TimeoutError, ValueError):
-        return None
-
-
-def _render(view: View, run: str, ports: dict[str, int]) -> Group:
-    table = Table(title=f"GFS live demo {run}: {time.monotonic() - view.started:.0f} s", expand=True)
-    for column in (
-        "pool",
-        "nodes (down)",
-        "GPUs",
-        "HP run/queue",
-        "spot run/queue",
-        "evictions",
-        "spot quota 1h",
-        "quota from",
-        "HP forecast p90 1h",
-        "eviction rate / target",
-    ):
-        table.add_column(column, justify="right")
-    for name, p in sorted(view.pools.items()):
-        q = view.quotas.get(name) or {}
-        forecast = (q.get("forecast") or {}).get("p_quantile") or []
-        failed, periods = view.periods.get(name, (0, 0))
-        rate = f"{failed}/{periods} = {failed / periods:.3f}" if periods else "0/0"
-        table.add_row(
-            name,
-            f"{p['nodes']} ({len(p['down'])})",
-            str(p["capacity_gpus"]),
-            f"{p['hp_running']}/{p['hp_queued']}",
-            f"{p['spot_running']}/{p['spot_queued']}",
-            str(view.counts.get((name, "evicted"), 0)),
-            f"{p['quota_gpus'].get('1', 0):.0f}",
-            _quota_source(q),
-            f"{forecast[0]:.1f}" if forecast else "-",
-            f"{rate} / {TARGET:.3f}",
-        )
-    first = "waiting" if view.first_decision_s is None else f"{view.first_decision_s:.1f} s after start"
-    played = ""
-    if view.clock is not None:
-        at = view.clock.at_s
-        played = (
-            f"sample time day {int(at // 86400) + 1} {int(at % 86400 // 3600):02d}:"
-            f"{int(at % 3600 // 60):02d} ({view.speed:g}x, {view.clock.submitted} submitted, "
-            f"held {view.clock.held_s:.0f} s for the forecast); "
-        )
-    footer = (
-        f"{played}first decision: {first}; replay {'done' if view.replay_done else 'running'}; "
-        "Jaeger http://127.0.0.1:16686  Prometheus http://127.0.0.1:9090  "
-        f"SRE dashboard http://127.0.0.1:{ports['preemption']}/dashboard  (Ctrl-C stops the demo)"
-    )
-    return Group(table, footer)
-
-
-def _quota_source(q: dict[str, Any]) -> str:
-    """What the quota in force was computed from: the model and whether it fell back."""
-    f = q.get("forecast") or {}
-    if not f:
-        return "idle GPUs (no forecast)"
-    model = str(f.get("version", "?")).split(":")[0]
-    return f"{model} (fallback)" if f.get("fallback") else model
 
 
 async def run_demo(
@@ -471,220 +354,3 @@ async def run_demo(
         stop_all([replay])
         stop_all(procs)
         _kill_workers(workdir, run)
-
-
-async def _start_at_end(bootstrap: list[str] | str, group: str, topics: tuple[str, ...]) -> None:
-    """Commit, for the consumer group `group` (not yet started), the current end of `topics`: it
-    starts there instead of at the earliest offset."""
-    from aiokafka import AIOKafkaConsumer, TopicPartition
-
-    from schemas.topics import topic
-
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
-    await consumer.start()
-    try:
-        partitions = [TopicPartition(t, i) for t in topics for i in range(topic(t).partitions)]
-        consumer.assign(partitions)
-        await consumer.seek_to_end(*partitions)
-        await consumer.commit({tp: await consumer.position(tp) for tp in partitions})
-    finally:
-        await consumer.stop()
-
-
-async def _periods(db: asyncpg.Connection, run: str) -> dict[str, tuple[int, int]]:
-    """Per pool, (failed, all) guarantee periods of the run's tasks the quota service has recorded
-    so far (it reads the shared lifecycle topic: other runs' tasks are left out)."""
-    rows = await db.fetch(
-        "SELECT pool, count(*) FILTER (WHERE NOT succeeded) AS failed, count(*) AS n "
-        "FROM guarantee_period_outcome WHERE starts_with(task_id, $1) GROUP BY pool",
-        f"{run}-",
-    )
-    return {r["pool"]: (int(r["failed"]), int(r["n"])) for r in rows}
-
-
-def _rates(view: View) -> dict[str, dict[str, float | int | None]]:
-    """Per pool: the guarantee periods that failed against all that ended, and the target."""
-    return {
-        pool: {"failed": f, "periods": n, "rate": f / n if n else None, "target": TARGET}
-        for pool, (f, n) in sorted(view.periods.items())
-    }
-
-
-async def _lstm_quotas(db: asyncpg.Connection) -> dict[str, Any]:
-    """Quotas computed from a model forecast that was not a fallback, per pool: how many, and the
-    forecast version of the latest (it names the model and its artifact)."""
-    rows = await db.fetch(
-        "SELECT pool, count(*) AS n, max(version) AS latest FROM quota_version "
-        "WHERE NOT coalesce((forecast->>'fallback')::boolean, true) GROUP BY pool"
-    )
-    out: dict[str, Any] = {}
-    for r in rows:
-        version = await db.fetchval(
-            "SELECT forecast->>'version' FROM quota_version WHERE pool = $1 AND version = $2",
-            r["pool"], r["latest"],
-        )  # fmt: skip
-        out[r["pool"]] = {"quotas": int(r["n"]), "latest_forecast": version}
-    return out
-
-
-def _lstm_line(lstm: dict[str, Any], accelerated: bool) -> str:
-    if not lstm:
-        why = "" if accelerated else " (wall clock: no forecast hour closes in a few minutes)"
-        return f"quotas from a model forecast: none{why}"
-    return "quotas from a model forecast: " + "; ".join(
-        f"{pool}: {v['quotas']} (latest from {v['latest_forecast']})" for pool, v in sorted(lstm.items())
-    )
-
-
-async def _bootstrap_forecasts(
-    settings: PlatformSettings, rows: list[dict[str, str]], stop: asyncio.Event
-) -> None:
-    """The forecast stream forecasts at hour boundaries from the hours it has seen; a demo of a few
-    minutes has none yet. Until it has, the demo publishes, as the stream's persistence fallback
-    would (flagged `fallback`), each pool's HP demand of the sample's first instant: 60% of the
-    pool, so the quota admits spot tasks and HP arrivals have to preempt some."""
-    from datetime import UTC, datetime
-
-    from schemas.envelope import wrap
-    from schemas.forecast import HourlyDemand, PoolDemandForecast
-    from services.platform.kafka.producer import EnvelopeProducer
-
-    capacity: dict[str, int] = {}
-    for r in rows:
-        capacity[r["gpu_model"]] = capacity.get(r["gpu_model"], 0) + int(r["gpu_capacity_num"])
-    async with EnvelopeProducer(
-        bootstrap_servers=settings.bootstrap_servers, client_id="gfs-demo"
-    ) as producer:
-        while not stop.is_set():
-            now = datetime.now(UTC)
-            for pool, gpus in capacity.items():
-                hp = 0.6 * gpus
-                horizon = tuple(
-                    HourlyDemand(
-                        hour_ahead=h, mean=hp, std=0.05 * gpus, quantiles={"0.5": hp, "0.9": hp + 0.06 * gpus}
-                    )
-                    for h in range(1, 5)
-                )
-                forecast = PoolDemandForecast(
-                    pool=pool,
-                    origin_time=now.replace(minute=0, second=0, microsecond=0),
-                    tenants=1,
-                    model_name="demo-bootstrap",
-                    model_version=str(int(now.timestamp())),
-                    horizon=horizon,
-                    fallback=True,
-                )
-                await producer.send(FORECASTS_TOPIC, wrap(forecast, producer="gfs-demo"))
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), timeout=60.0)
-
-
-async def _report(db: asyncpg.Connection, view: View, run: str) -> Table:
-    table = Table(title=f"GFS live demo {run}: final report")
-    for column in (
-        "pool",
-        "accepted",
-        "rejected",
-        "started",
-        "finished",
-        "evicted",
-        "bound after preemption",
-    ):
-        table.add_column(column, justify="right")
-    pools = sorted(view.pools) or sorted({p for p, _ in view.counts})
-    for pool in pools:
-        c = view.counts
-        table.add_row(
-            pool,
-            *(
-                str(c.get((pool, k), 0))
-                for k in ("accepted", "rejected", "started", "finished", "evicted", "bound")
-            ),
-        )
-    waits = await db.fetch(
-        """SELECT s.pool,
-                  percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM s.at - a.at)) AS p50
-           FROM preemption_decision a
-           JOIN preemption_decision s ON s.task_id = a.task_id AND s.kind = 'started'
-           WHERE a.kind = 'accepted' GROUP BY s.pool"""
-    )
-    for r in waits:
-        table.caption = (
-            table.caption or ""
-        ) + f"{r['pool']}: median submit->first start {float(r['p50']):.1f} s. "
-    return table
-
-
-async def _side_by_side(
-    db: asyncpg.Connection, sample: Path, run: str, speed: float, clock_at: datetime | None
-) -> list[Row]:
-    """The live run beside the simulator's FIFO, k8s-priority and GFS on the same sample.
-    `clock_at`: on the accelerated clock, the sample time it stopped at (decisions are stamped in
-    the sample's time, so no wall-to-sample scaling); None on the wall clock."""
-    from services.simulator.traces.gfs_format import load_gfs_trace
-
-    stopped_at = clock_at or datetime.now(UTC)
-    records = await db.fetch(
-        "SELECT task_id, kind, at, detail FROM preemption_decision "
-        "WHERE NOT dry_run AND kind IN ('accepted', 'started', 'evicted', 'finished')"
-    )
-    rows = [
-        {**dict(r), "detail": json.loads(r["detail"]) if isinstance(r["detail"], str) else r["detail"]}
-        for r in records
-    ]
-    trace = load_gfs_trace(sample)
-    if clock_at is not None:
-        name = f"live gfs (accelerated clock, {speed:g}x)"
-        measured = live(rows, trace, prefix=f"{run}-", speed=1.0, stopped_at=stopped_at, name=name)
-    else:
-        measured = live(rows, trace, prefix=f"{run}-", speed=speed, stopped_at=stopped_at)
-    return [measured, *await asyncio.to_thread(simulated, sample)]
-
-
-def _side_by_side_table(rows: list[Row], speed: float, *, accelerated: bool = False) -> Table:
-    table = Table(title=TITLE)
-    for column in COLUMNS:
-        table.add_column(column, justify="right")
-    for r in rows:
-        table.add_row(*cells(r))
-    table.caption = caption(speed, accelerated=accelerated)
-    return table
-
-
-def _kill_workers(workdir: Path, run: str) -> None:
-    """The agents leave their workers running when stopped (a restarted agent re-adopts them): the
-    demo's workers must not outlive it. Those in the agents' journals, then any process still
-    carrying this run's `GFS_DEMO_RUN` (a worker started after its agent's last journal write)."""
-    for journal in workdir.glob("*/journal.json"):
-        with contextlib.suppress(OSError, ValueError):
-            for worker in json.loads(journal.read_text()).get("workers", {}).values():
-                pid = worker.get("pid")
-                if not pid:
-                    continue
-                command = b""
-                with contextlib.suppress(OSError), open(f"/proc/{pid}/cmdline", "rb") as cmdline:
-                    command = cmdline.read()
-                if b"fake_task" in command or b"fake-task" in command:
-                    with contextlib.suppress(OSError):
-                        os.killpg(int(pid), signal.SIGKILL)
-    for pid in run_processes(run):
-        with contextlib.suppress(OSError):
-            os.kill(pid, signal.SIGKILL)
-
-
-def run_processes(run: str) -> list[int]:
-    """Processes (other than this one) whose environment has `GFS_DEMO_RUN=<run>`: every process
-    the demo run started and their children."""
-    marker = f"GFS_DEMO_RUN={run}".encode()
-    found: list[int] = []
-    proc = Path("/proc")
-    for entry in proc.iterdir() if proc.is_dir() else ():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            environ = (entry / "environ").read_bytes()
-        except OSError:
-            continue
-        if marker in environ.split(b"\0"):
-            found.append(int(entry.name))
-    return found

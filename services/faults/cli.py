@@ -51,7 +51,8 @@ def run(
 ) -> None:
     """The full fault run (defaults: 5 kills per service, 30-s outages, 5 minutes of load), or with
     --soak a long steady run (`gfs faults run --soak 3600`)."""
-    from services.faults.harness import FaultPlan, run_faults
+    from services.faults.harness import run_faults
+    from services.faults.plan import FaultPlan
 
     unknown = set(outage_of) - {"broker", "postgres"}
     if unknown:

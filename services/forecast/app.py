@@ -36,16 +36,14 @@ import json
 import logging
 import time
 from datetime import UTC, datetime
-from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Literal
+from typing import Any
 
 import faust
 from opentelemetry import context as otel_context
 from opentelemetry import trace
-from pydantic import AliasChoices, Field, field_validator
 
-from schemas.clock import CLOCK_KEY, ClockPhase, ClockTick
+from schemas.clock import ClockPhase, ClockTick
 from schemas.envelope import Envelope, wrap
 from schemas.forecast import DemandForecast, PoolDemandForecast
 from schemas.topics import (
@@ -64,12 +62,11 @@ from services.forecast.forecasting import HOUR, PoolHistory, StreamForecaster
 from services.forecast.kafka_auth import broker_credentials
 from services.forecast.metrics import register_metrics
 from services.forecast.pipeline import Delta, PoolDemand, TaskRecord, apply_task_event
+from services.forecast.settings import ForecastServiceSettings
 from services.platform.kafka.dead_letter import DeadLetterPublisher
 from services.platform.kafka_security import announce
 from services.platform.metrics import configure_metrics
 from services.platform.openapi import render
-from services.platform.paths import state_dir
-from services.platform.settings import PlatformSettings
 from services.platform.tracing import extract_context, inject_headers
 
 log = logging.getLogger(__name__)
@@ -79,73 +76,6 @@ FORECASTS = FORECASTS_TOPIC
 HOUR_S = HOUR.total_seconds()
 PRODUCER = "gfs-forecast"
 TRACER = "gfs.forecast"
-FAUST_COMMIT_INTERVAL_S = 2.8  # faust's own default of broker_commit_interval
-SHIPPED_ARTIFACT = Path(__file__).resolve().parent / "model" / "lstm-observed"
-
-
-class ForecastServiceSettings(PlatformSettings):
-    forecast_app_id: str = "gfs-forecast"
-    forecast_artifact: Path | None = SHIPPED_ARTIFACT  # None: persistence only (flagged)
-    forecast_store: str = "rocksdb://"  # durable tables; "memory://" keeps them in the changelog only
-    # Faust's RocksDB tables (rebuilt from their changelog topics when lost). Default: <state>/forecast,
-    # the per-user state folder (services/platform/paths.py), not the checkout. Env FORECAST_DATADIR.
-    forecast_datadir: Path = Field(default_factory=lambda: state_dir("forecast"))
-    forecast_tick_s: float = 60.0
-    forecast_history_hours: int = 14 * 24
-    forecast_torch_threads: int = 1
-    # Wall clock: a task event whose occurred_at is more than this ahead of the host's clock is
-    # dead-lettered (pipeline.check_not_ahead). On the topic clock the driver's events run ahead
-    # of the last tick by design, so the check is off there.
-    forecast_max_ahead_s: float = Field(default=300.0, gt=0)
-    forecast_refit_hour: int = 3  # UTC hour of the daily warm-start refit
-    forecast_partitions: int = 6  # the source topics' partition count
-    # at_least_once: a redelivered task event is a no-op (the task record says whether it counts).
-    # exactly_once would commit changelogs, re-keyed records, forecasts and offsets in one Kafka
-    # transaction, but a worker killed mid-transaction then blocks every read_committed consumer
-    # of gfs.forecasts (the quota service) until the broker times the transaction out.
-    forecast_processing_guarantee: str = "at_least_once"
-    forecast_web_port: int = 6066  # /metrics, /healthz, /readyz (Faust's web server); 0: none
-    forecast_web_host: str | None = None  # None: GFS_HTTP_HOST (loopback by default)
-    # "wall": the timer ticks pools on the host's clock. "topic": ClockTick ADVANCEs on
-    # gfs.control.clock are the only ticks (sim/live parity). Env GFS_FORECAST_CLOCK.
-    forecast_clock: Literal["wall", "topic"] = Field(
-        default="wall", validation_alias=AliasChoices("forecast_clock", "gfs_forecast_clock")
-    )
-    # Topic clock: the clock followed (ClockTick.clock, the Kafka key); ticks of other clocks on
-    # the topic are ignored, so a test's private clock never moves another run's stream.
-    forecast_clock_name: str = Field(
-        default=CLOCK_KEY,
-        min_length=1,
-        validation_alias=AliasChoices("forecast_clock_name", "gfs_forecast_clock_name"),
-    )
-    # How often Faust commits consumed offsets; None: Faust's default (2.8 s) on the wall clock,
-    # 0.1 s on the topic clock, where a driver waits for committed offsets to reach the end.
-    forecast_commit_interval_s: float | None = Field(default=None, gt=0)
-    # A new pool's history starts at this hour (zeros before its first completed hour), as the
-    # simulator's series start at the trace's first hour; None: at its first completed hour.
-    forecast_history_origin: datetime | None = None
-
-    @field_validator("forecast_artifact", mode="before")
-    @classmethod
-    def _blank_artifact_is_none(cls, value: object) -> object:
-        # FORECAST_ARTIFACT= (set but empty) means persistence only, not the current directory.
-        return None if isinstance(value, str) and not value.strip() else value
-
-    @field_validator("forecast_history_origin", mode="after")
-    @classmethod
-    def _origin_in_utc(cls, value: datetime | None) -> datetime | None:
-        # Without an offset it is UTC (sim time is), whatever the host's time zone.
-        return value if value is None or value.tzinfo is not None else value.replace(tzinfo=UTC)
-
-    @property
-    def topic_clock(self) -> bool:
-        return self.forecast_clock == "topic"
-
-    @property
-    def commit_interval_s(self) -> float:
-        if self.forecast_commit_interval_s is not None:
-            return self.forecast_commit_interval_s
-        return 0.1 if self.topic_clock else FAUST_COMMIT_INTERVAL_S
 
 
 def make_app(settings: ForecastServiceSettings, forecaster: StreamForecaster | None = None) -> faust.App:

@@ -21,14 +21,15 @@ take milliseconds. What it does, on the running stack:
 The default offered load (200 tasks/s, 2 s each, on 32 GPUs) is far above the pool's capacity, as
 in the measurement of issue 22: the queue grows through the run, which is the point (accepting
 must not wait for the backlog).
+
+Parts: this module runs the benchmark; accept_agents.py plays the node agents, accept_readback.py
+reads the run back and summarises the latencies.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import heapq
-import json
 import os
 import random
 import socket
@@ -36,8 +37,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Any
@@ -46,34 +46,38 @@ import asyncpg
 import typer
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from schemas.commands import BindCommand, EvictAck, EvictCommand, EvictOutcome
-from schemas.envelope import Envelope, wrap
+from schemas.envelope import wrap
 from schemas.quota import GuaranteeQuota, SpotQuota
-from schemas.tasks import TaskAccepted, TaskClass, TaskRejected, TaskSubmitted
+from schemas.tasks import TaskClass, TaskSubmitted
 from schemas.telemetry import GpuSample, NodeTelemetry
 from schemas.topics import (
     BIND_TOPIC,
-    EVICT_ACK_TOPIC,
     EVICT_TOPIC,
     QUOTAS_TOPIC,
     TASK_LIFECYCLE_TOPIC,
     TASK_SUBMIT_TOPIC,
     TELEMETRY_TOPIC,
-    WORKER_ACK_TOPIC,
-    decode,
     encode,
     key_of,
     topic,
 )
-from schemas.workers import WorkerExited, WorkerStarted
+from services.livebench.accept_agents import FakeAgents
+from services.livebench.accept_readback import (
+    INBOX_PARTITIONS,
+    Seen,
+    _line,
+    _placed_on_arrival,
+    _read,
+    _stages,
+    summarise,
+)
 from services.platform.kafka.producer import EnvelopeProducer
 from services.platform.migrations import discover, migrate, with_search_path
 from services.platform.settings import PlatformSettings
-from services.platform.signing import SIGNED_TYPES, node_key, sign
+from services.platform.signing import node_key, sign
 
 REPO = Path(__file__).resolve().parents[2]
 SHAPES = ((1, 0.40), (2, 0.20), (4, 0.20), (8, 0.20))  # GPUs per worker, share of tasks
-INBOX_PARTITIONS = 6  # the run's inbox topic (the service creates it with this many)
 READ_TOPICS = (TASK_SUBMIT_TOPIC, TASK_LIFECYCLE_TOPIC, BIND_TOPIC, EVICT_TOPIC)
 
 
@@ -93,112 +97,6 @@ finally:
     profiler.disable()
     profiler.dump_stats(out)
 """
-
-
-def _percentile(values: Sequence[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
-
-
-def summarise(values: Sequence[float]) -> dict[str, float]:
-    """Count, p50/p90/p99 (nearest rank, as the other live benchmarks) and max of `values` (ms)."""
-    return {
-        "n": float(len(values)),
-        "p50": _percentile(values, 0.50),
-        "p90": _percentile(values, 0.90),
-        "p99": _percentile(values, 0.99),
-        "max": max(values) if values else float("nan"),
-    }
-
-
-def _line(label: str, s: dict[str, float]) -> str:
-    if not s["n"]:
-        return f"{label}: none"
-    return (
-        f"{label}: n={int(s['n'])} p50 {s['p50']:.1f} ms, p90 {s['p90']:.1f} ms, "
-        f"p99 {s['p99']:.1f} ms, max {s['max']:.1f} ms"
-    )
-
-
-@dataclass(slots=True)
-class Seen:
-    """What was read back, by task: the records' timestamps (ms since the epoch)."""
-
-    submitted: dict[str, int] = field(default_factory=dict)
-    accepted: dict[str, int] = field(default_factory=dict)
-    rejected: dict[str, str] = field(default_factory=dict)  # task -> reason
-    first_bind: dict[str, int] = field(default_factory=dict)
-    timestamp_types: set[int] = field(default_factory=set)  # 0 CreateTime, 1 LogAppendTime
-    binds: int = 0
-    evicts: int = 0
-
-
-@dataclass(slots=True)
-class FakeAgents:
-    """The node agents' part: worker reports, exits after the task's run time, eviction acks."""
-
-    producer: EnvelopeProducer
-    run_s: float
-    secret: str  # the service's master secret: each message is signed with its node's key, as agents do
-    exits: list[tuple[float, int, WorkerExited]] = field(default_factory=list)  # due (monotonic)
-    running: dict[tuple[str, str], set[int]] = field(default_factory=dict)  # (task, node) -> workers
-    pending: list[asyncio.Future[Any]] = field(default_factory=list)
-    sequence: int = 0
-
-    async def send(self, topic_name: str, payload: Any) -> None:
-        if isinstance(payload, SIGNED_TYPES):  # the service refuses unsigned acks and telemetry
-            payload = sign(payload, key=node_key(self.secret.encode("utf-8"), payload.node))
-        envelope: Envelope[Any] = wrap(payload, producer="bench-agent")
-        self.pending.append(
-            await self.producer.send_raw_later(topic_name, value=encode(envelope), key=key_of(envelope))
-        )
-
-    async def bound(self, bind: BindCommand) -> None:
-        now = datetime.now(UTC)
-        workers = self.running.setdefault((bind.task_id, bind.node), set())
-        for p in bind.placements:
-            workers.add(p.worker_index)
-            started = WorkerStarted(command_id=bind.command_id, node=bind.node, task_id=bind.task_id,
-                                    worker_index=p.worker_index, pid=1000 + p.worker_index, started_at=now,
-                                    attempt=bind.attempt)  # fmt: skip
-            await self.send(WORKER_ACK_TOPIC, started)
-            exited = WorkerExited(command_id=bind.command_id, node=bind.node, task_id=bind.task_id,
-                                  worker_index=p.worker_index, exit_code=0, exited_at=now,
-                                  attempt=bind.attempt)  # fmt: skip
-            self.sequence += 1
-            heapq.heappush(self.exits, (time.monotonic() + self.run_s, self.sequence, exited))
-
-    async def evicted(self, command: EvictCommand) -> None:
-        ran = False
-        for tid in command.task_ids:
-            ran |= bool(self.running.pop((tid, command.node), None))
-        # The evicted workers stop: their normal exits never come.
-        self.exits = [e for e in self.exits if (e[2].task_id, e[2].node) not in
-                      {(t, command.node) for t in command.task_ids}]  # fmt: skip
-        heapq.heapify(self.exits)
-        outcome = EvictOutcome.CHECKPOINTED if ran else EvictOutcome.NOT_RUNNING
-        ack = EvictAck(command_id=command.command_id, node=command.node, task_ids=command.task_ids,
-                       outcome=outcome, acked_at=datetime.now(UTC), attempt=command.attempt)  # fmt: skip
-        await self.send(EVICT_ACK_TOPIC, ack)
-
-    async def due(self) -> None:
-        """Send the exits whose run time is over."""
-        now = time.monotonic()
-        while self.exits and self.exits[0][0] <= now:
-            _, _, exited = heapq.heappop(self.exits)
-            workers = self.running.get((exited.task_id, exited.node))
-            if workers is None or exited.worker_index not in workers:
-                continue
-            workers.discard(exited.worker_index)
-            if not workers:
-                del self.running[(exited.task_id, exited.node)]
-            now_exited = exited.model_copy(update={"exited_at": datetime.now(UTC)})
-            await self.send(WORKER_ACK_TOPIC, now_exited)
-
-    async def flush(self) -> None:
-        pending, self.pending = self.pending, []
-        if pending:
-            await asyncio.gather(*pending)
 
 
 def accept(
@@ -431,109 +329,3 @@ async def _registered(port: int, pool: str, nodes: int) -> bool:
             found = body["pools"].get(pool)
             return found is not None and found["nodes"] >= nodes and bool(found["quota_version"])
     return False
-
-
-async def _read(consumer: AIOKafkaConsumer, prefix: str, seen: Seen, agents: FakeAgents) -> None:
-    """Read the run's records back (keys start with the run id: task ids and node names)."""
-    wanted = prefix.encode()
-    while True:
-        batch = await consumer.getmany(timeout_ms=50)
-        for records in batch.values():
-            for r in records:
-                if not (r.key or b"").startswith(wanted):
-                    continue
-                seen.timestamp_types.add(r.timestamp_type)
-                payload = decode(r.topic, r.value or b"").payload
-                if isinstance(payload, TaskSubmitted):
-                    seen.submitted.setdefault(payload.task_id, r.timestamp)
-                elif isinstance(payload, TaskAccepted):
-                    seen.accepted.setdefault(payload.task_id, r.timestamp)
-                elif isinstance(payload, TaskRejected):
-                    seen.rejected.setdefault(payload.task_id, payload.reason.value)
-                elif isinstance(payload, BindCommand):
-                    seen.binds += 1
-                    seen.first_bind.setdefault(payload.task_id, r.timestamp)
-                    await agents.bound(payload)
-                elif isinstance(payload, EvictCommand):
-                    seen.evicts += 1
-                    await agents.evicted(payload)
-        await agents.flush()
-
-
-async def _placed_on_arrival(dsn: str) -> list[str]:
-    """Tasks whose first run started in the pass of their own submission, without preemption."""
-    connection = await asyncpg.connect(dsn)
-    try:
-        rows = await connection.fetch(
-            "SELECT task_id, kind, at, detail FROM preemption_decision "
-            "WHERE kind IN ('accepted', 'started') ORDER BY id"
-        )
-    finally:
-        await connection.close()
-    accepted: dict[str, Any] = {}
-    out: list[str] = []
-    for r in rows:
-        if r["kind"] == "accepted":
-            accepted[r["task_id"]] = r["at"]
-            continue
-        detail = json.loads(r["detail"]) if isinstance(r["detail"], str) else r["detail"]
-        on_arrival = accepted.get(r["task_id"]) == r["at"]  # placed in its submission's own pass
-        if on_arrival and detail.get("attempt") == 1 and not detail.get("preempted"):
-            out.append(r["task_id"])
-    return out
-
-
-STAGES = (
-    ("router: submit -> inbox record", "router"),
-    ("decider: inbox record -> batch decided", "decider"),
-    ("decide + transaction start: -> outbox row", "commit"),
-    ("commit + relay: outbox row -> TaskAccepted record", "relay"),
-)
-
-
-async def _stages(settings: PlatformSettings, dsn: str, inbox: str, seen: Seen) -> dict[str, list[float]]:
-    """Where the accept time goes, per accepted task (ms): the submission's inbox record (the
-    router forwarded it), the batch's decision time (the `at` of the accepted decision: when the
-    decider started on the batch), the outbox row's `created_at` (its transaction's start, after
-    the decision and the pass), and the TaskAccepted record. One host clock throughout."""
-    inbox_ts: dict[str, int] = {}
-    consumer = AIOKafkaConsumer(bootstrap_servers=settings.bootstrap_servers, enable_auto_commit=False)
-    await consumer.start()
-    try:
-        tps = [TopicPartition(inbox, p) for p in range(INBOX_PARTITIONS)]
-        consumer.assign(tps)
-        await consumer.seek_to_beginning(*tps)
-        ends = await consumer.end_offsets(tps)
-        while [tp for tp in tps if await consumer.position(tp) < ends[tp]]:
-            for records in (await consumer.getmany(timeout_ms=500)).values():
-                for r in records:
-                    body = json.loads(r.value or b"{}")
-                    if body.get("event_type") == "TaskSubmitted":
-                        inbox_ts.setdefault(body["payload"]["task_id"], r.timestamp)
-    finally:
-        await consumer.stop()
-    connection = await asyncpg.connect(dsn)
-    try:
-        decided = {
-            r["task_id"]: r["at"].timestamp() * 1000
-            for r in await connection.fetch(
-                "SELECT task_id, at FROM preemption_decision WHERE kind = 'accepted'"
-            )
-        }
-        rows = await connection.fetch(
-            "SELECT key, payload, created_at FROM outbox WHERE topic = $1 ORDER BY id", TASK_LIFECYCLE_TOPIC
-        )
-    finally:
-        await connection.close()
-    outbox: dict[str, float] = {}
-    for r in rows:
-        if json.loads(bytes(r["payload"])).get("event_type") == "TaskAccepted":
-            outbox.setdefault(bytes(r["key"]).decode(), r["created_at"].timestamp() * 1000)
-    out: dict[str, list[float]] = {name: [] for _, name in STAGES}
-    for tid, accepted in seen.accepted.items():
-        marks = [seen.submitted.get(tid), inbox_ts.get(tid), decided.get(tid), outbox.get(tid), accepted]
-        if any(m is None for m in marks):
-            continue
-        for (_, name), a, b in zip(STAGES, marks, marks[1:], strict=False):
-            out[name].append(float(b) - float(a))  # type: ignore[arg-type]
-    return {label: out[name] for label, name in STAGES}

@@ -15,6 +15,9 @@ Then it waits for every task to finish, and checks from the topics and the agent
 (`race_check.py`): GPUs bound twice, false evictions, unfinished tasks (and whether the service
 still holds them), and counts the races that really happened. Prints the numbers (and writes them
 to `<workdir>/report.json`); exits 1 when a check fails.
+
+Parts: this module runs the races; race_processes.py starts the processes, race_records.py reads
+and keeps what the check needs, race_check.py checks it, race_render.py prints the result.
 """
 
 from __future__ import annotations
@@ -26,10 +29,6 @@ import os
 import random
 import resource
 import signal
-import socket
-import statistics
-import subprocess
-import sys
 import time
 import uuid
 from dataclasses import asdict, dataclass, fields
@@ -37,38 +36,23 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Any
 
-import aiohttp
 import asyncpg
 import typer
-from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from schemas.envelope import wrap
 from schemas.quota import GuaranteeQuota, SpotQuota
-from schemas.tasks import TaskAccepted, TaskClass, TaskFinished, TaskRejected, TaskSubmitted
+from schemas.tasks import TaskClass, TaskSubmitted
 from schemas.topics import (
-    BIND_TOPIC,
-    EVICT_ACK_TOPIC,
-    EVICT_TOPIC,
     QUOTAS_TOPIC,
-    TASK_LIFECYCLE_TOPIC,
     TASK_SUBMIT_TOPIC,
-    WORKER_ACK_TOPIC,
-    decode,
-    topic,
 )
-from services.livebench.race_check import RaceReport, Seen, check
-from services.node_agent.journal import CommandEntry, JournalState, WorkerEntry
+from services.livebench.race_check import RaceReport, check
+from services.livebench.race_processes import _free_port, _get, _Proc, _until
+from services.livebench.race_records import _Journals, _keep, _kill_workers, _Reader, recheck
+from services.livebench.race_render import render
 from services.platform.kafka.producer import EnvelopeProducer
 from services.platform.migrations import migrated_schema
 from services.platform.settings import REPO_ROOT, PlatformSettings
-
-READ_TOPICS = (
-    TASK_LIFECYCLE_TOPIC,
-    BIND_TOPIC,
-    EVICT_TOPIC,
-    WORKER_ACK_TOPIC,
-    EVICT_ACK_TOPIC,
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,132 +76,6 @@ class RacePlan:
 
 
 _DEFAULT = RacePlan()
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-class _Proc:
-    def __init__(self, args: list[str], env: dict[str, str], log: Path) -> None:
-        handle = log.open("ab")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "services", *args], cwd=REPO_ROOT, env=env, stdout=handle,
-            stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
-        handle.close()
-        self.log = log
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def cpu_s(self) -> float:
-        with contextlib.suppress(OSError, IndexError, ValueError):
-            stat = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-            return (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")
-        return float("nan")
-
-    def stop(self) -> None:
-        if not self.alive():
-            return
-        os.killpg(self.proc.pid, signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(timeout=10)
-
-
-class _Reader:
-    """The run's records on READ_TOPICS from their end at `start()` on, filtered by key before
-    decoding (the shared broker carries other runs' traffic)."""
-
-    def __init__(self, servers: list[str], task_prefix: str, nodes: set[str]) -> None:
-        self.consumer = AIOKafkaConsumer(bootstrap_servers=servers, enable_auto_commit=False)
-        self.task_prefix = task_prefix.encode()
-        self.nodes = {n.encode() for n in nodes}
-        self.records: list[Seen] = []
-        self.finished: set[str] = set()
-        self.accepted: set[str] = set()
-        self._task: asyncio.Task[None] | None = None
-
-    async def start(self) -> None:
-        await self.consumer.start()
-        parts = [TopicPartition(t, p) for t in READ_TOPICS for p in range(topic(t).partitions)]
-        self.consumer.assign(parts)
-        await self.consumer.seek_to_end(*parts)
-        for tp in parts:  # resolve the end offsets now, before anything of the run is published
-            await self.consumer.position(tp)
-        self._task = asyncio.create_task(self._run())
-
-    def _mine(self, topic_name: str, key: bytes) -> bool:
-        if topic_name == TASK_LIFECYCLE_TOPIC:
-            return key.startswith(self.task_prefix)
-        return key in self.nodes
-
-    async def _run(self) -> None:
-        while True:
-            batch = await self.consumer.getmany(timeout_ms=200)
-            for records in batch.values():
-                for r in records:
-                    if not self._mine(r.topic, r.key or b""):
-                        continue
-                    with contextlib.suppress(ValueError):
-                        envelope = decode(r.topic, r.value or b"")
-                        self.records.append(
-                            Seen(r.topic, r.timestamp, envelope.occurred_at, envelope.payload)
-                        )
-                        if isinstance(envelope.payload, TaskFinished | TaskRejected):
-                            self.finished.add(envelope.payload.task_id)
-                        elif isinstance(envelope.payload, TaskAccepted):
-                            self.accepted.add(envelope.payload.task_id)
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
-        await self.consumer.stop()
-
-
-class _Journals:
-    """Snapshots of the agents' journals merged by entry (an agent prunes entries after its
-    freshness window; a snapshot every few seconds sees each one in its final state)."""
-
-    def __init__(self, paths: dict[str, Path]) -> None:
-        self.paths = paths
-        self.workers: dict[str, dict[str, WorkerEntry]] = {n: {} for n in paths}
-        self.commands: dict[str, dict[str, CommandEntry]] = {n: {} for n in paths}
-        self.snapshots = 0
-
-    def snapshot(self) -> None:
-        for node, path in self.paths.items():
-            with contextlib.suppress(OSError, ValueError):
-                state = JournalState.model_validate_json(path.read_bytes())
-                self.workers[node].update(state.workers)
-                self.commands[node].update(state.commands)
-        self.snapshots += 1
-
-
-async def _get(url: str) -> tuple[int, Any]:
-    try:
-        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as http, http.get(url) as r:
-            return r.status, await r.json(content_type=None)
-    except (aiohttp.ClientError, OSError, TimeoutError, ValueError):
-        return 0, None
-
-
-async def _until(what: str, probe: Any, timeout: float, procs: list[_Proc]) -> None:
-    deadline = time.monotonic() + timeout
-    while not await probe():
-        dead = [p.log for p in procs if not p.alive()]
-        if dead:
-            raise RuntimeError(f"a process exited while waiting for {what}; see {dead[0]}")
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.5)
 
 
 def _task(plan: RacePlan, rng: random.Random, tid: str, pool: str) -> TaskSubmitted:
@@ -380,104 +238,6 @@ async def run_races(plan: RacePlan, workdir: Path, *, echo: Any = print) -> tupl
         end=end,
     )
     return report, numbers
-
-
-def _keep(workdir: Path, records: list[Seen], journals: _Journals) -> None:
-    """What the check read, for a second look: records.jsonl and the merged journals."""
-    with (workdir / "records.jsonl").open("w") as out:
-        for r in records:
-            line = {
-                "topic": r.topic,
-                "timestamp_ms": r.timestamp_ms,
-                "occurred_at": r.occurred_at.isoformat(),
-                "type": type(r.payload).__name__,
-                "payload": r.payload.model_dump(mode="json"),
-            }
-            out.write(json.dumps(line) + "\n")
-    merged = {
-        node: {"workers": {k: w.model_dump(mode="json") for k, w in journals.workers[node].items()},
-               "commands": {k: c.model_dump(mode="json") for k, c in journals.commands[node].items()}}
-        for node in journals.paths
-    }  # fmt: skip
-    (workdir / "journals.json").write_text(json.dumps(merged))
-
-
-def recheck(workdir: Path) -> tuple[RaceReport, dict[str, Any]]:
-    """The check again on what a run kept (records.jsonl, journals.json, report.json)."""
-    records: list[Seen] = []
-    with (workdir / "records.jsonl").open() as kept:
-        for line in kept:
-            r = json.loads(line)
-            payload = topic(r["topic"]).payload_type(r["type"]).model_validate(r["payload"])
-            occurred = datetime.fromisoformat(r["occurred_at"])
-            records.append(Seen(r["topic"], r["timestamp_ms"], occurred, payload))
-    merged = json.loads((workdir / "journals.json").read_text())
-    workers = {n: [WorkerEntry.model_validate(w) for w in v["workers"].values()] for n, v in merged.items()}
-    commands = {
-        n: [CommandEntry.model_validate(c) for c in v["commands"].values()] for n, v in merged.items()
-    }
-    numbers: dict[str, Any] = json.loads((workdir / "report.json").read_text())["numbers"]
-    end = datetime.fromtimestamp(max((r.timestamp_ms for r in records), default=0) / 1000 + 1, UTC)
-    return check(records, workers, commands, end=end), numbers
-
-
-def _kill_workers(journals: _Journals) -> None:
-    """Workers still alive when the agents stopped (none after a settled run)."""
-    journals.snapshot()
-    for entries in journals.workers.values():
-        for w in entries.values():
-            if w.pid is None or w.exited_at is not None or w.start_ticks is None:
-                continue
-            with contextlib.suppress(OSError, IndexError, ValueError):
-                stat = Path(f"/proc/{w.pid}/stat").read_text().rsplit(")", 1)[1].split()
-                if int(stat[19]) == w.start_ticks:
-                    os.killpg(w.pid, signal.SIGKILL)
-
-
-def _pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
-
-
-def render(report: RaceReport, numbers: dict[str, Any]) -> list[str]:
-    plan = numbers["plan"]
-    unfinished = numbers.get("unfinished_state", {})
-    lost = sorted(t for t, s in unfinished.items() if s not in ("running", "queued"))
-    d = report.ack_delays_ms
-    r = report
-    lines = [
-        f"races run {numbers['run']}: {plan['tasks']:,} tasks, {plan['nodes']} nodes x {plan['gpus']} GPUs, "
-        f"offered {numbers.get('offered_rate', 0)}/s (target {plan['rate']}/s, "
-        f"backlog cap {plan['max_backlog']}), "
-        f"acks delayed up to {plan['ack_delay_max_s']} s, grace {plan['grace_s']} s, seed {plan['seed']}; "
-        f"wall {numbers['wall_s']:.0f} s",
-        f"  tasks: accepted {report.accepted:,}, finished {report.finished:,}, rejected {report.rejected}, "
-        f"unfinished {len(report.unfinished)} (held by the service: {len(report.unfinished) - len(lost)}, "
-        f"LOST: {len(lost)}), never answered {len(numbers.get('never_answered', []))}",
-        f"  commands: {r.binds:,} binds ({r.binds_reissued} re-issued), {r.evictions:,} evictions "
-        f"{dict(r.evictions_by_reason)}; {r.task_evicted:,} TaskEvicted; workers run {r.workers_run:,}",
-        f"  GPUs bound twice: on the nodes {len(report.double_bound_on_node)}, "
-        f"in the commands {len(report.double_bound_in_commands)}",
-        f"  false evictions {len(report.false_evictions)} (genuine {report.genuine_evictions:,}, of which "
-        f"{r.evicted_before_start} before the worker started, {r.gang_nodes_ended_on_their_own} "
-        f"for a gang's node whose worker had ended on its own; unverifiable {len(r.unverified_evictions)}); "
-        f"evicted twice {len(report.evicted_twice)}; finished twice {len(report.finished_twice)}; "
-        f"false FAILED periods {len(report.false_failed_periods)}",
-        f"  races: {report.evictions_raced_by_exit:,} evictions raced by an exit on its own "
-        f"({report.exits_before_eviction_issued:,} exited before the eviction was issued, "
-        f"{report.exits_while_eviction_in_flight:,} while it was on its way); {report.not_running_acks:,} "
-        f"NOT_RUNNING acks; {report.evict_read_before_bind} evictions read before their bind",
-        f"  ack delay (record time - occurred_at), ms: n={len(d):,} p50 {_pct(d, 0.5):.0f} "
-        f"p90 {_pct(d, 0.9):.0f} p99 {_pct(d, 0.99):.0f} max {max(d, default=float('nan')):.0f}; "
-        f"mean {statistics.fmean(d) if d else float('nan'):.0f}",
-        f"  CPU s: {numbers.get('cpu_s')}",
-    ]
-    for name, found in (("double bound on a node", report.double_bound_on_node),
-                        ("double bound in the commands", report.double_bound_in_commands),
-                        ("false eviction", report.false_evictions), ("evicted twice", report.evicted_twice),
-                        ("false FAILED period", report.false_failed_periods), ("lost", lost)):  # fmt: skip
-        lines += [f"  {name}: {x}" for x in found[:10]]
-    return lines
 
 
 def races(

@@ -32,7 +32,7 @@ import sys
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import partial
@@ -40,7 +40,6 @@ from pathlib import Path
 from typing import Any, cast
 
 import asyncpg
-from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from schemas.clock import ClockPhase, ClockTick
 from schemas.envelope import wrap
@@ -57,11 +56,11 @@ from schemas.topics import (
     TELEMETRY_TOPIC,
     WORKER_ACK_TOPIC,
 )
-from schemas.topics import topic as registry_topic
-from services.faults.harness import Supervised, _free_port, _get
+from services.faults.processes import Supervised, _free_port
 from services.parity.barrier import Barrier
 from services.parity.compare import Diff, compare, live_lines, sim_lines
 from services.parity.observer import Observer
+from services.parity.startup import _joined, _ready, _start_groups_at_end, _until
 from services.platform.kafka.producer import EnvelopeProducer
 from services.platform.migrations import migrated_schema
 from services.platform.settings import REPO_ROOT, PlatformSettings
@@ -255,7 +254,7 @@ async def run_live(options: ParityOptions, trace: Trace) -> LiveRun:
             await observer.stop()
         for s in [*agents, *services]:
             s.stop()
-        from services.faults.harness import _kill_workers
+        from services.faults.processes import _kill_workers
 
         _kill_workers(workdir, list(result.nodes))
         if not options.keep_schema:
@@ -379,38 +378,3 @@ class _Player:
             await asyncio.sleep(0.01)
         exits = [a.next_exit_at.timestamp() - BASE_S for a in acks.values() if a.next_exit_at is not None]
         return min(exits) if exits else None
-
-
-async def _start_groups_at_end(bootstrap: list[str], groups: Mapping[str, Sequence[str]]) -> None:
-    """Commit the current end offsets for each fresh group: the run's services start reading
-    there, so the shared topics' history (other runs, other tests) never reaches them."""
-    for group, topics in groups.items():
-        consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
-        await consumer.start()
-        try:
-            parts = [TopicPartition(t, p) for t in topics for p in range(registry_topic(t).partitions)]
-            ends = await consumer.end_offsets(parts)
-            consumer.assign(parts)
-            await consumer.commit({tp: end for tp, end in ends.items()})
-        finally:
-            await consumer.stop()
-
-
-async def _ready(api: str, ports: dict[str, int]) -> bool:
-    ok = (await _get(f"{api}/readyz"))[0] == 200
-    ok = ok and (await _get(f"http://127.0.0.1:{ports['quota']}/readyz"))[0] == 200
-    return ok and (await _get(f"http://127.0.0.1:{ports['forecast']}/metrics"))[0] == 200
-
-
-async def _joined(api: str, nodes: int) -> bool:
-    status, body = await _get(f"{api}/pools")
-    return status == 200 and sum(p["nodes"] for p in body["pools"].values()) >= nodes
-
-
-async def _until(check: Callable[[], Awaitable[bool]], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if await check():
-            return
-        await asyncio.sleep(0.2)
-    raise TimeoutError(what)

@@ -50,7 +50,7 @@ import pytest_asyncio
 from live_harness import REPO
 from test_dashboard import ARTIFACTS, _chromium, _run_chromium, _Values
 
-from services.demo.live import run_processes
+from services.demo.processes import run_processes
 from services.platform.kafka.topic_admin import TopicsReport
 from services.platform.migrations import with_search_path
 

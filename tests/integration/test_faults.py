@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from services.faults.harness import FaultPlan, run_faults
+from services.faults.harness import run_faults
+from services.faults.plan import FaultPlan
 from services.platform.kafka.topic_admin import TopicsReport
 from services.platform.settings import REPO_ROOT
 

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from services.livebench.races import RacePlan, render, run_races
+from services.livebench.race_render import render
+from services.livebench.races import RacePlan, run_races
 
 pytestmark = pytest.mark.integration
 

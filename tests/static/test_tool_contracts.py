@@ -58,3 +58,11 @@ def test_each_tool_has_its_own_forbidden_contract_and_they_are_independent() -> 
     assert set(TOOLS) <= own, f"tools without a contract of their own: {sorted(set(TOOLS) - own)}"
     independent = [set(c["modules"]) for c in contracts if c["type"] == "independence"]
     assert any(set(TOOLS) <= mods for mods in independent)
+
+
+def test_each_split_tool_orders_its_parts_in_layers() -> None:
+    # Issue 23 item 6: the tools split into a runner and its parts (the module docs' "Parts"); a
+    # layers contract per tool keeps a part from importing its runner, so the split stays a split.
+    split = ("services.parity", "services.demo", "services.faults", "services.livebench")
+    layered = {box for c in _contracts() if c["type"] == "layers" for box in c.get("containers", [])}
+    assert set(split) <= layered, f"tools without a layers contract: {sorted(set(split) - layered)}"

@@ -21,17 +21,14 @@ from services.simulator.traces.gfs_format import load_gfs_trace, read_nodes
 from services.simulator.traces.mmpp import (
     GENERATOR_FILE,
     MmppResult,
-    Pool,
-    duration_quantile,
     generate_mmpp,
-    gpu_request_pmf,
-    modulator_levels,
     offered_load,
     spot_weights,
-    stationary,
     synthesize_mmpp,
 )
+from services.simulator.traces.mmpp_arrivals import modulator_levels, stationary
 from services.simulator.traces.mmpp_config import MmppConfig
+from services.simulator.traces.mmpp_marks import Pool, duration_quantile, gpu_request_pmf
 from services.simulator.traces.records import TraceNode
 from services.simulator.workload import build_workload
 
