@@ -19,9 +19,12 @@ app = typer.Typer(help="Run a live GFS service (Kafka, Postgres).", no_args_is_h
 
 
 def _logging(settings: PlatformSettings, service: str) -> None:
+    """Logs, and the allocation tracing an operator may switch on (GFS_TRACEMALLOC)."""
     from services.platform.logs import configure_logging
+    from services.platform.memory_trace import install
 
     configure_logging(service=service, log_format=settings.gfs_log_format, level=settings.gfs_log_level)
+    install(service)
 
 
 def _run_until_signalled(main: object) -> None:
@@ -71,10 +74,12 @@ def quota(
 def forecast() -> None:
     """The forecast stream (Faust): task events in, per-tenant and per-pool forecasts out."""
     from services.forecast.app import ForecastServiceSettings, run_forecast_worker
+    from services.platform.memory_trace import install
     from services.platform.tracing import configure_tracing
 
     settings = ForecastServiceSettings()
     configure_tracing(settings)  # the Faust worker's exit flushes nothing: the last batch may be lost
+    install("forecast")  # Faust sets up its own logs; the report goes through them
     run_forecast_worker(settings)
 
 
