@@ -79,7 +79,7 @@ def forecast() -> None:
 
     settings = ForecastServiceSettings()
     configure_tracing(settings)  # the Faust worker's exit flushes nothing: the last batch may be lost
-    install("forecast")  # Faust sets up its own logs; the report goes through them
+    install("forecast", take_signal=False)  # SIGUSR2 is mode's (a debugger): timer reports only
     run_forecast_worker(settings)
 
 

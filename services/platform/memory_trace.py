@@ -11,9 +11,13 @@ answers SIGUSR2:
   (size and count differences, grouped by the allocating line), so two signals some minutes apart
   name what accumulates rather than what start-up allocated.
 
-`GFS_TRACEMALLOC_TOP` (default 25) sets how many sites a report lists. Tracing slows allocation
-(about 2x at one frame), so it is a diagnostic to switch on for a run, never a default. SIGUSR2
-is free in every service (node agents signal SIGUSR1 to tasks, never to themselves).
+`GFS_TRACEMALLOC_EVERY_S=S` reports on a timer instead (a daemon thread: the baseline S seconds
+after start, then every S seconds), for a soak that nobody signals and for the Faust forecast
+worker, whose SIGUSR2 belongs to its framework (mode enters a debugger on it): there the signal is
+not taken. `GFS_TRACEMALLOC_TOP` (default 25) sets how many sites a report lists. Tracing slows
+allocation (about 2x at one frame), so it is a diagnostic to switch on for a run, never a default.
+SIGUSR2 is otherwise free in our services (node agents signal SIGUSR1 to tasks, never to
+themselves).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import threading
 import tracemalloc
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -30,6 +35,7 @@ log = logging.getLogger(__name__)
 
 ENV_FRAMES = "GFS_TRACEMALLOC"
 ENV_TOP = "GFS_TRACEMALLOC_TOP"
+ENV_EVERY = "GFS_TRACEMALLOC_EVERY_S"
 # Allocations made by the tracing itself and by imports are noise in a growth report.
 _IGNORED = (
     tracemalloc.Filter(False, tracemalloc.__file__),
@@ -62,6 +68,7 @@ class MemoryTrace:
     top: int = 25
     baseline: tracemalloc.Snapshot | None = None
     reports: list[list[str]] = field(default_factory=list)  # every report's lines, newest last
+    stopped: threading.Event = field(default_factory=threading.Event)  # ends the timer's reports
 
     def report(self) -> list[str]:
         """The baseline on the first call; the sites that grew since it on every later one."""
@@ -83,28 +90,53 @@ class MemoryTrace:
         self.reports.append(lines)
         return lines
 
-    def on_signal(self, signum: int, frame: FrameType | None) -> None:
+    def log_report(self) -> None:
         for line in self.report():
             log.warning("%s", line)
 
+    def on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self.log_report()
 
-def install(service: str, environ: Mapping[str, str] | None = None) -> MemoryTrace | None:
-    """Start tracing and answer SIGUSR2 when GFS_TRACEMALLOC is set (call from the main thread,
-    before the service's work starts); None, and nothing changed, when it is not."""
+    def every(self, interval_s: float) -> threading.Thread:
+        """Report every `interval_s` (the first: the baseline) until `close`."""
+
+        def loop() -> None:
+            while not self.stopped.wait(interval_s) and tracemalloc.is_tracing():
+                self.log_report()
+
+        thread = threading.Thread(target=loop, name=f"memory-trace-{self.service}", daemon=True)
+        thread.start()
+        return thread
+
+    def close(self) -> None:
+        self.stopped.set()
+
+
+def install(
+    service: str, environ: Mapping[str, str] | None = None, *, take_signal: bool = True
+) -> MemoryTrace | None:
+    """Start tracing when GFS_TRACEMALLOC is set (call from the main thread, before the service's
+    work starts): SIGUSR2 reports unless `take_signal` is False, GFS_TRACEMALLOC_EVERY_S reports on
+    a timer. None, and nothing changed, when it is not set."""
     environ = os.environ if environ is None else environ
     frames = _positive(environ, ENV_FRAMES, None)
     if frames is None:
         return None
     top = _positive(environ, ENV_TOP, 25)
+    every_s = _positive(environ, ENV_EVERY, None)
     assert top is not None
     tracemalloc.start(frames)
     trace = MemoryTrace(service, top=top)
-    signal.signal(signal.SIGUSR2, trace.on_signal)
+    how = []
+    if take_signal:
+        signal.signal(signal.SIGUSR2, trace.on_signal)
+        how.append("send SIGUSR2 for a baseline, then again for what grew since")
+    if every_s is not None:
+        trace.every(float(every_s))
+        how.append(f"a report every {every_s} s (the first: the baseline)")
+    if not how:
+        how.append(f"no report: this service leaves SIGUSR2 to its framework; set {ENV_EVERY}")
     log.warning(
-        "%s: allocation tracing on (%s=%d frames; slower): send SIGUSR2 for a baseline, then again"
-        " for what grew since",
-        service,
-        ENV_FRAMES,
-        frames,
+        "%s: allocation tracing on (%s=%d frames; slower): %s", service, ENV_FRAMES, frames, "; ".join(how)
     )
     return trace

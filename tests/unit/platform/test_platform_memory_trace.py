@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 import tracemalloc
 from collections.abc import Iterator
 
@@ -53,6 +54,19 @@ def test_a_second_signal_names_the_line_that_grew(clean: None) -> None:
     # 200 blocks of 4 KiB (and a little more each): at least 800 KiB and 200 blocks more
     size_kib, _, blocks = top.split()[:3]
     assert float(size_kib) >= 800 and int(blocks) >= 200, top
+
+
+def test_the_timer_reports_without_a_signal(clean: None) -> None:
+    before = signal.getsignal(signal.SIGUSR2)
+    trace = install("svc", {"GFS_TRACEMALLOC": "1", "GFS_TRACEMALLOC_EVERY_S": "1"}, take_signal=False)
+    assert trace is not None
+    assert signal.getsignal(signal.SIGUSR2) is before  # the framework's signal is left alone
+    deadline = time.monotonic() + 10
+    while len(trace.reports) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    trace.close()
+    assert "baseline taken" in trace.reports[0][0]
+    assert "top" in trace.reports[1][0]
 
 
 @pytest.mark.parametrize("raw", ["0", "-1", "two", "1.5"])
