@@ -46,6 +46,7 @@ from typing import Any
 from aiohttp import web
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 
+from schemas.topics import CLOCK_TOPIC
 from services.platform.clock import Clock, SystemClock, TickClock
 from services.platform.kafka.producer import EnvelopeProducer
 from services.platform.kafka.topic_admin import ensure_topics
@@ -60,14 +61,8 @@ from services.preemption.decider_inbox import Inbox
 from services.preemption.decider_timers import Timers
 from services.preemption.metrics import register_metrics
 from services.preemption.report_auth import ReportAuth
-from services.preemption.router import (
-    CLOCK_TOPIC,
-    ROUTED_TOPICS,
-    Router,
-    caught_up_at,
-    inbox_spec,
-    route,
-)
+from services.preemption.router import ROUTED_TOPICS, Router, inbox_spec, route
+from services.preemption.router_heard import caught_up_at
 from services.preemption.service_settings import PreemptionSettings
 
 log = logging.getLogger(__name__)
