@@ -223,11 +223,15 @@ class Inbox(Transaction):
         headers = list(record.headers or ())
         source = next((v.decode() for k, v in headers if k == SOURCE_HEADER), "")
         duplicate = any(k == DUPLICATE_HEADER for k, _ in headers)
-        try:
-            envelope = decode(source, record.value or b"")
-        except (ValueError, KeyError) as exc:  # the router validated it: this is a bug or tampering
-            await self._dead_letter(record, exc)
-            return None
+        # Validated once: by this process's router when it forwarded the record (handoff.py),
+        # else here, from the bytes (another instance routed it, or it was read again).
+        envelope = None if self.handoff is None else self.handoff.take(record.partition, record.offset)
+        if envelope is None:
+            try:
+                envelope = decode(source, record.value or b"")
+            except (ValueError, KeyError) as exc:  # the router validated it: a bug or tampering
+                await self._dead_letter(record, exc)
+                return None
         return envelope.payload, envelope.event_id, duplicate, extract_context(headers)
 
     async def _dead_letter(self, record: ConsumerRecord[bytes, bytes], exc: Exception) -> None:

@@ -26,9 +26,11 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import asyncpg
+from aiokafka.structs import RecordMetadata
 
 from schemas.clock import CLOCK_KEY, ClockTick
 from schemas.commands import EvictAck
@@ -54,6 +56,7 @@ from services.platform.kafka.producer import EnvelopeProducer
 from services.platform.kafka_security import PLAINTEXT, KafkaSecurity
 from services.platform.tracing import inject_headers
 from services.preemption import store
+from services.preemption.handoff import Handoff
 from services.preemption.poison import STORE_ATTEMPTS, StoreFailedError, caused_by_record, store_failed
 from services.preemption.report_auth import ReportAuth
 from services.preemption.router_heard import Heard
@@ -113,6 +116,9 @@ class Router:
     auth: ReportAuth | None = None
     on_refused: Callable[[NodeTelemetry, str], None] = lambda _sample, _reason: None
     unauthenticated: int = 0
+    # Where this instance's decider takes the validated envelopes of the records it will decide,
+    # instead of decoding them again (handoff.py; None: it decodes every record).
+    handoff: Handoff | None = None
 
     @property
     def heard(self) -> float | None:
@@ -189,6 +195,8 @@ class Router:
         # decider decodes it against its source topic, as it decoded the re-encoded envelope.
         value = context.value if context.value is not None else encode(envelope)
         sent = await self.producer.send_raw_later(self.inbox, value=value, key=pool.encode(), headers=carried)
+        if self.handoff is not None:
+            sent.add_done_callback(partial(_hand_over, self.handoff, envelope))
         self.in_flight.append(sent)
         self.routed += 1
 
@@ -315,6 +323,14 @@ class Router:
         value = context.value if context.value is not None else encode(envelope)
         await letters.publish(_Read(context.topic, context.partition, context.offset, value), exc)
         log.warning("router: dead-lettered %s@%d: %s", context.topic, context.offset, exc)
+
+
+def _hand_over(handoff: Handoff, envelope: Envelope[Any], sent: asyncio.Future[RecordMetadata]) -> None:
+    """Leave a forwarded record's envelope for the decider, where the broker's ack put it; as soon
+    as the ack arrives (not after the batch), so the decider rarely reads the record first."""
+    if not sent.cancelled() and sent.exception() is None:
+        landed = sent.result()
+        handoff.put(landed.partition, landed.offset, envelope)
 
 
 @dataclass(frozen=True, slots=True)

@@ -59,6 +59,7 @@ from services.preemption.api import build_api
 from services.preemption.decider_base import PRODUCER, TRACER, Stats
 from services.preemption.decider_inbox import Inbox
 from services.preemption.decider_timers import Timers
+from services.preemption.handoff import Handoff
 from services.preemption.metrics import register_metrics
 from services.preemption.report_auth import ReportAuth
 from services.preemption.router import ROUTED_TOPICS, Router, inbox_spec, route
@@ -196,6 +197,9 @@ async def run_preemption_service(
                         clock_name=settings.preemption_clock_name, auth=decider.auth,
                         on_refused=decider.note_refused)  # fmt: skip
         decider.router_heard = lambda: router.heard
+        # One decode per record: what this instance routes to a partition it decides crosses in
+        # memory, validated (handoff.py).
+        decider.handoff = router.handoff = Handoff(owned=lambda partition: partition in decider.partitions)
         try:
             if settings.preemption_api_port:
                 runner = web.AppRunner(build_api(decider, metrics, ready))
