@@ -115,8 +115,8 @@ async def consume(
         # consumer.stop() leaves uncommitted offsets uncommitted (auto-commit is off).
         resources.push_async_callback(consumer.stop)
         while not stop.is_set():
-            batch = await consumer.getmany(timeout_ms=poll_timeout_ms)
-            for tp, records in batch.items():
+            fetched = await consumer.getmany(timeout_ms=poll_timeout_ms)
+            for tp, records in fetched.items():
                 await _process_in_order(consumer, processor, tp, records, stop)
                 if stop.is_set():
                     break
