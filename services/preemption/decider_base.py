@@ -30,6 +30,7 @@ from services.platform.kafka.producer import EnvelopeProducer
 from services.platform.signing import node_key
 from services.preemption import liveness, snapshots, store
 from services.preemption.controller import PoolController, id_salt
+from services.preemption.handoff import Handoff
 from services.preemption.inputs import Entry, apply
 from services.preemption.report_auth import ReportAuth
 from services.preemption.service_settings import PreemptionSettings
@@ -124,6 +125,8 @@ class DeciderBase:
     refused_counter: Any = None
     unsigned_counter: Any = None
     auth: ReportAuth | None = None  # set by the composition root; None: every report is applied
+    # Records this instance's router validated, taken instead of decoded again (handoff.py).
+    handoff: Handoff | None = None
 
     # ----- ownership ------------------------------------------------------------------------------
     def controller(self, state: PartitionState, pool: str) -> PoolController:
@@ -172,6 +175,8 @@ class DeciderBase:
         async with self.lock:
             if self.partitions.pop(partition, None) is not None:
                 log.info("preemption %s: released partition %d", self.instance, partition)
+            if self.handoff is not None:
+                self.handoff.drop(partition)
 
     def owned_pools(self) -> dict[str, PoolController]:
         return {name: c for s in self.partitions.values() for name, c in s.controllers.items()}

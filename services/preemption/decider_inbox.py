@@ -11,7 +11,6 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Sequence
-from datetime import UTC, datetime
 
 from aiokafka import ConsumerRecord
 from opentelemetry import context as otel_context
@@ -21,10 +20,10 @@ from pydantic import BaseModel
 from schemas.clock import ClockTick
 from schemas.commands import EvictAck
 from schemas.telemetry import NodeTelemetry
-from schemas.topics import DEAD_LETTER_TOPIC, decode
+from schemas.topics import decode
 from schemas.workers import WorkerExited, WorkerStarted
 from services.platform.clock import TickClock
-from services.platform.kafka.dead_letter import FailedRecord, build_dead_letter
+from services.platform.kafka.dead_letter import DeadLetterPublisher
 from services.platform.tracing import extract_context
 from services.preemption import liveness, reconcile, store
 from services.preemption.controller import Effects
@@ -224,23 +223,29 @@ class Inbox(Transaction):
         headers = list(record.headers or ())
         source = next((v.decode() for k, v in headers if k == SOURCE_HEADER), "")
         duplicate = any(k == DUPLICATE_HEADER for k, _ in headers)
-        try:
-            envelope = decode(source, record.value or b"")
-        except (ValueError, KeyError) as exc:  # the router validated it: this is a bug or tampering
-            await self._dead_letter(record, exc)
-            return None
+        # Validated once: by this process's router when it forwarded the record (handoff.py),
+        # else here, from the bytes (another instance routed it, or it was read again).
+        envelope = None if self.handoff is None else self.handoff.take(record.partition, record.offset)
+        if envelope is None:
+            try:
+                envelope = decode(source, record.value or b"")
+            except (ValueError, KeyError) as exc:  # the router validated it: a bug or tampering
+                await self._dead_letter(record, exc)
+                return None
         return envelope.payload, envelope.event_id, duplicate, extract_context(headers)
 
     async def _dead_letter(self, record: ConsumerRecord[bytes, bytes], exc: Exception) -> None:
         self.stats.dead_lettered += 1
         log.error("preemption: dead-lettered inbox record %d@%d: %r", record.partition, record.offset, exc)
+        await self._publish_letter(record, exc)
+
+    async def _publish_letter(self, record: ConsumerRecord[bytes, bytes], exc: Exception) -> None:
+        """The letter of an inbox record, by the platform's publisher (none without a producer)."""
         if self.producer is not None:
-            failed = FailedRecord(
-                topic=record.topic, partition=record.partition, offset=record.offset,
-                value=record.value, consumer_group=self.settings.preemption_group,
-            )  # fmt: skip
-            letter = build_dead_letter(failed, error=exc, failed_at=datetime.now(UTC), producer=PRODUCER)
-            await self.producer.send(DEAD_LETTER_TOPIC, letter)
+            letters = DeadLetterPublisher(
+                sink=self.producer, consumer_group=self.settings.preemption_group, producer=PRODUCER
+            )
+            await letters.publish(record, exc)
 
     async def _authentic(self, record: ConsumerRecord[bytes, bytes], report: Report) -> bool:
         """Whether `report` is its node's word (report_auth.py); a refused one is dead-lettered."""
@@ -270,14 +275,7 @@ class Inbox(Transaction):
         self.note_refused(ack, reason)
         what = getattr(ack, "command_id", None) or getattr(ack, "node", "")
         log.warning("preemption: refused %s %s (%s): %s", type(ack).__name__, what, reason, why)
-        if self.producer is not None:
-            failed = FailedRecord(
-                topic=record.topic, partition=record.partition, offset=record.offset, value=record.value,
-                consumer_group=self.settings.preemption_group,
-            )  # fmt: skip
-            error = ValueError(f"{type(ack).__name__} refused: {why}")
-            letter = build_dead_letter(failed, error=error, failed_at=datetime.now(UTC), producer=PRODUCER)
-            await self.producer.send(DEAD_LETTER_TOPIC, letter)
+        await self._publish_letter(record, ValueError(f"{type(ack).__name__} refused: {why}"))
 
     async def _seen(self, event_ids: list[uuid.UUID]) -> set[uuid.UUID]:
         if not event_ids:

@@ -26,13 +26,11 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 import asyncpg
-from aiokafka import ConsumerRebalanceListener, ConsumerRecord, TopicPartition
-from aiokafka.errors import CommitFailedError, IllegalStateError
-from opentelemetry import trace
+from aiokafka.structs import RecordMetadata
 
 from schemas.clock import CLOCK_KEY, ClockTick
 from schemas.commands import EvictAck
@@ -40,16 +38,28 @@ from schemas.envelope import Envelope
 from schemas.quota import SpotQuota
 from schemas.tasks import TaskCancelled, TaskSubmitted
 from schemas.telemetry import NodeTelemetry
-from schemas.topics import DEAD_LETTER_TOPIC, TopicSpec, encode
+from schemas.topics import (
+    EVICT_ACK_TOPIC,
+    QUOTAS_TOPIC,
+    TASK_SUBMIT_TOPIC,
+    TELEMETRY_TOPIC,
+    WORKER_ACK_TOPIC,
+    TopicSpec,
+    encode,
+)
 from schemas.workers import WorkerExited, WorkerStarted
-from services.platform.kafka.dead_letter import FailedRecord, build_dead_letter
-from services.platform.kafka.processing import NO_RETRY, ConsumeStats, MessageContext, RecordProcessor
+from services.platform.kafka.batches import BatchMode
+from services.platform.kafka.consumer import consume
+from services.platform.kafka.dead_letter import DeadLetterPublisher
+from services.platform.kafka.processing import NO_RETRY, ConsumeStats, MessageContext
 from services.platform.kafka.producer import EnvelopeProducer
 from services.platform.kafka_security import PLAINTEXT, KafkaSecurity
-from services.platform.tracing import TRACER_NAME, inject_headers
+from services.platform.tracing import inject_headers
 from services.preemption import store
+from services.preemption.handoff import Handoff
 from services.preemption.poison import STORE_ATTEMPTS, StoreFailedError, caused_by_record, store_failed
 from services.preemption.report_auth import ReportAuth
+from services.preemption.router_heard import Heard
 
 log = logging.getLogger(__name__)
 
@@ -59,14 +69,8 @@ SOURCE_HEADER = "gfs-source-topic"
 # decider refuses an ack whose claimed node is not that key (controller.refusal).
 SOURCE_KEY_HEADER = "gfs-source-key"
 DUPLICATE_HEADER = "gfs-duplicate"
-ROUTED_TOPICS = (
-    "gfs.tasks.submit",
-    "gfs.nodes.telemetry",
-    "gfs.quotas",
-    "gfs.commands.evict-ack",
-    "gfs.commands.worker-ack",
-)
-CLOCK_TOPIC = "gfs.control.clock"  # routed too when the service runs on the controllable clock
+ROUTED_TOPICS = (TASK_SUBMIT_TOPIC, TELEMETRY_TOPIC, QUOTAS_TOPIC, EVICT_ACK_TOPIC, WORKER_ACK_TOPIC)
+# CLOCK_TOPIC (schemas.topics) is routed too when the service runs on the controllable clock.
 UNKNOWN_NODE_TTL_S = 30.0
 BATCH_SPAN = "route batch"  # the router's span of one fetched batch, linked to each record's trace
 _TRACE_HEADERS = frozenset({"traceparent", "tracestate"})
@@ -103,16 +107,23 @@ class Router:
     in_flight: list[asyncio.Future[Any]] = field(default_factory=list)
     held: list[tuple[Envelope[Any], MessageContext]] = field(default_factory=list)  # until `flush`
     unknown_nodes: dict[str, float] = field(default_factory=dict)  # node -> monotonic retry time
-    # Every input sent before `heard` has been forwarded (None: not known yet): the decider does
-    # not count a node's silence past it (liveness.py). Per source partition in `heard_by`.
-    heard: float | None = None
-    heard_by: dict[tuple[str, int], float] = field(default_factory=dict)
+    # How far the router has heard (router_heard.py): the decider does not count a node's
+    # silence past it (liveness.py).
+    hearing: Heard = field(default_factory=Heard)
     # Telemetry not signed by its node (report_auth.py) is dead-lettered here, before its node's
     # pool is stored: a forged sample must not move a node to another pool (its real acks would
     # then be routed there and refused). Acks are checked by the decider (service.py).
     auth: ReportAuth | None = None
     on_refused: Callable[[NodeTelemetry, str], None] = lambda _sample, _reason: None
     unauthenticated: int = 0
+    # Where this instance's decider takes the validated envelopes of the records it will decide,
+    # instead of decoding them again (handoff.py; None: it decodes every record).
+    handoff: Handoff | None = None
+
+    @property
+    def heard(self) -> float | None:
+        """Every input sent before this time has been forwarded (None: not known yet)."""
+        return self.hearing.at
 
     async def handle(self, envelope: Envelope[Any], context: MessageContext) -> None:
         """Hold a decoded record until the batch is forwarded (`flush`): the routes of a batch's
@@ -184,6 +195,8 @@ class Router:
         # decider decodes it against its source topic, as it decoded the re-encoded envelope.
         value = context.value if context.value is not None else encode(envelope)
         sent = await self.producer.send_raw_later(self.inbox, value=value, key=pool.encode(), headers=carried)
+        if self.handoff is not None:
+            sent.add_done_callback(partial(_hand_over, self.handoff, envelope))
         self.in_flight.append(sent)
         self.routed += 1
 
@@ -304,82 +317,30 @@ class Router:
         return found
 
     async def _dead_letter(self, envelope: Envelope[Any], context: MessageContext, exc: Exception) -> None:
-        failed = FailedRecord(topic=context.topic, partition=context.partition, offset=context.offset,
-                              value=context.value if context.value is not None else encode(envelope),
-                              consumer_group=context.consumer_group)  # fmt: skip
-        letter = build_dead_letter(
-            failed, error=exc, failed_at=datetime.now(UTC), producer=self.producer_name
+        letters = DeadLetterPublisher(
+            sink=self.producer, consumer_group=context.consumer_group, producer=self.producer_name
         )
-        await self.producer.send(DEAD_LETTER_TOPIC, letter)
+        value = context.value if context.value is not None else encode(envelope)
+        await letters.publish(_Read(context.topic, context.partition, context.offset, value), exc)
         log.warning("router: dead-lettered %s@%d: %s", context.topic, context.offset, exc)
 
 
-def caught_up_at(consumer: Any, tp: Any, position: int) -> float | None:
-    """When `tp` was last seen read to its end (the time of the fetch that showed it), or None if
-    it lags or was never fetched. A stalled fetch (broker away, partition paused) keeps the old
-    time, so the time a consumer could not hear stays out of every node's silence."""
-    end = consumer.last_stable_offset(tp)
-    if end is None or end < 0:
-        end = consumer.highwater(tp)
-    polled = consumer.last_poll_timestamp(tp)
-    if end is None or polled is None or position < end:
-        return None
-    return float(polled) / 1000
+def _hand_over(handoff: Handoff, envelope: Envelope[Any], sent: asyncio.Future[RecordMetadata]) -> None:
+    """Leave a forwarded record's envelope for the decider, where the broker's ack put it; as soon
+    as the ack arrives (not after the batch), so the decider rarely reads the record first."""
+    if not sent.cancelled() and sent.exception() is None:
+        landed = sent.result()
+        handoff.put(landed.partition, landed.offset, envelope)
 
 
-async def note_heard(router: Router, consumer: Any) -> None:
-    """Update `router.heard` after a batch: the oldest of its partitions' caught-up times (a
-    lagging partition keeps the last one). No partitions (another instance routes them): now."""
-    assigned = consumer.assignment()
-    if not assigned:
-        router.heard = time.time()
-        return
-    times: list[float] = []
-    for tp in assigned:
-        key = (tp.topic, tp.partition)
-        if consumer.last_poll_timestamp(tp) is not None:
-            at = caught_up_at(consumer, tp, await consumer.position(tp))
-            if at is not None:
-                router.heard_by[key] = max(at, router.heard_by.get(key, at))
-        if key not in router.heard_by:
-            router.heard = None
-            return
-        times.append(router.heard_by[key])
-    router.heard = min(times)
+@dataclass(frozen=True, slots=True)
+class _Read:
+    """A record as the dead-letter publisher needs it: where it was read, and its bytes."""
 
-
-class CommitInFlight(ConsumerRebalanceListener):  # type: ignore[misc]
-    """Lets the last batch's offset commit land before the group takes partitions away, so their
-    new owner starts after it instead of reading the batch again (issue 23: a second instance
-    joining while the first had a commit in flight crashed the first)."""
-
-    def __init__(self) -> None:
-        self.task: asyncio.Task[None] | None = None
-
-    async def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
-        if self.task is not None:
-            await settle_commit(self.task)
-
-    async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
-        return None
-
-
-async def settle_commit(commit: asyncio.Task[None]) -> None:
-    """Wait for an offset commit. One the group refused because it rebalanced (the partitions are
-    no longer ours, or the generation moved on) is not an error for a forwarder: the partitions'
-    new owner reads those records again from the last committed offset, and everything downstream
-    deduplicates by event id (at-least-once). Any other failure stops the loop, as before."""
-    try:
-        await commit
-    except (CommitFailedError, IllegalStateError) as exc:
-        log.warning("router: offset commit refused by a rebalance, the records will be read again: %r", exc)
-
-
-def assigned_offsets(
-    batch: dict[TopicPartition, list[ConsumerRecord[bytes, bytes]]], assigned: set[TopicPartition]
-) -> dict[TopicPartition, int]:
-    """The next offset to read of each partition in `batch` that is still assigned to us."""
-    return {tp: records[-1].offset + 1 for tp, records in batch.items() if tp in assigned and records}
+    topic: str
+    partition: int
+    offset: int
+    value: bytes | None
 
 
 async def route(
@@ -393,61 +354,14 @@ async def route(
     topics: tuple[str, ...] = ROUTED_TOPICS,
     security: KafkaSecurity = PLAINTEXT,
 ) -> None:
-    """The router's loop: per fetched batch, decode (bad records to the dead-letter topic, as the
-    platform's loop does), store the batch's routes (one round trip for its submissions), forward
-    every record without waiting, then wait for all the acks and commit the batch's offsets.
-    At-least-once, one commit and one round of acks per batch instead of per record."""
-    from aiokafka import AIOKafkaConsumer
-
-    processor = RecordProcessor(
-        sink=router.producer, group=group, handler=router.handle, retry=NO_RETRY,
-        producer_name=router.producer_name, now=lambda: datetime.now(UTC), stats=stats or ConsumeStats(),
-        span_per_record=False,
+    """The router on the platform's consume loop in batch mode (services/platform/kafka/batches.py):
+    per fetched batch, decode (bad records to the dead-letter topic), store the batch's routes (one
+    round trip for its submissions), forward every record without waiting, then wait for all the
+    acks (`flush`) and commit the batch's offsets. At-least-once, one commit and one round of acks
+    per batch instead of per record; one span per batch (`BATCH_SPAN`) linked to each record's trace."""
+    mode = BatchMode(flush=router.flush, span_name=BATCH_SPAN, after_poll=router.hearing.note)
+    await consume(
+        topics, group, router.handle, bootstrap_servers=bootstrap_servers, stop=stop, retry=NO_RETRY,
+        dead_letter_producer=router.producer, producer_name=router.producer_name, poll_timeout_ms=200,
+        stats=stats, security=security, batch=mode, offset_reset=offset_reset,
     )  # fmt: skip
-    tracer = trace.get_tracer(TRACER_NAME)
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap_servers, group_id=group, enable_auto_commit=False,
-        auto_offset_reset=offset_reset, isolation_level="read_committed", **security.client_kwargs(),
-    )  # fmt: skip
-    in_flight = CommitInFlight()
-    consumer.subscribe(list(topics), listener=in_flight)
-    await consumer.start()
-    # The offset commit of a batch runs while the next batch is read and routed (issue 22: on a
-    # busy broker it was a serial round trip of tens of ms before every fetch). It is issued only
-    # after the batch's forwards were acknowledged, and commits stay in order (each waits for the
-    # one before), so delivery is at-least-once as before; a failed commit stops the loop at the
-    # next batch instead of this one (its records are read again, and deduped downstream).
-    committing: asyncio.Task[None] | None = None
-    try:
-        while not stop.is_set():
-            batch = await consumer.getmany(timeout_ms=200, max_records=2000)
-            if not batch:
-                await note_heard(router, consumer)
-                continue
-            # One span per batch (issue 23: a span per record cost more than routing it), linked
-            # to each record's trace; each record is forwarded in its own trace, so the decision
-            # spans of the decider continue the task's trace.
-            with tracer.start_as_current_span(
-                BATCH_SPAN, kind=trace.SpanKind.CONSUMER,
-                attributes={"messaging.system": "kafka", "messaging.consumer.group.name": group,
-                            "messaging.batch.message_count": sum(len(r) for r in batch.values())},
-            ):  # fmt: skip
-                for records in batch.values():
-                    for record in records:
-                        await processor.process(record)
-                await router.flush()
-            if committing is not None:
-                await settle_commit(committing)
-            # Only partitions still ours: a rebalance during the batch may have taken some away
-            # (committing them would be refused, and their new owner reads them again anyway).
-            offsets = assigned_offsets(batch, consumer.assignment())
-            committing = in_flight.task = asyncio.create_task(consumer.commit(offsets)) if offsets else None
-            await note_heard(router, consumer)
-        if committing is not None:
-            await settle_commit(committing)
-    finally:
-        if committing is not None and not committing.done():
-            committing.cancel()
-        if committing is not None:
-            await asyncio.gather(committing, return_exceptions=True)
-        await consumer.stop()

@@ -46,6 +46,7 @@ from typing import Any
 from aiohttp import web
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 
+from schemas.topics import CLOCK_TOPIC
 from services.platform.clock import Clock, SystemClock, TickClock
 from services.platform.kafka.producer import EnvelopeProducer
 from services.platform.kafka.topic_admin import ensure_topics
@@ -58,16 +59,11 @@ from services.preemption.api import build_api
 from services.preemption.decider_base import PRODUCER, TRACER, Stats
 from services.preemption.decider_inbox import Inbox
 from services.preemption.decider_timers import Timers
+from services.preemption.handoff import Handoff
 from services.preemption.metrics import register_metrics
 from services.preemption.report_auth import ReportAuth
-from services.preemption.router import (
-    CLOCK_TOPIC,
-    ROUTED_TOPICS,
-    Router,
-    caught_up_at,
-    inbox_spec,
-    route,
-)
+from services.preemption.router import ROUTED_TOPICS, Router, inbox_spec, route
+from services.preemption.router_heard import caught_up_at
 from services.preemption.service_settings import PreemptionSettings
 
 log = logging.getLogger(__name__)
@@ -201,6 +197,9 @@ async def run_preemption_service(
                         clock_name=settings.preemption_clock_name, auth=decider.auth,
                         on_refused=decider.note_refused)  # fmt: skip
         decider.router_heard = lambda: router.heard
+        # One decode per record: what this instance routes to a partition it decides crosses in
+        # memory, validated (handoff.py).
+        decider.handoff = router.handoff = Handoff(owned=lambda partition: partition in decider.partitions)
         try:
             if settings.preemption_api_port:
                 runner = web.AppRunner(build_api(decider, metrics, ready))

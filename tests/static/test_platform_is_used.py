@@ -20,10 +20,7 @@ from schemas.topics import TOPICS
 ROOT = Path(__file__).resolve().parents[2]
 BEING_SPLIT = frozenset(
     {
-        "services/preemption/router.py",
         "services/preemption/service.py",
-        # service.py's inbox handling, moved unchanged by the decider split (its dead letters).
-        "services/preemption/decider_inbox.py",
         "services/preemption/inputs.py",
         "services/preemption/controller.py",
     }

@@ -11,10 +11,16 @@ contract's golden examples), each way to turn a record value into a validated pa
 - `msgspec`: msgspec.json.decode to Python objects, then model_validate (when importable; a typed
   msgspec Struct would be faster still, but would be a second copy of the wire contracts, which
   stay in `schemas/` alone);
-- `encode`: the router's re-encode (`model_dump_json`), the step one decode per record removes.
+- `encode`: the router's re-encode (`model_dump_json`), the step one decode per record removes;
+- `pickle`: unpickling the payload, a way to rebuild the models without validating them (the
+  floor of any rebuild from bytes: it is not faster than validating, so not rebuilding is the win);
+- `handoff`: what the decider pays instead of a decode when its own router validated the record
+  (services/preemption/handoff.py; measured by `python -m services.preemption.handoff_bench`,
+  which adds it to these cases: the platform does not import the preemption service).
 
-Measured in one process, one case after another, in CPU time, so the numbers compare with each
-other (the machine is shared: wall-clock times would count other processes' turns).
+Measured in one process in CPU time, so the numbers compare with each other (the machine is
+shared: wall-clock times would count other processes' turns); the cases alternate in rounds and
+each cell is the median of its rounds, so a burst of load elsewhere does not favour one case.
 """
 
 from __future__ import annotations
@@ -22,6 +28,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import pickle
+import statistics
 import time
 from collections.abc import Callable, Coroutine
 from pathlib import Path
@@ -49,8 +57,13 @@ def _per_call_us(action: Callable[[], object], seconds: float, warm: int = 200) 
             return elapsed / calls * 1e6
 
 
+def golden_bytes(event_type: str) -> bytes:
+    """The contract's golden message of `event_type`, as compact JSON (as producers write it)."""
+    return json.dumps(json.loads((GOLDEN / f"{event_type}.json").read_text()), separators=(",", ":")).encode()
+
+
 def cases(event_type: str) -> dict[str, Callable[[], object]]:
-    raw = json.dumps(json.loads((GOLDEN / f"{event_type}.json").read_text()), separators=(",", ":")).encode()
+    raw = golden_bytes(event_type)
     topic = topic_for_event_type(event_type).name
     model = envelope_type(topic_for_event_type(event_type).payload_type(event_type))
     envelope = decode(topic, raw)
@@ -73,7 +86,19 @@ def cases(event_type: str) -> dict[str, Callable[[], object]]:
     except ImportError:
         pass
     found["encode"] = lambda: encode(envelope)
+    pickled = pickle.dumps(envelope.payload)  # a generic Envelope[T] does not pickle; its payload does
+    found["pickle"] = lambda: pickle.loads(pickled)
     return found
+
+
+def alternated(actions: dict[str, Callable[[], object]], seconds: float, rounds: int = 7) -> dict[str, float]:
+    """CPU µs per call of each action: the actions take turns, `rounds` times, each for
+    `seconds / rounds` per turn; the median of its turns per action."""
+    turns: dict[str, list[float]] = {name: [] for name in actions}
+    for _ in range(rounds):
+        for name, action in actions.items():
+            turns[name].append(_per_call_us(action, seconds / rounds, warm=100))
+    return {name: statistics.median(values) for name, values in turns.items()}
 
 
 class _Dropped:
@@ -165,16 +190,17 @@ def span_cases(batch: int = 500) -> dict[str, Callable[[], object]]:
     return found
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(
+    argv: list[str] | None = None, extra: Callable[[str], dict[str, Callable[[], object]]] | None = None
+) -> None:
+    """Print the table (`extra`: more cases per event type, measured in the same alternation)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--seconds-per-case", type=float, default=0.5)
     args = parser.parse_args(argv)
-    columns = ("reference", "decode", "validate_json", "orjson", "msgspec", "encode")
+    columns = ("reference", "decode", "validate_json", "orjson", "msgspec", "encode", "pickle", "handoff")
     print(f"{'us per record':<16}" + "".join(f"{c:>15}" for c in columns))
     for event_type in HOT:
-        timings = {
-            name: _per_call_us(action, args.seconds_per_case) for name, action in cases(event_type).items()
-        }
+        timings = alternated(cases(event_type) | (extra(event_type) if extra else {}), args.seconds_per_case)
         cells = "".join(f"{timings[c]:>15.1f}" if c in timings else f"{'n/a':>15}" for c in columns)
         print(f"{event_type:<16}{cells}")
     batch = 500

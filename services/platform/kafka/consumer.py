@@ -36,6 +36,7 @@ from datetime import UTC, datetime
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 from aiokafka.errors import CommitFailedError, IllegalStateError
 
+from services.platform.kafka.batches import BatchMode, consume_batches
 from services.platform.kafka.processing import (
     DEFAULT_RETRY,
     ConsumeStats,
@@ -68,11 +69,15 @@ async def consume(
     poll_timeout_ms: int = 500,
     stats: ConsumeStats | None = None,
     security: KafkaSecurity = PLAINTEXT,
+    batch: BatchMode | None = None,
+    offset_reset: str = "earliest",
 ) -> ConsumeStats:
     """Run the loop on `topics` as consumer `group` until `stop` is set (or forever).
 
     Returns the stats when stopped; raises `HandlerFailedError` per the module contract.
-    A new group starts from the earliest offset. `security` (TLS/SASL, default plaintext) applies to
+    A new group starts from `offset_reset` (the earliest offset by default). `batch`: handle each
+    fetched batch as one unit (`batches.py`: one span, `flush`, one commit per batch) instead of
+    committing record by record. `security` (TLS/SASL, default plaintext) applies to
     the consumer and to the dead-letter producer made here. `dead_letter_producer` is created (and closed)
     here when not given.
     """
@@ -91,24 +96,27 @@ async def consume(
             )
         processor = RecordProcessor(
             sink=producer, group=group, handler=handler, retry=retry,
-            producer_name=producer_name, now=now, stats=stats,
+            producer_name=producer_name, now=now, stats=stats, span_per_record=batch is None,
         )  # fmt: skip
         consumer = AIOKafkaConsumer(
-            *names,
+            *([] if batch is not None else names),  # batch mode subscribes with its rebalance listener
             bootstrap_servers=bootstrap_servers,
             group_id=group,
             enable_auto_commit=False,
-            auto_offset_reset="earliest",
+            auto_offset_reset=offset_reset,
             # Read only what producers committed, so aborted transactional writes never arrive.
             isolation_level="read_committed",
             **security.client_kwargs(),
         )
+        if batch is not None:
+            await consume_batches(consumer, names, processor, batch, stop, poll_timeout_ms=poll_timeout_ms)
+            return stats
         await consumer.start()
         # consumer.stop() leaves uncommitted offsets uncommitted (auto-commit is off).
         resources.push_async_callback(consumer.stop)
         while not stop.is_set():
-            batch = await consumer.getmany(timeout_ms=poll_timeout_ms)
-            for tp, records in batch.items():
+            fetched = await consumer.getmany(timeout_ms=poll_timeout_ms)
+            for tp, records in fetched.items():
                 await _process_in_order(consumer, processor, tp, records, stop)
                 if stop.is_set():
                     break
