@@ -50,6 +50,7 @@ from services.platform.tracing import TRACER_NAME, inject_headers
 from services.preemption import store
 from services.preemption.poison import STORE_ATTEMPTS, StoreFailedError, caused_by_record, store_failed
 from services.preemption.report_auth import ReportAuth
+from services.preemption.route_expiry import RouteExpiry
 
 log = logging.getLogger(__name__)
 
@@ -113,6 +114,8 @@ class Router:
     auth: ReportAuth | None = None
     on_refused: Callable[[NodeTelemetry, str], None] = lambda _sample, _reason: None
     unauthenticated: int = 0
+    # Deletes task routes a while after their task ended (route_expiry.py); None: routes are kept.
+    expiry: RouteExpiry | None = None
 
     async def handle(self, envelope: Envelope[Any], context: MessageContext) -> None:
         """Hold a decoded record until the batch is forwarded (`flush`): the routes of a batch's
@@ -272,7 +275,10 @@ class Router:
             async with self.pool.acquire() as connection:
                 found = await store.task_pool(connection, payload.task_id)
             if found is None:
-                raise UnroutableError(f"cancel for task {payload.task_id!r}, which was never submitted")
+                raise UnroutableError(
+                    f"cancel for task {payload.task_id!r}: no route, the task was never submitted or ended"
+                    f" longer ago than the routes are kept ({self._keep()})"
+                )
             return found, False
         if isinstance(payload, NodeTelemetry):
             if self.nodes.get(payload.node) != payload.gpu_model:
@@ -286,6 +292,9 @@ class Router:
         if isinstance(payload, EvictAck | WorkerStarted | WorkerExited):
             return await self._node_pool(payload.node), False
         raise UnroutableError(f"{type(payload).__name__} is not a scheduler input")
+
+    def _keep(self) -> str:
+        return "for ever" if self.expiry is None else f"{self.expiry.keep_s:.0f} s after the task ended"
 
     async def _node_pool(self, node: str) -> str:
         found = self.nodes.get(node)
@@ -420,6 +429,8 @@ async def route(
     committing: asyncio.Task[None] | None = None
     try:
         while not stop.is_set():
+            if router.expiry is not None:
+                await router.expiry.maybe_prune(router.pool)
             batch = await consumer.getmany(timeout_ms=200, max_records=2000)
             if not batch:
                 await note_heard(router, consumer)

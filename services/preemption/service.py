@@ -60,6 +60,7 @@ from services.preemption.decider_inbox import Inbox
 from services.preemption.decider_timers import Timers
 from services.preemption.metrics import register_metrics
 from services.preemption.report_auth import ReportAuth
+from services.preemption.route_expiry import RouteExpiry
 from services.preemption.router import (
     CLOCK_TOPIC,
     ROUTED_TOPICS,
@@ -199,7 +200,8 @@ async def run_preemption_service(
         register_metrics(metrics.meter(TRACER), decider)
         router = Router(pool, producer, inbox=inbox.name, pools=settings.pool_allowlist(),
                         clock_name=settings.preemption_clock_name, auth=decider.auth,
-                        on_refused=decider.note_refused)  # fmt: skip
+                        on_refused=decider.note_refused,
+                        expiry=RouteExpiry.for_window(settings.preemption_route_keep_s))  # fmt: skip
         decider.router_heard = lambda: router.heard
         try:
             if settings.preemption_api_port:
