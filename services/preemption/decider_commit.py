@@ -38,6 +38,7 @@ from services.preemption.decider_base import (
     log,
 )
 from services.preemption.inputs import Entry
+from services.preemption.trace_contexts import forget_ended
 from services.preemption.trace_ids import with_trace_id
 
 
@@ -83,6 +84,7 @@ class Transaction(DeciderBase):
         if next_offset is not None:
             state.next_offset = next_offset
         await self._end_routes(effects)
+        self._forget_contexts(state, effects)
         state.unsnapped += len(rows)
         await self._maybe_snapshot(state)
         self.stats.batches += 1
@@ -111,6 +113,15 @@ class Transaction(DeciderBase):
                 await route_expiry.mark_ended(connection, ended)
         except (OSError, asyncpg.PostgresError) as exc:
             log.warning("preemption: marking %d ended task routes failed (kept): %r", len(ended), exc)
+
+    def _forget_contexts(
+        self, state: PartitionState, effects: list[tuple[str, Effects, otel_context.Context | None]]
+    ) -> None:
+        """Forget the trace contexts of the tasks this batch ended (trace_contexts.py): after the
+        batch's decisions and messages were built with them, so the last decision is in the trace."""
+        decided = [d.task_id for _, out, _ in effects for d in out.decisions]
+        decided += [_task_of(m) for _, out, _ in effects for m in out.events]
+        forget_ended(self.contexts, decided, state.controllers.values())
 
     def _outgoing(
         self,
