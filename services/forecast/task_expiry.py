@@ -36,7 +36,8 @@ DEFAULT_KEEP_S = 3600.0
 def partition_of(task_id: str, partitions: int) -> int:
     """The source partition of a task's events: the Kafka default partitioner (murmur2 of the key,
     the task id), which every producer of the task topics uses."""
-    return (murmur2(task_id.encode()) & 0x7FFFFFFF) % partitions
+    hashed: int = murmur2(task_id.encode())
+    return (hashed & 0x7FFFFFFF) % partitions
 
 
 class EndedTasks:
