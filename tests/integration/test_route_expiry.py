@@ -123,7 +123,9 @@ async def test_a_route_expires_only_after_its_task_ended_and_a_late_cancel_is_de
             assert (router.routed, router.unroutable) == (7, 1)
             got = await _inbox(kafka_bootstrap, inbox, 7)
             assert [e.event_id for e, _ in got][-2:] == [cancels[0].event_id, cancels[1].event_id]
-            letters = await tap.wait(DeadLetter, lambda d: d.source_topic == source and run in d.error, timeout=20)
+            letters = await tap.wait(
+                DeadLetter, lambda d: d.source_topic == source and run in d.error, timeout=20
+            )
             assert len(letters) == 1 and letters[0].source_offset == 2
             assert f"cancel for task '{run}-old1': no route" in letters[0].error
             assert (
