@@ -63,7 +63,7 @@ from services.forecast.api_spec import API
 from services.forecast.forecasting import HOUR, PoolHistory, StreamForecaster
 from services.forecast.metrics import register_metrics
 from services.forecast.pipeline import Delta, PoolDemand, TaskRecord, apply_task_event
-from services.forecast.task_expiry import DEFAULT_KEEP_S, EndedTasks, partition_of
+from services.forecast.task_expiry import DEFAULT_KEEP_S, EndedTasks, delete_due
 from services.platform.kafka.dead_letter import DeadLetterPublisher
 from services.platform.metrics import configure_metrics
 from services.platform.openapi import render
@@ -196,30 +196,11 @@ def make_app(settings: ForecastServiceSettings, forecaster: StreamForecaster | N
     last_context: dict[str, Any] = {}
     tracer = trace.get_tracer(TRACER)
     counters = {"dead_lettered": 0, "skipped": 0, "forecasts": 0, "tasks_forgotten": 0}  # read by /metrics
-    ended_tasks = EndedTasks(settings.forecast_task_keep_s)
-    stream_clock = [0.0]  # the newest task event time processed (the expiry's clock on the topic clock)
-
-    def expiry_now(event_s: float) -> float:
-        """The expiry's clock: the host's on the wall clock (redelivery happens in processing time;
-        event times are capped at now + FORECAST_MAX_AHEAD_S there), the newest event time
-        processed on the topic clock (a replay forgets as the live stream did, however fast)."""
-        stream_clock[0] = max(stream_clock[0], event_s)
-        return stream_clock[0] if settings.topic_clock else time.time()
+    ended_tasks = EndedTasks(settings.forecast_task_keep_s)  # forgotten an hour on (task_expiry.py)
 
     @app.on_partitions_assigned.connect  # type: ignore[misc]  # faust's signals are untyped
     async def _reseed(_app: Any, assigned: Any = None, **_: Any) -> None:
         ended_tasks.reset()  # partitions moved: learn the ended records from the table again
-
-    def forget_ended(partition: int, now_s: float) -> None:
-        """Delete the records of `partition`'s tasks ended `forecast_task_keep_s` ago (called while
-        an event of that partition is processed, so the tombstones go to its changelog partition)."""
-        if not ended_tasks.seeded:
-            ended_tasks.seed(tasks.items(), lambda tid: partition_of(tid, settings.forecast_partitions))
-        for tid in ended_tasks.due(partition, now_s):
-            stored = tasks.get(tid)
-            if stored is not None and TaskRecord.from_json(stored).ended:
-                del tasks[tid]
-                counters["tasks_forgotten"] += 1
 
     origin = settings.forecast_history_origin
     origin_hour = None if origin is None else int(origin.timestamp() // HOUR_S)
@@ -307,12 +288,15 @@ def make_app(settings: ForecastServiceSettings, forecaster: StreamForecaster | N
                     log.warning("skipped %s event of task %s: %r", envelope.event_type, task_id, exc)
                     counters["skipped"] += 1
                     continue
-                now_s = expiry_now(envelope.occurred_at.timestamp())
+                partition = event.message.partition
+                now_s = ended_tasks.now(envelope.occurred_at.timestamp(), topic_clock=settings.topic_clock)
                 if updated is not None and updated != record:
                     tasks[task_id] = updated.to_json()
                     if updated.ended and not (record is not None and record.ended):
-                        ended_tasks.add(event.message.partition, now_s, task_id)
-                forget_ended(event.message.partition, now_s)
+                        ended_tasks.add(partition, now_s, task_id)
+                counters["tasks_forgotten"] += delete_due(
+                    tasks, ended_tasks, partition, now_s, settings.forecast_partitions
+                )
                 if delta is not None:
                     value = {"tenant": delta.tenant, "gpus": delta.gpus, "at": delta.at_s}
                     await by_pool.send(key=delta.pool.encode(), value=value, headers=inject_headers(()))

@@ -24,8 +24,9 @@ ended at time 0, so they go at once).
 
 from __future__ import annotations
 
+import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, MutableMapping
 from typing import Any
 
 from aiokafka.partitioner import murmur2
@@ -43,7 +44,7 @@ def partition_of(task_id: str, partitions: int) -> int:
 class EndedTasks:
     """Per partition: the ended tasks in ending order, until they are due for deletion."""
 
-    __slots__ = ("_by_partition", "keep_s", "seeded")
+    __slots__ = ("_by_partition", "keep_s", "newest_s", "seeded")
 
     def __init__(self, keep_s: float = DEFAULT_KEEP_S) -> None:
         if keep_s < 0:
@@ -51,6 +52,14 @@ class EndedTasks:
         self.keep_s = keep_s
         self._by_partition: dict[int, deque[tuple[float, str]]] = {}
         self.seeded = False
+        self.newest_s = 0.0  # the newest task event time processed
+
+    def now(self, event_s: float, *, topic_clock: bool) -> float:
+        """The expiry's clock: the host's on the wall clock (redelivery happens in processing time;
+        event times are capped at now + FORECAST_MAX_AHEAD_S there), the newest event time
+        processed on the topic clock (a replay forgets as the live stream did, however fast)."""
+        self.newest_s = max(self.newest_s, event_s)
+        return self.newest_s if topic_clock else time.time()
 
     def add(self, partition: int, ended_s: float, task_id: str) -> None:
         self._by_partition.setdefault(partition, deque()).append((ended_s, task_id))
@@ -83,3 +92,20 @@ class EndedTasks:
 
     def __len__(self) -> int:
         return sum(len(q) for q in self._by_partition.values())
+
+
+def delete_due(
+    table: MutableMapping[str, Any], ended: EndedTasks, partition: int, now_s: float, partitions: int
+) -> int:
+    """Delete from `table` (task id -> record JSON) the records of `partition`'s tasks that are
+    due at `now_s`, seeding `ended` from the table first if needed; how many were deleted. Called
+    while an event of `partition` is processed, so the tombstones go to its changelog partition."""
+    if not ended.seeded:
+        ended.seed(table.items(), lambda tid: partition_of(tid, partitions))
+    deleted = 0
+    for tid in ended.due(partition, now_s):
+        stored = table.get(tid)
+        if isinstance(stored, dict) and stored.get("ended"):
+            del table[tid]
+            deleted += 1
+    return deleted

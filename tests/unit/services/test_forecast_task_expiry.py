@@ -4,12 +4,14 @@ ending, in ending order, on the stream's clock (hand-worked times)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from aiokafka.partitioner import DefaultPartitioner
 
 from schemas.tasks import TaskAccepted, TaskClass, TaskFinished, TaskSubmitted
 from services.forecast.pipeline import TaskRecord, apply_task_event
-from services.forecast.task_expiry import EndedTasks, partition_of
+from services.forecast.task_expiry import EndedTasks, delete_due, partition_of
 
 T0 = 1_800_000_000.0
 
@@ -77,3 +79,29 @@ def test_seeding_learns_the_tables_ended_records_and_untimed_ones_go_first() -> 
 def test_a_tasks_partition_is_the_default_producer_partitioners(task_id: str) -> None:
     partitions = list(range(6))
     assert partition_of(task_id, 6) == DefaultPartitioner()(task_id.encode(), partitions, partitions)
+
+
+def test_the_table_stays_bounded_as_tasks_end() -> None:
+    # 10,000 tasks of one partition, each ended at second i (expiry clock), one event a second:
+    # with a 60 s window the table holds the last 60 ended records (plus the one live task),
+    # never more, and an ended task's record goes exactly 60 s after its ending.
+    table: dict[str, Any] = {"live": {"ended": False}}
+    ended = EndedTasks(keep_s=60.0)
+    sizes = []
+    for i in range(10_000):
+        tid = f"t{i}"
+        table[tid] = {"ended": True, "ended_s": float(i)}
+        ended.add(0, float(i), tid)
+        delete_due(table, ended, 0, float(i), 6)
+        sizes.append(len(table))
+    assert max(sizes) == 62 and sizes[-1] == 62  # t(i-60) .. t(i), and "live"
+    assert "t9939" not in table and "t9940" in table and "live" in table
+
+
+def test_a_record_that_is_no_longer_ended_or_gone_is_left_alone() -> None:
+    table: dict[str, Any] = {"a": {"ended": False}}
+    ended = EndedTasks(keep_s=0.0)
+    ended.seed([], lambda _: 0)
+    ended.add(0, 1.0, "a")
+    ended.add(0, 1.0, "gone")
+    assert delete_due(table, ended, 0, 5.0, 6) == 0 and table == {"a": {"ended": False}}
