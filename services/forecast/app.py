@@ -63,6 +63,7 @@ from services.forecast.kafka_auth import broker_credentials
 from services.forecast.metrics import register_metrics
 from services.forecast.pipeline import Delta, PoolDemand, TaskRecord, apply_task_event
 from services.forecast.settings import ForecastServiceSettings
+from services.forecast.task_expiry import EndedTasks, delete_due
 from services.platform.kafka.dead_letter import DeadLetterPublisher
 from services.platform.kafka_security import announce
 from services.platform.metrics import configure_metrics
@@ -126,7 +127,13 @@ def make_app(settings: ForecastServiceSettings, forecaster: StreamForecaster | N
     first_forecast_done: set[str] = set()
     last_context: dict[str, Any] = {}
     tracer = trace.get_tracer(TRACER)
-    counters = {"dead_lettered": 0, "skipped": 0, "forecasts": 0}  # read by /metrics
+    counters = {"dead_lettered": 0, "skipped": 0, "forecasts": 0, "tasks_forgotten": 0}  # read by /metrics
+    ended_tasks = EndedTasks(settings.forecast_task_keep_s)  # forgotten an hour on (task_expiry.py)
+
+    @app.on_partitions_assigned.connect  # type: ignore[misc]  # faust's signals are untyped
+    async def _reseed(_app: Any, assigned: Any = None, **_: Any) -> None:
+        ended_tasks.reset()  # partitions moved: learn the ended records from the table again
+
     origin = settings.forecast_history_origin
     origin_hour = None if origin is None else int(origin.timestamp() // HOUR_S)
 
@@ -213,8 +220,15 @@ def make_app(settings: ForecastServiceSettings, forecaster: StreamForecaster | N
                     log.warning("skipped %s event of task %s: %r", envelope.event_type, task_id, exc)
                     counters["skipped"] += 1
                     continue
+                partition = event.message.partition
+                now_s = ended_tasks.now(envelope.occurred_at.timestamp(), topic_clock=settings.topic_clock)
                 if updated is not None and updated != record:
                     tasks[task_id] = updated.to_json()
+                    if updated.ended and not (record is not None and record.ended):
+                        ended_tasks.add(partition, now_s, task_id)
+                counters["tasks_forgotten"] += delete_due(
+                    tasks, ended_tasks, partition, now_s, settings.forecast_partitions
+                )
                 if delta is not None:
                     value = {"tenant": delta.tenant, "gpus": delta.gpus, "at": delta.at_s}
                     await by_pool.send(key=delta.pool.encode(), value=value, headers=inject_headers(()))

@@ -49,10 +49,14 @@ class TaskRecord:
     accepted_s: float | None = None
     counted: bool = False  # its GPUs are in the demand now
     ended: bool = False
+    # When it ended (the ending event's time): the stream deletes the record a while after it
+    # (task_expiry.py). None: not ended, or ended before this field existed.
+    ended_s: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"tenant": self.tenant, "gpus": self.gpus, "hp": self.hp, "pool": self.pool,
-                "accepted_s": self.accepted_s, "counted": self.counted, "ended": self.ended}  # fmt: skip
+                "accepted_s": self.accepted_s, "counted": self.counted, "ended": self.ended,
+                "ended_s": self.ended_s}  # fmt: skip
 
     @staticmethod
     def from_json(data: dict[str, Any]) -> TaskRecord:
@@ -99,7 +103,7 @@ def apply_task_event(
     )
     if not ends or current.ended:
         return record, None  # started, evicted and requeued, a period closed: still running or queued
-    ended = replace(current, ended=True, counted=False)
+    ended = replace(current, ended=True, counted=False, ended_s=at_s)
     if (
         current.counted
         and current.pool is not None

@@ -10,6 +10,7 @@ from typing import Literal
 from pydantic import AliasChoices, Field, field_validator
 
 from schemas.clock import CLOCK_KEY
+from services.forecast.task_expiry import DEFAULT_KEEP_S
 from services.platform.paths import state_dir
 from services.platform.settings import PlatformSettings
 
@@ -58,6 +59,9 @@ class ForecastServiceSettings(PlatformSettings):
     # A new pool's history starts at this hour (zeros before its first completed hour), as the
     # simulator's series start at the trace's first hour; None: at its first completed hour.
     forecast_history_origin: datetime | None = None
+    # An ended task's record is deleted this long after the stream processed its ending
+    # (task_expiry.py): the redelivery window it protects. Env FORECAST_TASK_KEEP_S.
+    forecast_task_keep_s: float = Field(default=DEFAULT_KEEP_S, ge=0)
 
     @field_validator("forecast_artifact", mode="before")
     @classmethod

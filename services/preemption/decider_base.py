@@ -34,6 +34,7 @@ from services.preemption.handoff import Handoff
 from services.preemption.inputs import Entry, apply
 from services.preemption.report_auth import ReportAuth
 from services.preemption.service_settings import PreemptionSettings
+from services.preemption.trace_contexts import TraceContexts, forget_ended
 
 # Every part of the decider logs under the one logger name it always had (service.py's), so a
 # deployment's log filters see the same records whichever module emits them.
@@ -105,7 +106,8 @@ class DeciderBase:
     # partition -> the last offset of a batch whose commit failed with an error a record may cause:
     # up to it, records are decided one per transaction (`handle_inbox`).
     suspects: dict[int, int] = field(default_factory=dict)
-    contexts: dict[str, otel_context.Context] = field(default_factory=dict)  # task -> its trace
+    # task -> its trace, forgotten when the task ends (trace_contexts.py)
+    contexts: dict[str, otel_context.Context] = field(default_factory=TraceContexts)
     # pool -> the span of the quota in force (the quota service's `quota.persist`, carried by the
     # SpotQuota record): a spot bind links to it, so a task's trace shows the quota that admitted
     # it. Memory only: after a rebuild the link returns with the pool's next quota.
@@ -154,11 +156,13 @@ class DeciderBase:
                 for tid, carrier in snap.image.traces.items():
                     self.contexts[tid] = propagate.extract(carrier)
             state.unsnapped = len(entries)
+            replayed: set[str] = set()
             for pool_name, entry, epoch in entries:
-                self._remember_context(entry)
+                replayed.update(self._remember_context(entry))
                 controller = self.controller(state, pool_name)
                 controller.id_salt = id_salt(epoch)  # the ids it derived when it was live
                 apply(controller, entry)
+            forget_ended(self.contexts, replayed, state.controllers.values())  # ended in the replay
             now = self.clock.now()
             for controller in state.controllers.values():
                 controller.id_salt = id_salt(claim.epoch)  # new commands: ids never used before
@@ -173,7 +177,10 @@ class DeciderBase:
 
     async def drop(self, partition: int) -> None:
         async with self.lock:
-            if self.partitions.pop(partition, None) is not None:
+            state = self.partitions.pop(partition, None)
+            if state is not None:
+                # Its tasks' contexts go with it (their new owner has them from its claim).
+                forget_ended(self.contexts, [t for c in state.controllers.values() for t in c.tasks], ())
                 log.info("preemption %s: released partition %d", self.instance, partition)
             if self.handoff is not None:
                 self.handoff.drop(partition)
@@ -189,16 +196,20 @@ class DeciderBase:
             found = self.keys[node] = node_key(self.secret, node)
         return found
 
-    def _remember_context(self, entry: Entry, ctx: otel_context.Context | None = None) -> None:
+    def _remember_context(self, entry: Entry, ctx: otel_context.Context | None = None) -> tuple[str, ...]:
+        """Remember a submission's trace context; the task id remembered (none for other entries)."""
         kind, data, _ = entry
         if kind != "submit":
-            return
+            return ()
         tid = str(data["task"]["task_id"])
         carrier = data.get("trace")
         if ctx is not None:  # live: the record's own context (the carrier was injected from it)
             self.contexts[tid] = ctx
         elif isinstance(carrier, dict) and carrier:  # replay: only the journaled carrier
             self.contexts[tid] = propagate.extract(carrier)
+        else:
+            return ()
+        return (tid,)
 
     async def _fenced(self, state: PartitionState) -> None:
         self.stats.fenced += 1

@@ -12,6 +12,7 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any
 
+import asyncpg
 from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
 from pydantic import BaseModel
@@ -24,7 +25,7 @@ from services.platform.clock import TickClock
 from services.platform.outbox import outbox_values
 from services.platform.signing import sign
 from services.platform.tracing import inject_headers
-from services.preemption import snapshots, store
+from services.preemption import route_expiry, snapshots, store
 from services.preemption.controller import Effects
 from services.preemption.decider_base import (
     PRODUCER,
@@ -37,6 +38,7 @@ from services.preemption.decider_base import (
     log,
 )
 from services.preemption.inputs import Entry
+from services.preemption.trace_contexts import forget_ended
 from services.preemption.trace_ids import with_trace_id
 
 
@@ -81,6 +83,8 @@ class Transaction(DeciderBase):
             raise
         if next_offset is not None:
             state.next_offset = next_offset
+        await self._end_routes(effects)
+        self._forget_contexts(state, effects)
         state.unsnapped += len(rows)
         await self._maybe_snapshot(state)
         self.stats.batches += 1
@@ -97,6 +101,27 @@ class Transaction(DeciderBase):
                 for d in out.decisions:
                     self.decisions_counter.add(1, {"kind": d.kind})
         self.on_committed()
+
+    async def _end_routes(self, effects: list[tuple[str, Effects, otel_context.Context | None]]) -> None:
+        """Mark the router's routes of the tasks this batch ended (route_expiry.py), after the batch
+        is durable; a failure only keeps those routes (logged), it never undoes the batch."""
+        ended = [tid for _, out, _ in effects for tid in route_expiry.ended_tasks(out.events)]
+        if not ended:
+            return
+        try:
+            async with self.pool.acquire() as connection:
+                await route_expiry.mark_ended(connection, ended)
+        except (OSError, asyncpg.PostgresError) as exc:
+            log.warning("preemption: marking %d ended task routes failed (kept): %r", len(ended), exc)
+
+    def _forget_contexts(
+        self, state: PartitionState, effects: list[tuple[str, Effects, otel_context.Context | None]]
+    ) -> None:
+        """Forget the trace contexts of the tasks this batch ended (trace_contexts.py): after the
+        batch's decisions and messages were built with them, so the last decision is in the trace."""
+        decided = [d.task_id for _, out, _ in effects for d in out.decisions]
+        decided += [_task_of(m) for _, out, _ in effects for m in out.events]
+        forget_ended(self.contexts, decided, state.controllers.values())
 
     def _outgoing(
         self,

@@ -59,6 +59,7 @@ from services.preemption import store
 from services.preemption.handoff import Handoff
 from services.preemption.poison import STORE_ATTEMPTS, StoreFailedError, caused_by_record, store_failed
 from services.preemption.report_auth import ReportAuth
+from services.preemption.route_expiry import RouteExpiry
 from services.preemption.router_heard import Heard
 
 log = logging.getLogger(__name__)
@@ -119,11 +120,19 @@ class Router:
     # Where this instance's decider takes the validated envelopes of the records it will decide,
     # instead of decoding them again (handoff.py; None: it decodes every record).
     handoff: Handoff | None = None
+    # Deletes task routes a while after their task ended (route_expiry.py); None: routes are kept.
+    expiry: RouteExpiry | None = None
 
     @property
     def heard(self) -> float | None:
         """Every input sent before this time has been forwarded (None: not known yet)."""
         return self.hearing.at
+
+    async def after_poll(self, consumer: Any) -> None:
+        """After every fetch: how far the router has heard, and the routes' pruning when due."""
+        await self.hearing.note(consumer)
+        if self.expiry is not None:
+            await self.expiry.maybe_prune(self.pool)
 
     async def handle(self, envelope: Envelope[Any], context: MessageContext) -> None:
         """Hold a decoded record until the batch is forwarded (`flush`): the routes of a batch's
@@ -285,7 +294,10 @@ class Router:
             async with self.pool.acquire() as connection:
                 found = await store.task_pool(connection, payload.task_id)
             if found is None:
-                raise UnroutableError(f"cancel for task {payload.task_id!r}, which was never submitted")
+                raise UnroutableError(
+                    f"cancel for task {payload.task_id!r}: no route, the task was never submitted or ended"
+                    f" longer ago than the routes are kept ({self._keep()})"
+                )
             return found, False
         if isinstance(payload, NodeTelemetry):
             if self.nodes.get(payload.node) != payload.gpu_model:
@@ -299,6 +311,9 @@ class Router:
         if isinstance(payload, EvictAck | WorkerStarted | WorkerExited):
             return await self._node_pool(payload.node), False
         raise UnroutableError(f"{type(payload).__name__} is not a scheduler input")
+
+    def _keep(self) -> str:
+        return "for ever" if self.expiry is None else f"{self.expiry.keep_s:.0f} s after the task ended"
 
     async def _node_pool(self, node: str) -> str:
         found = self.nodes.get(node)
@@ -359,7 +374,7 @@ async def route(
     round trip for its submissions), forward every record without waiting, then wait for all the
     acks (`flush`) and commit the batch's offsets. At-least-once, one commit and one round of acks
     per batch instead of per record; one span per batch (`BATCH_SPAN`) linked to each record's trace."""
-    mode = BatchMode(flush=router.flush, span_name=BATCH_SPAN, after_poll=router.hearing.note)
+    mode = BatchMode(flush=router.flush, span_name=BATCH_SPAN, after_poll=router.after_poll)
     await consume(
         topics, group, router.handle, bootstrap_servers=bootstrap_servers, stop=stop, retry=NO_RETRY,
         dead_letter_producer=router.producer, producer_name=router.producer_name, poll_timeout_ms=200,

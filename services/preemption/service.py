@@ -62,6 +62,7 @@ from services.preemption.decider_timers import Timers
 from services.preemption.handoff import Handoff
 from services.preemption.metrics import register_metrics
 from services.preemption.report_auth import ReportAuth
+from services.preemption.route_expiry import RouteExpiry
 from services.preemption.router import ROUTED_TOPICS, Router, inbox_spec, route
 from services.preemption.router_heard import caught_up_at
 from services.preemption.service_settings import PreemptionSettings
@@ -195,7 +196,8 @@ async def run_preemption_service(
         register_metrics(metrics.meter(TRACER), decider)
         router = Router(pool, producer, inbox=inbox.name, pools=settings.pool_allowlist(),
                         clock_name=settings.preemption_clock_name, auth=decider.auth,
-                        on_refused=decider.note_refused)  # fmt: skip
+                        on_refused=decider.note_refused,
+                        expiry=RouteExpiry.for_window(settings.preemption_route_keep_s))  # fmt: skip
         decider.router_heard = lambda: router.heard
         # One decode per record: what this instance routes to a partition it decides crosses in
         # memory, validated (handoff.py).
