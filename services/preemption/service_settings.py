@@ -72,6 +72,13 @@ class PreemptionSettings(PlatformSettings):
     # An ended task's id rejects a second submission for this long after its submission
     # (seen_tasks.py, the redelivery window of the pools' memory; docs/operations.md).
     preemption_seen_window_s: float = 3600.0
+    # The preemption service's own login role (docs/operations.md, "Postgres roles"); DATABASE_URL
+    # when unset. Env PREEMPTION_DATABASE_URL.
+    preemption_database_url: str | None = None
+
+    @property
+    def database_url(self) -> str:
+        return self.database_url_for(self.preemption_database_url)
 
     def liveness_rules(self) -> liveness.LivenessRules:
         return liveness.LivenessRules(
