@@ -29,8 +29,16 @@ PG_CRED_DIR="$GFS_STACK_DIR/postgres-credentials"
 pg_password() {
   local file="$PG_CRED_DIR/$1"
   if [[ ! -s "$file" ]]; then
-    (umask 077 && mkdir -p "$PG_CRED_DIR" && head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$file.tmp" &&
-      mv "$file.tmp" "$file")
+    # A private temp file, then a no-clobber rename: of two first uses at once, the first wins and
+    # both read its password.
+    local tmp
+    # Only the credentials folder is private: as root the postgres user must still traverse the
+    # stack folder to reach its cluster.
+    mkdir -p "$GFS_STACK_DIR"
+    tmp="$(umask 077 && mkdir -p "$PG_CRED_DIR" && mktemp "$PG_CRED_DIR/.$1.XXXXXX")"
+    head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$tmp"
+    mv -n "$tmp" "$file"
+    rm -f "$tmp"
   fi
   cat "$file"
 }
