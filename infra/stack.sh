@@ -6,6 +6,8 @@
 #   down    stop all four (data kept)       reset   stop all four and wipe their data
 #   status  exit 0 only when all four run   env     print the exports clients need
 #   env --traces   the same plus OTEL_EXPORTER_OTLP_ENDPOINT (services then export spans to Jaeger)
+#   db-url owner|quota|preemption   the Postgres URL of that role (its generated password;
+#           QUOTA_DATABASE_URL / PREEMPTION_DATABASE_URL for a service run by hand)
 #   cluster up|down|reset|status|env|stop-broker N|start-broker N
 #           a 3-broker KRaft cluster (replication factor 3, min.insync.replicas 2) on ports of its
 #           own (29092-29094 by default), beside the single broker, which it never touches
@@ -30,7 +32,10 @@ GFS_CLI="$REPO_DIR/.venv/bin/gfs"
 stack_env() {
   # The default bootstrap, not $KAFKA_BOOTSTRAP_SERVERS: this stack always listens there.
   echo "export KAFKA_BOOTSTRAP_SERVERS=$KAFKA_DEFAULT_BOOTSTRAP"
-  echo "export DATABASE_URL=$GFS_DATABASE_URL"
+  # The owner role (migrations, and every test's own schema); the services' own roles are
+  # `db-url quota|preemption` (not exported: a test's DATABASE_URL names its schema, and a
+  # QUOTA_DATABASE_URL inherited from the shell would take the service elsewhere).
+  echo "export DATABASE_URL=$(pg_url "$PG_APP_USER")"
   # The master secret node commands are signed with (per-node keys derive from it): generated
   # once per checkout into the ignored stack folder, for development and tests only.
   echo "export GFS_COMMAND_SECRET=$(dev_command_secret)"
@@ -99,6 +104,7 @@ stack_up() {
   # Both commands are idempotent: existing topics and applied migrations are left alone.
   "$GFS_CLI" stack topics
   "$GFS_CLI" db migrate
+  "$GFS_CLI" db grant --quota-role "$PG_QUOTA_USER" --preemption-role "$PG_PREEMPTION_USER" >/dev/null
   stack_status
 }
 
@@ -112,7 +118,14 @@ case "${1:-}" in
     "$INFRA_DIR/jaeger/reset.sh"; "$INFRA_DIR/prometheus/reset.sh" ;;
   status) stack_status ;;
   env) stack_env "${2:-}" ;;
+  db-url)
+    case "${2:-}" in
+      owner) pg_url "$PG_APP_USER" ;;
+      quota) pg_url "$PG_QUOTA_USER" ;;
+      preemption) pg_url "$PG_PREEMPTION_USER" ;;
+      *) echo "usage: infra/stack.sh db-url owner|quota|preemption" >&2; exit 2 ;;
+    esac ;;
   cluster) exec "$INFRA_DIR/kafka/cluster.sh" "${@:2}" ;;
   secure) exec "$INFRA_DIR/kafka/secure.sh" "${@:2}" ;;
-  *) echo "usage: infra/stack.sh up|down|status|env [--traces]|reset|cluster ...|secure ..." >&2; exit 2 ;;
+  *) echo "usage: infra/stack.sh up|down|status|env [--traces]|db-url ROLE|reset|cluster ...|secure ..." >&2; exit 2 ;;
 esac

@@ -55,6 +55,10 @@ def quota(
         overrides["quota_api_port"] = port
     settings = QuotaServiceSettings(**overrides)  # type: ignore[arg-type]
     _logging(settings, "quota")
+    try:
+        _ = settings.database_url  # unset: say how to set it, before anything starts
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
 
     async def main(stop: asyncio.Event) -> None:
         from services.platform.tracing import configure_tracing
@@ -109,6 +113,7 @@ def preemption(
     try:
         settings.controller_settings()
         settings.master_secret()
+        _ = settings.database_url  # unset: say how to set it, before anything starts
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
 

@@ -15,10 +15,38 @@ PG_SOCKET_DIR="$PG_STATE_DIR/run"        # our own socket dir: /var/run/postgres
 PG_LOG_FILE="$PG_STATE_DIR/postgres.log"
 PG_HOST=127.0.0.1
 PG_PORT="${GFS_PG_PORT:-55432}"          # not 5432, so a system cluster can never collide
-PG_APP_USER=gfs
-PG_APP_PASSWORD=gfs
+PG_APP_USER=gfs                          # owns the database and every table: the migrations role
 PG_APP_DB=gfs
-GFS_DATABASE_URL="postgresql://$PG_APP_USER:$PG_APP_PASSWORD@$PG_HOST:$PG_PORT/$PG_APP_DB"
+# One login role per service, with only DML on its own tables (services/platform/db_roles.py).
+PG_QUOTA_USER=gfs_quota
+PG_PREEMPTION_USER=gfs_preemption
+# Each role's password: generated once per checkout (mode 600), never a literal in the repository.
+# Outside PG_STATE_DIR so `reset` (which wipes the cluster) keeps them and a root-run cluster's
+# chown does not take them; start.sh sets every role's password from these files on each start.
+PG_CRED_DIR="$GFS_STACK_DIR/postgres-credentials"
+
+# The password of ROLE (gfs, gfs_quota, gfs_preemption), created on first use.
+pg_password() {
+  local file="$PG_CRED_DIR/$1"
+  if [[ ! -s "$file" ]]; then
+    # A private temp file, then a no-clobber rename: of two first uses at once, the first wins and
+    # both read its password.
+    local tmp
+    # Only the credentials folder is private: as root the postgres user must still traverse the
+    # stack folder to reach its cluster.
+    mkdir -p "$GFS_STACK_DIR"
+    tmp="$(umask 077 && mkdir -p "$PG_CRED_DIR" && mktemp "$PG_CRED_DIR/.$1.XXXXXX")"
+    head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$tmp"
+    mv -n "$tmp" "$file"
+    rm -f "$tmp"
+  fi
+  cat "$file"
+}
+
+# The URL ROLE connects with (hex passwords need no escaping).
+pg_url() {
+  echo "postgresql://$1:$(pg_password "$1")@$PG_HOST:$PG_PORT/$PG_APP_DB"
+}
 
 # Debian's server binaries, newest major version. /usr/local/bin/pg_ctl and friends on PATH may be
 # wrappers or another version, so the versioned bin dir is named explicitly.

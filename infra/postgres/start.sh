@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
-# Starts a throwaway PostgreSQL cluster on 127.0.0.1:$PG_PORT with role/database gfs (password gfs).
-# Idempotent: initdb only once, start only when stopped, role/database created only when missing.
+# Starts a throwaway PostgreSQL cluster on 127.0.0.1:$PG_PORT with database gfs, its owner role gfs
+# (the migrations role) and one login role per service (gfs_quota, gfs_preemption), each with the
+# password generated into $PG_CRED_DIR (common.sh). Their table privileges are granted after the
+# migrations (`gfs db grant`, infra/stack.sh up). Idempotent: initdb only once, start only when
+# stopped, roles/database created only when missing; every start sets the roles' passwords from
+# the files (so deleting a file and starting again rotates that password).
 set -euo pipefail
 # shellcheck source=common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
@@ -41,10 +45,18 @@ fi
 psql_admin() {
   pg_as_owner "$bin/psql" -X -q -v ON_ERROR_STOP=1 -h "$PG_SOCKET_DIR" -p "$PG_PORT" -U postgres "$@"
 }
-if [[ "$(psql_admin -tAc "SELECT 1 FROM pg_roles WHERE rolname = '$PG_APP_USER'")" != 1 ]]; then
-  psql_admin -c "CREATE ROLE $PG_APP_USER LOGIN PASSWORD '$PG_APP_PASSWORD'"
-fi
+# The password goes through a psql variable on stdin, not the command line (ps would show it).
+ensure_role() { # ensure_role ROLE
+  local verb=ALTER
+  if [[ "$(psql_admin -tAc "SELECT 1 FROM pg_roles WHERE rolname = '$1'")" != 1 ]]; then
+    verb=CREATE
+  fi
+  psql_admin -v role="$1" -v pw="$(pg_password "$1")" <<<"$verb ROLE :\"role\" LOGIN PASSWORD :'pw';"
+}
+for role in "$PG_APP_USER" "$PG_QUOTA_USER" "$PG_PREEMPTION_USER"; do
+  ensure_role "$role"
+done
 if [[ "$(psql_admin -tAc "SELECT 1 FROM pg_database WHERE datname = '$PG_APP_DB'")" != 1 ]]; then
   psql_admin -c "CREATE DATABASE $PG_APP_DB OWNER $PG_APP_USER"
 fi
-echo "postgres: ready, DATABASE_URL=$GFS_DATABASE_URL"
+echo "postgres: ready on $PG_HOST:$PG_PORT (roles $PG_APP_USER, $PG_QUOTA_USER, $PG_PREEMPTION_USER; passwords in $PG_CRED_DIR)"

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from services.platform.kafka_security import KafkaSecurity
@@ -20,7 +20,16 @@ from services.platform.kafka_security import KafkaSecurity
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 DEFAULT_BOOTSTRAP_SERVERS = "127.0.0.1:9092"
-DEFAULT_DATABASE_URL = "postgresql://gfs:gfs@127.0.0.1:55432/gfs"
+# No default database URL: a default would have to carry a password (issue 25). The dev stack
+# generates its passwords once per checkout and `infra/stack.sh env` exports DATABASE_URL.
+DATABASE_URL_HOWTO = (
+    'DATABASE_URL is not set: run `eval "$(infra/stack.sh env)"` for the local stack (`make up`), '
+    'or set DATABASE_URL=postgresql://ROLE:PASSWORD@HOST:PORT/DB (docs/operations.md, "Postgres roles")'
+)
+
+
+class DatabaseUrlMissingError(ValueError):
+    """No DATABASE_URL (nor the service's own *_DATABASE_URL) is set; the message says how to set it."""
 
 
 class PlatformSettings(BaseSettings):
@@ -43,7 +52,9 @@ class PlatformSettings(BaseSettings):
     kafka_sasl_username: str | None = None
     kafka_sasl_password: SecretStr | None = None
     kafka_ssl_cafile: str | None = None
-    database_url: str = DEFAULT_DATABASE_URL
+    # Env DATABASE_URL; read through `database_url` (below), which fails clearly when unset, so the
+    # services that use no database (forecast, node agent) start without one.
+    database_url_setting: str | None = Field(default=None, validation_alias=AliasChoices("database_url"))
     # None means "no exporter": spans are created but not shipped anywhere (no console spam).
     otel_exporter_otlp_endpoint: str | None = None
     otel_service_name: str = "gfs"
@@ -85,6 +96,19 @@ class PlatformSettings(BaseSettings):
     def bind_host(self, specific: str | None) -> str:
         """The address an HTTP API binds: the service's own setting when set, else GFS_HTTP_HOST."""
         return specific.strip() if specific and specific.strip() else self.gfs_http_host
+
+    @property
+    def database_url(self) -> str:
+        """DATABASE_URL; raises DatabaseUrlMissingError (a ValueError) saying how to set it."""
+        return self.database_url_for(None)
+
+    def database_url_for(self, own: str | None) -> str:
+        """A service's own URL (QUOTA_DATABASE_URL, PREEMPTION_DATABASE_URL: its login role) when
+        set, else DATABASE_URL; raises DatabaseUrlMissingError when neither is."""
+        for url in (own, self.database_url_setting):
+            if url and url.strip():
+                return url.strip()
+        raise DatabaseUrlMissingError(DATABASE_URL_HOWTO)
 
     @property
     def kafka_security(self) -> KafkaSecurity:

@@ -76,6 +76,13 @@ class PreemptionSettings(PlatformSettings):
     # cancel later than that is dead-lettered. Longer than the seen window, so a redelivered
     # submission meets one memory or the other (docs/operations.md).
     preemption_route_keep_s: float = 86_400.0
+    # The preemption service's own login role (docs/operations.md, "Postgres roles"); DATABASE_URL
+    # when unset. Env PREEMPTION_DATABASE_URL.
+    preemption_database_url: str | None = None
+
+    @property
+    def database_url(self) -> str:
+        return self.database_url_for(self.preemption_database_url)
 
     def liveness_rules(self) -> liveness.LivenessRules:
         return liveness.LivenessRules(

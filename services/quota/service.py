@@ -87,6 +87,14 @@ class QuotaServiceSettings(PlatformSettings):
         default="wall", validation_alias=AliasChoices("quota_clock", "gfs_quota_clock")
     )
 
+    # The quota service's own login role (docs/operations.md, "Postgres roles"); DATABASE_URL
+    # when unset. Env QUOTA_DATABASE_URL.
+    quota_database_url: str | None = None
+
+    @property
+    def database_url(self) -> str:
+        return self.database_url_for(self.quota_database_url)
+
     @property
     def topic_clock(self) -> bool:
         return self.quota_clock == "topic"

@@ -50,6 +50,7 @@ def compose() -> dict[str, Any]:
 
 def _settings_env_names() -> frozenset[str]:
     """Env names read by services/platform/settings.py: prefix + field name (or alias), upper-cased."""
+    from pydantic import AliasChoices
     from pydantic_settings import BaseSettings
 
     from services.platform import settings as module
@@ -60,6 +61,8 @@ def _settings_env_names() -> frozenset[str]:
             prefix = str(value.model_config.get("env_prefix", ""))
             for name, field in value.model_fields.items():
                 alias = field.validation_alias if isinstance(field.validation_alias, str) else field.alias
+                if isinstance(field.validation_alias, AliasChoices):
+                    alias = str(field.validation_alias.choices[0])
                 names.add((alias or prefix + name).upper())
     return frozenset(names)
 
@@ -130,15 +133,31 @@ def test_settings_still_read_the_documented_env_names() -> None:
     assert _settings_env_names() >= SETTINGS_ENV_NAMES
 
 
+# Each service's Postgres URL: its own login role (issue 25), none for those that use no database.
+SERVICE_DB_ENV = {
+    "quota": {"QUOTA_DATABASE_URL": "gfs_quota", "password": "GFS_POSTGRES_QUOTA_PASSWORD"},
+    "preemption": {
+        "PREEMPTION_DATABASE_URL": "gfs_preemption",
+        "password": "GFS_POSTGRES_PREEMPTION_PASSWORD",
+    },
+}
+
+
 @pytest.mark.parametrize("service", GFS_SERVICES)
 def test_service_env_uses_exactly_the_settings_names(compose: dict[str, Any], service: str) -> None:
     env = compose["services"][service]["environment"]
     # The services that sign or verify node commands also take the master secret.
     signing = {"GFS_COMMAND_SECRET"} if service in ("preemption", "node-agent") else set()
-    assert set(env) == SETTINGS_ENV_NAMES | signing
+    own = SERVICE_DB_ENV.get(service, {})
+    database = {name for name in own if name != "password"}
+    assert set(env) == (SETTINGS_ENV_NAMES - {"DATABASE_URL"}) | signing | database
     assert env["OTEL_SERVICE_NAME"] == f"gfs-{service}"
     assert env["KAFKA_BOOTSTRAP_SERVERS"] == "kafka:9092"
-    assert env["DATABASE_URL"].startswith("postgresql://gfs:gfs@postgres:5432/")
+    for name in database:
+        # The role's password is interpolated from the environment / .env, never written here.
+        role, password = own[name], own["password"]
+        assert env[name].startswith(f"postgresql://{role}:${{{password}:?"), env[name]
+        assert env[name].endswith("}@postgres:5432/gfs")
     # Loopback (the default) inside a container is unreachable from the others and from its ports.
     assert env["GFS_HTTP_HOST"] == "0.0.0.0"
 

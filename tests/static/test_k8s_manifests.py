@@ -242,6 +242,7 @@ def _settings_of(container: dict[str, Any]) -> type[BaseSettings]:
         ("serve forecast", ForecastServiceSettings),
         ("serve node-agent", NodeAgentSettings),
         ("db migrate", PlatformSettings),
+        ("db grant", PlatformSettings),
         ("stack topics", PlatformSettings),
     ):
         if needle in argv:

@@ -6,11 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from services.platform.settings import REPO_ROOT, PlatformSettings
+from services.platform.settings import REPO_ROOT, DatabaseUrlMissingError, PlatformSettings
 
 _ENV_NAMES = (
     "KAFKA_BOOTSTRAP_SERVERS",
     "DATABASE_URL",
+    "QUOTA_DATABASE_URL",
+    "PREEMPTION_DATABASE_URL",
     "OTEL_EXPORTER_OTLP_ENDPOINT",
     "OTEL_SERVICE_NAME",
     "GFS_SHARED_DIR",
@@ -27,11 +29,46 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
 def test_defaults_match_the_dev_stack(clean_env: pytest.MonkeyPatch) -> None:
     settings = PlatformSettings()
     assert settings.kafka_bootstrap_servers == "127.0.0.1:9092"
-    assert settings.database_url == "postgresql://gfs:gfs@127.0.0.1:55432/gfs"
     assert settings.otel_exporter_otlp_endpoint is None
     assert settings.otel_service_name == "gfs"
     # ../shared is the checkout's sibling, whatever the cwd.
     assert settings.gfs_shared_dir == (REPO_ROOT.parent / "shared").resolve()
+
+
+def test_no_default_database_url_and_the_error_says_how_to_set_one(clean_env: pytest.MonkeyPatch) -> None:
+    # A default URL would carry a password (issue 25); the services that use no database still start.
+    from services.preemption.service import PreemptionSettings
+    from services.quota.service import QuotaServiceSettings
+
+    for cls in (PlatformSettings, QuotaServiceSettings, PreemptionSettings):
+        settings = cls()
+        with pytest.raises(
+            DatabaseUrlMissingError, match=r"DATABASE_URL is not set: run `eval .*infra/stack.sh env"
+        ):
+            _ = settings.database_url
+    clean_env.setenv("DATABASE_URL", "  ")  # blank is unset
+    with pytest.raises(DatabaseUrlMissingError):
+        _ = PlatformSettings().database_url
+
+
+def test_each_service_reads_its_own_database_url_then_database_url(clean_env: pytest.MonkeyPatch) -> None:
+    from services.preemption.service import PreemptionSettings
+    from services.quota.service import QuotaServiceSettings
+
+    clean_env.setenv("QUOTA_DATABASE_URL", "postgresql://gfs_quota:q@db/gfs")
+    clean_env.setenv("PREEMPTION_DATABASE_URL", "postgresql://gfs_preemption:p@db/gfs")
+    assert QuotaServiceSettings().database_url == "postgresql://gfs_quota:q@db/gfs"
+    assert PreemptionSettings().database_url == "postgresql://gfs_preemption:p@db/gfs"
+    clean_env.setenv("DATABASE_URL", "postgresql://gfs:o@db/gfs")
+    assert PlatformSettings().database_url == "postgresql://gfs:o@db/gfs"  # the owner role's
+    assert QuotaServiceSettings().database_url == "postgresql://gfs_quota:q@db/gfs"  # its own wins
+    clean_env.delenv("QUOTA_DATABASE_URL")
+    clean_env.delenv("PREEMPTION_DATABASE_URL")
+    # Unset: DATABASE_URL, so one URL (the tests', a single-role deployment's) still serves both.
+    assert QuotaServiceSettings().database_url == "postgresql://gfs:o@db/gfs"
+    assert PreemptionSettings().database_url == "postgresql://gfs:o@db/gfs"
+    # A URL given to the constructor (tools and tests build settings so) is DATABASE_URL's.
+    assert PreemptionSettings(database_url="postgresql://x@y/z").database_url == "postgresql://x@y/z"
 
 
 def test_env_names_override_every_field(clean_env: pytest.MonkeyPatch, tmp_path: Path) -> None:
