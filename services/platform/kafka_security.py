@@ -62,7 +62,7 @@ class KafkaSecurity:
         """One line for a startup log: protocol, mechanism and user, never the password."""
         if self.plaintext:
             return "PLAINTEXT (no TLS, no authentication: dev/demo only)"
-        parts = [self.protocol]
+        parts: list[str] = [self.protocol]
         if self.uses_sasl:
             parts.append(f"{self.sasl_mechanism} as {self.username}")
         if self.uses_tls:

@@ -31,13 +31,13 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any
 
 import asyncpg
 from aiohttp import web
 from opentelemetry import context as otel_context
 from opentelemetry import trace
-from pydantic import AliasChoices, BaseModel, Field
+from pydantic import BaseModel
 
 from schemas.envelope import Envelope, wrap
 from schemas.forecast import DemandForecast, PoolDemandForecast
@@ -51,53 +51,22 @@ from services.platform.kafka.consumer import consume
 from services.platform.kafka.lag import LagProbe
 from services.platform.kafka.processing import ConsumeStats, MessageContext
 from services.platform.kafka.producer import EnvelopeProducer
-from services.platform.metrics import Metrics, configure_metrics, metrics_handler
-from services.platform.openapi import add_openapi
+from services.platform.metrics import configure_metrics
 from services.platform.outbox import OutboxRelay
 from services.platform.postgres import open_pool, transaction
-from services.platform.settings import PlatformSettings
 from services.platform.timer import every, failure_counter
 from services.quota import store
-from services.quota.api_spec import API, ForecastHealth, Health, PoolQuota, Ready
 from services.quota.book import PoolBook, QuotaComputation
 from services.quota.mapping import forecast_view, spot_quota, status_view
 from services.quota.metrics import register_metrics
+from services.quota.quota_api import build_api
+from services.quota.settings import QuotaServiceSettings
 
 log = logging.getLogger(__name__)
 
 TOPICS = (FORECASTS_TOPIC, POOL_STATUS_TOPIC, TASK_LIFECYCLE_TOPIC)
 PRODUCER = "gfs-quota"
-FENCE_KEY = 0x6766_735F_7175_6F74  # "gfs_quot": one active quota instance per database
 TRACER = "gfs.quota"
-
-
-class QuotaServiceSettings(PlatformSettings):
-    quota_refresh_s: float = 300.0
-    quota_group: str = "gfs-quota"
-    quota_api_host: str | None = None  # None: GFS_HTTP_HOST (loopback by default)
-    quota_api_port: int = 8081  # 0: no API
-    quota_fence_poll_s: float = 1.0
-    # The fence is a lease (services/platform/fence.py): a dead or hung holder loses it within
-    # about this long (TCP keepalives and idle_session_timeout on its session), not ~2 h.
-    quota_fence_lease_s: float = 30.0
-    quota_fence_key: int = FENCE_KEY  # instances sharing a key (and a database) fence each other
-    # "wall": refresh every quota_refresh_s on the host's clock. "topic": each PoolStatus is its
-    # pool's refresh, at its observed_at (module doc). Env GFS_QUOTA_CLOCK.
-    quota_clock: Literal["wall", "topic"] = Field(
-        default="wall", validation_alias=AliasChoices("quota_clock", "gfs_quota_clock")
-    )
-
-    # The quota service's own login role (docs/operations.md, "Postgres roles"); DATABASE_URL
-    # when unset. Env QUOTA_DATABASE_URL.
-    quota_database_url: str | None = None
-
-    @property
-    def database_url(self) -> str:
-        return self.database_url_for(self.quota_database_url)
-
-    @property
-    def topic_clock(self) -> bool:
-        return self.quota_clock == "topic"
 
 
 @dataclass(slots=True)
@@ -285,77 +254,6 @@ class QuotaService:
             self.latest[name] = computed
             self.quoted_at[name] = now
             return computed
-
-
-def build_api(service: QuotaService, metrics: Metrics, ready: asyncio.Event) -> web.Application:
-    """The SRE read API: quota per pool and duration, eta, eviction rate, the forecast behind it.
-    Its contract is api_spec.py (served at /openapi.json); none of its routes takes a query
-    parameter, so any is a 400 (a typo is refused rather than ignored)."""
-
-    async def healthz(request: web.Request) -> web.Response:
-        API.query(request)
-        return web.json_response(Health(status="alive").model_dump())
-
-    async def readyz(request: web.Request) -> web.Response:
-        API.query(request)
-        ok = ready.is_set()
-        return web.json_response(Ready(ready=ok).model_dump(), status=200 if ok else 503)
-
-    async def quotas(request: web.Request) -> web.Response:
-        API.query(request)
-        out = {}
-        for name, c in sorted(service.latest.items()):
-            quantile = c.inputs.hp_quantile
-            out[name] = PoolQuota.model_validate({
-                "quota_gpus": {str(h): q for h, q in sorted(c.quota.items())},
-                "eta": c.eta,
-                "version": service.books[name].version,
-                "computed_at": store.utc(c.computed_s).isoformat(),
-                "valid_until": store.utc(c.valid_until_s).isoformat(),
-                "capacity_gpus": c.capacity,
-                "eviction_rate_recent": c.eviction_rate,
-                "periods_recent": {"failed": c.failed_recent, "succeeded": c.succeeded_recent},
-                "hp_running_plus_queued": c.inputs.hp_observed,
-                # Why spot waits (issue 21): every input of the quota, and what held the spot head.
-                "hp_placeable": c.inputs.hp_placeable,
-                "hp_floor": c.hp_floor,
-                "spare_gpus": {str(h): f for h, f in sorted(c.min_free.items())},
-                "idle_gpus": c.inputs.idle_gpus,
-                "spot_in_use_gpus": c.inputs.spot_in_use,
-                "reserved_task_id": c.reserved_task_id,
-                "spot_head_held_by": c.spot_head_held_by,
-                "forecast": None
-                if c.forecast is None
-                else {
-                    "version": c.forecast.version,
-                    "origin": store.utc(c.forecast.origin_s).isoformat(),
-                    "fallback": c.forecast.fallback,
-                    "p_quantile": None if quantile is None else [float(x) for x in quantile],
-                },
-            }).model_dump(mode="json")  # fmt: skip
-        return web.json_response(out)
-
-    async def forecast_health(request: web.Request) -> web.Response:
-        API.query(request)
-        now = service.clock.now()
-        out = {}
-        for name, book in sorted(service.books.items()):
-            samples, share = book.forecast_health(now)
-            out[name] = ForecastHealth(
-                samples_last_day=samples,
-                coverage=share,  # realised <= predicted p-quantile
-                target=book.settings.guarantee_rate,
-            ).model_dump()
-        return web.json_response(out)
-
-    app = web.Application()
-    app.router.add_get("/healthz", healthz)
-    app.router.add_get("/forecast-health", forecast_health)
-    app.router.add_get("/readyz", readyz)
-    app.router.add_get("/quotas", quotas)
-    app.router.add_get("/metrics", metrics_handler(metrics))
-    add_openapi(app, API)
-    return app
 
 
 async def run_quota_service(

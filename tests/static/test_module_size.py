@@ -6,7 +6,8 @@ split into parts, a class per concept: controller.py's and service.py's module d
 loop is the platform's consume loop in batch mode, and how far it has heard is router_heard.py; the
 demo's live.py to 690, the fault harness to 638, the accept and race benchmarks to 539 and 540, the
 MMPP generator to 515, each now a runner beside its parts: the module docs' "Parts" paragraphs; the
-simulator's engine to 535, now state, actuation and the event loop)."""
+simulator's engine to 535, now state, actuation and the event loop; the quota service to 482, its
+settings and SRE API now modules of their own)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ PACKAGES = (
     "services/livebench",
     "services/simulator",
     "services/forecast",
+    "services/quota",
 )
 
 

@@ -1,0 +1,40 @@
+"""The quota service's settings (env, like every service's: services/platform/settings.py)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import AliasChoices, Field
+
+from services.platform.settings import PlatformSettings
+
+FENCE_KEY = 0x6766_735F_7175_6F74  # "gfs_quot": one active quota instance per database
+
+
+class QuotaServiceSettings(PlatformSettings):
+    quota_refresh_s: float = 300.0
+    quota_group: str = "gfs-quota"
+    quota_api_host: str | None = None  # None: GFS_HTTP_HOST (loopback by default)
+    quota_api_port: int = 8081  # 0: no API
+    quota_fence_poll_s: float = 1.0
+    # The fence is a lease (services/platform/fence.py): a dead or hung holder loses it within
+    # about this long (TCP keepalives and idle_session_timeout on its session), not ~2 h.
+    quota_fence_lease_s: float = 30.0
+    quota_fence_key: int = FENCE_KEY  # instances sharing a key (and a database) fence each other
+    # "wall": refresh every quota_refresh_s on the host's clock. "topic": each PoolStatus is its
+    # pool's refresh, at its observed_at (module doc). Env GFS_QUOTA_CLOCK.
+    quota_clock: Literal["wall", "topic"] = Field(
+        default="wall", validation_alias=AliasChoices("quota_clock", "gfs_quota_clock")
+    )
+
+    # The quota service's own login role (docs/operations.md, "Postgres roles"); DATABASE_URL
+    # when unset. Env QUOTA_DATABASE_URL.
+    quota_database_url: str | None = None
+
+    @property
+    def database_url(self) -> str:
+        return self.database_url_for(self.quota_database_url)
+
+    @property
+    def topic_clock(self) -> bool:
+        return self.quota_clock == "topic"
