@@ -19,6 +19,7 @@ from typing import Any
 
 from schemas.tasks import (
     EvictionReason,
+    RejectionReason,
     TaskAccepted,
     TaskCancelled,
     TaskClass,
@@ -98,7 +99,10 @@ def apply_task_event(
             return record, None
         accepted = replace(current, pool=payload.pool, accepted_s=at_s, hp=payload.task_class is TaskClass.HP)
         return _count_if_ready(accepted)
-    ends = isinstance(payload, TaskFinished | TaskRejected | TaskCancelled) or (
+    # A duplicate submission's rejection carries the original's task id: the copy ended, not the
+    # task this record counts (it runs on until its own end).
+    duplicate = isinstance(payload, TaskRejected) and payload.reason is RejectionReason.DUPLICATE_TASK_ID
+    ends = (isinstance(payload, TaskFinished | TaskRejected | TaskCancelled) and not duplicate) or (
         isinstance(payload, TaskEvicted) and payload.reason is EvictionReason.CANCELLED
     )
     if not ends or current.ended:

@@ -43,6 +43,9 @@ def _run(events: list[object]) -> list[Delta]:
 
 ACCEPT = TaskAccepted(task_id="t", pool="A100", task_class=TaskClass.HP)
 FINISH = TaskFinished(task_id="t", exit_code=0, finished_at=T)
+DUPLICATE = TaskRejected(
+    task_id="t", reason="DUPLICATE_TASK_ID", message="a task with this id was already submitted"
+)
 
 
 def _evicted(reason: EvictionReason) -> TaskEvicted:
@@ -66,11 +69,15 @@ def _evicted(reason: EvictionReason) -> TaskEvicted:
         ([ACCEPT, FINISH, _submit()], []),  # ended before its size was known: never counted
         ([_submit(), ACCEPT, ACCEPT, _submit()], [6.0]),  # redeliveries change nothing
         ([_submit(), ACCEPT, FINISH, FINISH], [6.0, -6.0]),
+        # A second submission with the task's id is rejected as a duplicate under the same task id:
+        # that rejection is the copy's, the original still runs and counts until it ends.
+        ([_submit(), ACCEPT, DUPLICATE], [6.0]),
+        ([_submit(), ACCEPT, DUPLICATE, FINISH], [6.0, -6.0]),
     ],
     ids=[
         "accepted",
-        "rejected-never-counted",
         "finished",
+        "rejected-never-counted",
         "cancelled",
         "evicted-cancelled",
         "evicted-requeued",
@@ -80,6 +87,8 @@ def _evicted(reason: EvictionReason) -> TaskEvicted:
         "ended-before-submitted",
         "duplicates",
         "finished-twice",
+        "duplicate-rejected-original-still-counts",
+        "duplicate-rejected-then-original-finishes",
     ],
 )
 def test_which_events_move_hp_demand(events: list[object], expected: list[float]) -> None:
