@@ -2,15 +2,18 @@
 # Shared by the stack scripts (sourced): the start-up and shutdown of a background daemon that a
 # script launched with `setsid nohup PROGRAM ... &` and named in a PID file.
 
-# await_exec PID PATTERN [TIMEOUT_S]: waits until PID's command line contains PATTERN (a fixed
-# string). Right after `cmd &`, $! is for a moment a forked copy of the launching shell, whose
-# command line is the script's own; a liveness check that reads /proc then (a loaded CI machine
-# can take a while to exec) wrongly reports the daemon dead. Fails when PID exits first.
+# await_exec PID PREFIX [TIMEOUT_S]: waits until PID's command line starts with PREFIX: the
+# program at the end of the launch's exec chain (bash fork, setsid, nohup, a wrapper script, the
+# daemon). Right after `cmd &`, $! is for a moment a forked copy of the launching shell, and each
+# exec replaces the command line (it may even read empty while it happens); a liveness check that
+# reads /proc in between (a loaded CI machine can take a while) wrongly reports the daemon dead.
+# Once the final program runs, its command line stays. Fails when PID exits first.
 await_exec() {
-  local pid="$1" pattern="$2" deadline=$((SECONDS + ${3:-30}))
+  local pid="$1" prefix="$2" deadline=$((SECONDS + ${3:-30})) cmd
   while ((SECONDS < deadline)); do
     [[ -r "/proc/$pid/cmdline" ]] || return 1
-    tr '\0' ' ' <"/proc/$pid/cmdline" | grep -qF -- "$pattern" && return 0
+    cmd="$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null)" || return 1
+    [[ "$cmd" == "$prefix"* ]] && return 0
     sleep 0.1
   done
   return 1

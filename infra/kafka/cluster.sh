@@ -102,7 +102,7 @@ start_node() {
     setsid nohup "$KAFKA_INFRA_DIR/kafka-java.sh" kafka.Kafka "$dir/server.properties" \
     </dev/null >"$dir/logs/stdout.log" 2>&1 &
   echo $! >"$dir/kafka.pid"
-  await_exec "$!" kafka.Kafka || true # the readiness wait reports a node that died at once
+  await_exec "$!" "java " || true # the readiness wait reports a node that died at once
   echo "kafka-cluster: node $n started (pid $!, 127.0.0.1:$(port_of "$n")), logs in $dir/logs"
 }
 

@@ -126,7 +126,7 @@ start() {
     setsid nohup "$KAFKA_INFRA_DIR/kafka-java.sh" kafka.Kafka "$SECURE_DIR/server.properties" \
     </dev/null >"$SECURE_DIR/logs/stdout.log" 2>&1 &
   echo $! >"$PID_FILE"
-  await_exec "$!" kafka.Kafka || true # wait_ready reports a broker that died at once
+  await_exec "$!" "java " || true # wait_ready reports a broker that died at once
   echo "kafka-secure: started (pid $!, SASL_SSL 127.0.0.1:$PORT), logs in $SECURE_DIR/logs"
 }
 

@@ -36,5 +36,5 @@ KAFKA_LOG4J="$KAFKA_INFRA_DIR/broker-log4j.properties" \
   setsid nohup "$KAFKA_INFRA_DIR/kafka-java.sh" kafka.Kafka "$KAFKA_CONFIG" \
   </dev/null >"$KAFKA_LOG_DIR/stdout.log" 2>&1 &
 echo $! >"$KAFKA_PID_FILE"
-await_exec "$!" kafka.Kafka || true # wait.sh reports a broker that died at once
+await_exec "$!" "java " || true # wait.sh reports a broker that died at once
 echo "kafka: started (pid $!), logs in $KAFKA_LOG_DIR"

@@ -35,5 +35,5 @@ setsid nohup "$PROM_BIN" \
   --web.enable-lifecycle \
   </dev/null >"$PROM_LOG_FILE" 2>&1 &
 echo $! >"$PROM_PID_FILE"
-await_exec "$!" "--config.file=$PROM_CONFIG" || true # wait.sh reports a Prometheus that died at once
+await_exec "$!" "$PROM_BIN " || true # wait.sh reports a Prometheus that died at once
 echo "prometheus: started (pid $!), log $PROM_LOG_FILE"
