@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-app = typer.Typer(no_args_is_help=True, help="Operate the Postgres database (migrations).")
+app = typer.Typer(no_args_is_help=True, help="Operate the Postgres database (migrations, roles, retention).")
 
 
 @app.command("migrate")
@@ -87,3 +87,53 @@ def grant(
         raise typer.Exit(code=1) from exc
     for statement in statements:
         typer.echo(statement)
+
+
+@app.command("prune")
+def prune_history(
+    database_url: Annotated[
+        str | None, typer.Option("--database-url", help="Overrides DATABASE_URL.")
+    ] = None,
+    history_keep_s: Annotated[
+        float | None, typer.Option("--history-keep-s", help="Overrides GFS_HISTORY_KEEP_S (30 d).")
+    ] = None,
+    outbox_keep_s: Annotated[
+        float | None, typer.Option("--outbox-keep-s", help="Overrides GFS_OUTBOX_KEEP_S (1 d).")
+    ] = None,
+) -> None:
+    """Delete history older than the windows now, on the wall clock (the services do it every
+    GFS_RETENTION_EVERY_S on their own clock; docs/operations.md, "Retention"). Prints the rows
+    deleted per table; run again until it prints nothing (a run deletes at most 20,000 per table)."""
+    import asyncpg
+
+    from services.platform.postgres import open_pool
+    from services.platform.retention import OUTBOX_RULE, PREEMPTION_RULES, QUOTA_RULES, Retention, prune
+    from services.platform.settings import DatabaseUrlMissingError, PlatformSettings
+
+    settings = PlatformSettings()
+    try:
+        retention = Retention(
+            history_keep_s=settings.gfs_history_keep_s if history_keep_s is None else history_keep_s,
+            outbox_keep_s=settings.gfs_outbox_keep_s if outbox_keep_s is None else outbox_keep_s,
+            every_s=0.0,
+        )
+    except ValueError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(code=2) from exc
+
+    async def run(dsn: str) -> dict[str, int]:
+        import time
+
+        async with open_pool(dsn, max_size=1) as pool:
+            return await prune(pool, (*QUOTA_RULES, *PREEMPTION_RULES, OUTBOX_RULE), retention, time.time)
+
+    try:
+        deleted = asyncio.run(run(database_url or settings.database_url))
+    except DatabaseUrlMissingError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(code=1) from exc
+    except (OSError, asyncpg.PostgresError) as exc:
+        typer.echo(f"error: {type(exc).__name__}: {exc}", err=True)
+        raise typer.Exit(code=1) from exc
+    for table, n in deleted.items():
+        typer.echo(f"{table}: {n} deleted")

@@ -71,6 +71,13 @@ class PlatformSettings(BaseSettings):
     # cluster evicts); 0.0.0.0 in a container or pod reached from outside (docker-compose.yml,
     # infra/k8s). Env GFS_HTTP_HOST.
     gfs_http_host: str = Field(default="127.0.0.1", min_length=1)
+    # History the services delete (services/platform/retention.py; docs/operations.md, "Retention"):
+    # decisions, quota versions, eta history and guarantee outcomes older than GFS_HISTORY_KEEP_S
+    # (30 d), published outbox rows older than GFS_OUTBOX_KEEP_S (1 d), checked every
+    # GFS_RETENTION_EVERY_S (10 min; 0 keeps everything).
+    gfs_history_keep_s: float = Field(default=30 * 86_400.0, gt=0)
+    gfs_outbox_keep_s: float = Field(default=86_400.0, gt=0)
+    gfs_retention_every_s: float = Field(default=600.0, ge=0)
 
     @field_validator("gfs_log_level", "kafka_security_protocol", "kafka_sasl_mechanism", mode="before")
     @classmethod

@@ -36,12 +36,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import socket
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
 
 from aiohttp import web
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
@@ -53,7 +53,9 @@ from services.platform.kafka.topic_admin import ensure_topics
 from services.platform.metrics import configure_metrics
 from services.platform.outbox import OutboxRelay
 from services.platform.postgres import open_pool
+from services.platform.retention import OUTBOX_RULE, PREEMPTION_RULES, Retention, prune
 from services.platform.signing import node_key
+from services.platform.timer import every, failure_counter
 from services.preemption import store
 from services.preemption.api import build_api
 from services.preemption.decider_base import PRODUCER, TRACER, Stats
@@ -150,16 +152,6 @@ async def _decide(consumer: AIOKafkaConsumer, decider: Decider, stop: asyncio.Ev
                 decider.note_heard(tp.partition, caught_up_at(consumer, tp, state.next_offset))
 
 
-async def _every(seconds: float, stop: asyncio.Event, action: Callable[[], Any]) -> None:
-    while not stop.is_set():
-        try:
-            await action()
-        except Exception:
-            log.exception("preemption: timer failed; retrying")
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), timeout=seconds)
-
-
 async def run_preemption_service(
     settings: PreemptionSettings,
     stop: asyncio.Event,
@@ -239,8 +231,21 @@ async def run_preemption_service(
                 ),
                 asyncio.create_task(relay.run(stop)),
             ]
+            timer_failures = failure_counter(metrics.meter(TRACER))
             if not settings.topic_clock:  # on the controllable clock, ticks drive the timers
-                jobs.append(asyncio.create_task(_every(settings.preemption_tick_s, stop, decider.tick)))
+                jobs.append(asyncio.create_task(every(
+                    settings.preemption_tick_s, stop, decider.tick, name="preemption.tick",
+                    failures=timer_failures,
+                )))  # fmt: skip
+            retention = Retention.of(settings)
+            if retention.enabled:  # history older than the window goes (services/platform/retention.py)
+                prune_history = functools.partial(
+                    prune, pool, (*PREEMPTION_RULES, OUTBOX_RULE), retention, clock.now
+                )
+                jobs.append(asyncio.create_task(every(
+                    retention.every_s, stop, prune_history, name="preemption.retention",
+                    failures=timer_failures,
+                )))  # fmt: skip
             try:
                 done, _ = await asyncio.wait(
                     [*jobs, asyncio.create_task(stop.wait())], return_when=asyncio.FIRST_COMPLETED

@@ -20,7 +20,6 @@ from schemas.topics import TOPICS
 ROOT = Path(__file__).resolve().parents[2]
 BEING_SPLIT = frozenset(
     {
-        "services/preemption/service.py",
         "services/preemption/inputs.py",
         "services/preemption/controller.py",
     }
