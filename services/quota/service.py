@@ -115,11 +115,6 @@ class QuotaService:
     # both refresh pools; two saves of one pool from the same expected version would make the
     # second look like another instance's write (FenceLostError) and step this one down.
     writing: asyncio.Lock = field(default_factory=asyncio.Lock)
-    # The pools this deployment quotes (settings.quota_pools); None: every pool it reads.
-    pools: frozenset[str] | None = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.pools = self.settings.pool_allowlist()
 
     def book(self, pool: str) -> PoolBook:
         found = self.books.get(pool)
@@ -137,13 +132,13 @@ class QuotaService:
         async with self.pool.acquire() as connection:
             # Rows of pools outside QUOTA_POOLS (the list was narrowed since) are left alone.
             for name, stored in (await store.load_pools(connection)).items():
-                if not self.owns(name):
+                if not self.settings.owns(name):
                     continue
                 book = self.book(name)
                 book.eta, book.version = stored.eta, stored.version
                 self.quoted_at[name] = stored.updated_at.timestamp()
             for row in await store.load_latest_inputs(connection):
-                if not self.owns(row["pool"]):
+                if not self.settings.owns(row["pool"]):
                     continue
                 payload = row["payload"]
                 if row["kind"] == "status":
@@ -156,7 +151,7 @@ class QuotaService:
                     )
             since = store.utc(self.clock.now() - self.quota_settings.feedback_window_s)
             for row in await store.load_outcomes(connection, since):
-                if not self.owns(row["pool"]):
+                if not self.settings.owns(row["pool"]):
                     continue
                 start, end = row["period_start"].timestamp(), row["period_end"].timestamp()
                 self.book(row["pool"]).record_outcome(row["task_id"], start, end, row["succeeded"])
@@ -165,15 +160,11 @@ class QuotaService:
         if isinstance(self.clock, StatusClock):
             self.clock.observe(observed_s)
 
-    def owns(self, pool: str) -> bool:
-        """Whether this deployment quotes `pool` (`QUOTA_POOLS`; every pool when unset)."""
-        return self.pools is None or pool in self.pools
-
     async def handle(self, envelope: Envelope[Any], context: MessageContext) -> None:
         payload = envelope.payload
-        if isinstance(payload, PoolStatus | PoolDemandForecast | GuaranteePeriodClosed) and not self.owns(
-            payload.pool
-        ):
+        if isinstance(
+            payload, PoolStatus | PoolDemandForecast | GuaranteePeriodClosed
+        ) and not self.settings.owns(payload.pool):
             # Another deployment's pool (the topics are shared): not persisted, not quoted, and its
             # status does not move the topic clock (a neighbour's instants are not ours).
             self.ignored += 1

@@ -49,3 +49,8 @@ class QuotaServiceSettings(PlatformSettings):
         """The pools `quota_pools` names; None: every pool."""
         names = frozenset(p.strip() for p in self.quota_pools.split(",") if p.strip())
         return names or None
+
+    def owns(self, pool: str) -> bool:
+        """Whether this deployment quotes `pool` (`quota_pools` names it, or names none)."""
+        allowed = self.pool_allowlist()
+        return allowed is None or pool in allowed
