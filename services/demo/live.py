@@ -160,6 +160,7 @@ async def run_demo(
             | {
                 "OTEL_SERVICE_NAME": "gfs-quota",
                 "QUOTA_GROUP": f"demo-quota-{run}",
+                "QUOTA_POOLS": ",".join(sorted({r["gpu_model"] for r in rows})),
                 "QUOTA_REFRESH_S": "10",
                 "QUOTA_API_PORT": str(ports["quota"]),
                 # The fence is an advisory lock per database, not per schema: with the default key

@@ -109,6 +109,7 @@ async def run_faults(plan: FaultPlan, *, workdir: Path, keep_schema: bool = Fals
             base
             | {
                 "QUOTA_GROUP": f"faults-quota-{run}",
+                "QUOTA_POOLS": pool,
                 "QUOTA_API_PORT": str(ports["quota"]),
                 "QUOTA_REFRESH_S": "5",
                 "QUOTA_FENCE_KEY": str(rng.getrandbits(48)),

@@ -182,6 +182,7 @@ async def run_live(options: ParityOptions, trace: Trace) -> LiveRun:
             "FORECAST_CLOCK": "topic", "FORECAST_CLOCK_NAME": clock}, workdir / "forecast.log"),
         Supervised("quota", ["serve", "quota"], base | {
             "QUOTA_GROUP": f"parity-quota-{run}", "QUOTA_API_PORT": str(ports["quota"]),
+            "QUOTA_POOLS": ",".join(result.pools),
             "QUOTA_REFRESH_S": f"{options.quota_period_s:g}", "QUOTA_CLOCK": "topic",
             "QUOTA_FENCE_KEY": str(uuid.uuid4().int % 2**48)}, workdir / "quota.log"),
         Supervised("preemption", ["serve", "preemption"], base | {

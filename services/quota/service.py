@@ -132,11 +132,16 @@ class QuotaService:
         """Resume from Postgres: eta and version per pool, latest inputs, recent outcomes (the
         inputs first: on the topic clock the latest status says what "recent" means)."""
         async with self.pool.acquire() as connection:
+            # Rows of pools outside QUOTA_POOLS (the list was narrowed since) are left alone.
             for name, stored in (await store.load_pools(connection)).items():
+                if not self.settings.owns(name):
+                    continue
                 book = self.book(name)
                 book.eta, book.version = stored.eta, stored.version
                 self.quoted_at[name] = stored.updated_at.timestamp()
             for row in await store.load_latest_inputs(connection):
+                if not self.settings.owns(row["pool"]):
+                    continue
                 payload = row["payload"]
                 if row["kind"] == "status":
                     view = status_view(PoolStatus.model_validate_json(payload))
@@ -148,6 +153,8 @@ class QuotaService:
                     )
             since = store.utc(self.clock.now() - self.quota_settings.feedback_window_s)
             for row in await store.load_outcomes(connection, since):
+                if not self.settings.owns(row["pool"]):
+                    continue
                 start, end = row["period_start"].timestamp(), row["period_end"].timestamp()
                 self.book(row["pool"]).record_outcome(row["task_id"], start, end, row["succeeded"])
 
@@ -157,6 +164,13 @@ class QuotaService:
 
     async def handle(self, envelope: Envelope[Any], context: MessageContext) -> None:
         payload = envelope.payload
+        if isinstance(
+            payload, PoolStatus | PoolDemandForecast | GuaranteePeriodClosed
+        ) and not self.settings.owns(payload.pool):
+            # Another deployment's pool (the topics are shared): not persisted, not quoted, and its
+            # status does not move the topic clock (a neighbour's instants are not ours).
+            self.ignored += 1
+            return
         if isinstance(payload, PoolStatus):
             await self._remember(payload.pool, "status", payload.observed_at, payload)
             view = status_view(payload)

@@ -27,6 +27,12 @@ class QuotaServiceSettings(PlatformSettings):
         default="wall", validation_alias=AliasChoices("quota_clock", "gfs_quota_clock")
     )
 
+    # Comma-separated pools this deployment quotes ("" = every pool it reads; env QUOTA_POOLS).
+    # The input topics are shared: without it a private deployment (a test run, `gfs parity`)
+    # quotes every other run's pools too and publishes those quotes on the shared gfs.quotas,
+    # where the other runs' schedulers and tests read them as their own (docs/protocol.md, 8).
+    quota_pools: str = ""
+
     # The quota service's own login role (docs/operations.md, "Postgres roles"); DATABASE_URL
     # when unset. Env QUOTA_DATABASE_URL.
     quota_database_url: str | None = None
@@ -38,3 +44,13 @@ class QuotaServiceSettings(PlatformSettings):
     @property
     def topic_clock(self) -> bool:
         return self.quota_clock == "topic"
+
+    def pool_allowlist(self) -> frozenset[str] | None:
+        """The pools `quota_pools` names; None: every pool."""
+        names = frozenset(p.strip() for p in self.quota_pools.split(",") if p.strip())
+        return names or None
+
+    def owns(self, pool: str) -> bool:
+        """Whether this deployment quotes `pool` (`quota_pools` names it, or names none)."""
+        allowed = self.pool_allowlist()
+        return allowed is None or pool in allowed

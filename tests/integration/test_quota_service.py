@@ -2,7 +2,8 @@
 outcomes in; a SpotQuota out equal to the core's quota function on those inputs (worked by hand
 on one pool), persisted with the inputs and forecast behind it; a standby waits while the active
 instance holds the fence and takes over when it stops. On the topic clock each status is quoted
-at its own time, published before its offset is committed, and only once."""
+at its own time, published before its offset is committed, and only once, even with a neighbour
+deployment quoting the same shared topics (QUOTA_POOLS keeps each to its own pools)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import asyncio
 import random
 import socket
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import urlencode, urlsplit, urlunsplit
@@ -18,6 +19,7 @@ from urllib.parse import urlencode, urlsplit, urlunsplit
 import aiohttp
 import asyncpg
 import pytest
+import pytest_asyncio
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
@@ -35,6 +37,19 @@ from services.quota.service import TOPICS, QuotaService, QuotaServiceSettings, r
 pytestmark = pytest.mark.integration
 
 READY_S = 30.0
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def neighbour_schema(database_url: str) -> AsyncIterator[str]:
+    """A second fresh schema (dropped afterwards): another deployment's database."""
+    name = f"it_{uuid.uuid4().hex[:12]}"
+    connection = await asyncpg.connect(database_url)
+    try:
+        await connection.execute(f'CREATE SCHEMA "{name}"')
+        yield name
+    finally:
+        await connection.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
+        await connection.close()
 
 
 def _dsn(database_url: str, schema: str) -> str:
@@ -84,7 +99,9 @@ async def test_inputs_in_quota_out_hand_checked(
     now = datetime.now(UTC)
     origin = now.replace(minute=0, second=0, microsecond=0)
     stop, ready = asyncio.Event(), asyncio.Event()
-    settings = _settings(dsn, kafka_bootstrap, random.getrandbits(48), quota_api_port=_free_port())
+    # QUOTA_POOLS: not every other run's pool on the shared topics, quoted every 0.3 s onto gfs.quotas.
+    settings = _settings(dsn, kafka_bootstrap, random.getrandbits(48), quota_api_port=_free_port(),
+                         quota_pools=pool)  # fmt: skip
     # Only this test's records: behind the thousands of pools older runs left on the shared
     # topics, each 0.3-s refresh of every pool's quota kept the consumer from ours for minutes.
     await _start_at_the_end(kafka_bootstrap, settings.quota_group, TOPICS)
@@ -254,10 +271,14 @@ async def _read_from(
     offsets: dict[TopicPartition, int],
     key: bytes,
     done: Callable[[list[Envelope[Any]]], bool],
+    mine: asyncpg.Connection | None = None,
 ) -> list[Envelope[Any]]:
     """The envelopes keyed `key` after `offsets` (no group: nothing older is read, so no wait
     behind the thousands of records older runs left), deduplicated by event id (the outbox
-    publishes at least once), until `done` says enough."""
+    publishes at least once), until `done` says enough. `mine`: the schema of the quota instance
+    under test; only the quotes it wrote count (its `quota_version.event_id`s): the topic is
+    shared, and another deployment's quota service quotes every pool it reads (ours too) unless
+    its QUOTA_POOLS leaves ours out."""
     consumer = AIOKafkaConsumer(bootstrap_servers=kafka_bootstrap, enable_auto_commit=False)
     await consumer.start()
     found: list[Envelope[Any]] = []
@@ -270,8 +291,13 @@ async def _read_from(
             for records in (await consumer.getmany(timeout_ms=500)).values():
                 for record in records:
                     envelope = decode(topic_name, record.value or b"")
-                    if record.key == key and envelope.event_id not in {e.event_id for e in found}:
-                        found.append(envelope)
+                    if record.key != key or envelope.event_id in {e.event_id for e in found}:
+                        continue
+                    if mine is not None and not await mine.fetchval(
+                        "SELECT count(*) FROM quota_version WHERE event_id = $1", envelope.event_id
+                    ):
+                        continue  # a neighbour's quote of our pool
+                    found.append(envelope)
     finally:
         await consumer.stop()
     assert done(found), f"not enough records keyed {key!r} on {topic_name}: {found}"
@@ -279,20 +305,37 @@ async def _read_from(
 
 
 async def test_on_the_topic_clock_a_status_is_quoted_at_its_time_before_it_is_committed(
-    registry_topics: TopicsReport, kafka_bootstrap: str, database_url: str, scratch_schema: str
+    registry_topics: TopicsReport,
+    kafka_bootstrap: str,
+    database_url: str,
+    scratch_schema: str,
+    neighbour_schema: str,
 ) -> None:
     dsn = await _migrated(database_url, scratch_schema)
-    pool = f"PT-{uuid.uuid4().hex[:8]}"
+    pool, other = f"PT-{uuid.uuid4().hex[:8]}", f"NB-{uuid.uuid4().hex[:8]}"
     # Times long past: the topic clock is whatever the statuses say, the wall clock plays no part.
     t = datetime(2020, 3, 2, 10, 15, tzinfo=UTC)
     settings = _settings(dsn, kafka_bootstrap, random.getrandbits(48), quota_refresh_s=300.0,
-                         quota_clock="topic")  # fmt: skip
+                         quota_clock="topic", quota_pools=pool)  # fmt: skip
+    # A neighbour deployment on the same shared topics, as `gfs parity`'s stack is whenever the
+    # parity test runs beside this one: its own schema, group and fence, quoting its pool `other`
+    # and ours too (as a deployment without QUOTA_POOLS quotes every pool). Its quotes of our pool
+    # are keyed by our pool on gfs.quotas: reading them as ours made this test fail now and then
+    # ("a second quote valid from t"), so only the quotes our instance wrote are read below.
+    neighbour_dsn = await _migrated(database_url, neighbour_schema)
+    neighbour_settings = _settings(
+        neighbour_dsn, kafka_bootstrap, random.getrandbits(48), quota_refresh_s=300.0, quota_clock="topic",
+        quota_pools=f"{pool},{other}",
+    )  # fmt: skip
     await _start_at_the_end(kafka_bootstrap, settings.quota_group, TOPICS)
-    stop, ready = asyncio.Event(), asyncio.Event()
+    await _start_at_the_end(kafka_bootstrap, neighbour_settings.quota_group, TOPICS)
+    stop, ready, neighbour_ready = asyncio.Event(), asyncio.Event(), asyncio.Event()
     service_task = asyncio.create_task(run_quota_service(settings, stop, ready=ready))
+    neighbour_task = asyncio.create_task(run_quota_service(neighbour_settings, stop, ready=neighbour_ready))
     connection = await asyncpg.connect(dsn)
+    neighbour = await asyncpg.connect(neighbour_dsn)
     try:
-        await asyncio.wait_for(ready.wait(), READY_S)
+        await asyncio.wait_for(asyncio.gather(ready.wait(), neighbour_ready.wait()), READY_S)
         async with EnvelopeProducer(bootstrap_servers=kafka_bootstrap) as producer:
             forecast = PoolDemandForecast(
                 pool=pool, origin_time=t.replace(minute=0), tenants=2, model_name="persistence",
@@ -328,21 +371,13 @@ async def test_on_the_topic_clock_a_status_is_quoted_at_its_time_before_it_is_co
                 hp_running_gpus=50.0, hp_queued_gpus=5.0,
             )  # fmt: skip
             quotas_from = await _end_offsets(kafka_bootstrap, "gfs.quotas")
+            # The neighbour's own pool: our instance reads it, and must leave it alone.
+            theirs = status.model_copy(update={"pool": other})
+            where_theirs = await producer.send("gfs.pools.status", wrap(theirs, producer="it"))
             where = await producer.send("gfs.pools.status", wrap(status, producer="it"))
             # Once the status's offset is committed, its quota is already published.
-            admin = AIOKafkaAdminClient(bootstrap_servers=kafka_bootstrap)
-            await admin.start()
-            try:
-                status_tp = TopicPartition("gfs.pools.status", where.partition)
-                for _ in range(300):
-                    committed = (await admin.list_consumer_group_offsets(settings.quota_group)).get(status_tp)
-                    if committed is not None and committed.offset > where.offset:
-                        break
-                    await asyncio.sleep(0.05)
-                else:
-                    raise AssertionError("the status's offset was never committed")
-            finally:
-                await admin.close()
+            await _committed_past(kafka_bootstrap, settings.quota_group, where)
+            await _committed_past(kafka_bootstrap, settings.quota_group, where_theirs)
             published = await connection.fetch(
                 "SELECT published_at FROM outbox WHERE topic = 'gfs.quotas' AND key = $1", pool.encode()
             )
@@ -353,8 +388,9 @@ async def test_on_the_topic_clock_a_status_is_quoted_at_its_time_before_it_is_co
             await producer.send("gfs.pools.status", wrap(later, producer="it"))
 
         quotas = await _read_from(
-            kafka_bootstrap, "gfs.quotas", quotas_from, pool.encode(), done=lambda got: len(got) >= 2
-        )
+            kafka_bootstrap, "gfs.quotas", quotas_from, pool.encode(), done=lambda got: len(got) >= 2,
+            mine=connection,
+        )  # fmt: skip
         first, second = (env.payload for env in quotas[:2])
         # valid from the status's time for two refresh intervals; floor 50 + 5 = 55 over q90
         # [40.5, 60, 10, 10]: spare [45, 40, 45, 45]; eta 1/3: Q(1) = 15, Q(2) = Q(4) = 40/3.
@@ -372,14 +408,48 @@ async def test_on_the_topic_clock_a_status_is_quoted_at_its_time_before_it_is_co
         assert {q.guarantee_hours: q.quota_gpus for q in second.quotas} == pytest.approx(
             {1: 5.0, 2: 40 / 9, 4: 40 / 9}
         )
+        # The neighbour did quote our pool at t too (a quote of its own, another event id): the
+        # record this test once took for a second quote of a redelivered status.
+        for _ in range(300):
+            theirs_at_t = await neighbour.fetchval(
+                "SELECT count(*) FROM quota_version WHERE pool = $1 AND computed_at = $2", pool, t
+            )
+            if theirs_at_t:
+                break
+            await asyncio.sleep(0.1)
+        assert theirs_at_t == 1
     finally:
         stop.set()
-        await asyncio.wait_for(service_task, READY_S)
+        await asyncio.wait_for(asyncio.gather(service_task, neighbour_task), READY_S)
         versions = await connection.fetch(
-            "SELECT version, computed_at FROM quota_version WHERE pool = $1 ORDER BY version", pool
+            "SELECT pool, version, computed_at FROM quota_version ORDER BY pool, version"
         )
+        neighbour_pools = await neighbour.fetch("SELECT DISTINCT pool FROM quota_version ORDER BY pool")
         await connection.close()
-    assert [(r["version"], r["computed_at"]) for r in versions] == [(1, t), (2, t + timedelta(minutes=5))]
+        await neighbour.close()
+    # Our instance quoted only its pool (the neighbour's status was read, not quoted), once per
+    # instant; the neighbour quoted its own pool and ours.
+    assert [(r["pool"], r["version"], r["computed_at"]) for r in versions] == [
+        (pool, 1, t),
+        (pool, 2, t + timedelta(minutes=5)),
+    ]
+    assert [r["pool"] for r in neighbour_pools] == sorted([pool, other])
+
+
+async def _committed_past(kafka_bootstrap: str, group: str, where: Any) -> None:
+    """Wait until `group` committed past the record `where` (a producer's RecordMetadata)."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=kafka_bootstrap)
+    await admin.start()
+    try:
+        tp = TopicPartition(where.topic, where.partition)
+        for _ in range(300):
+            committed = (await admin.list_consumer_group_offsets(group)).get(tp)
+            if committed is not None and committed.offset > where.offset:
+                return
+            await asyncio.sleep(0.05)
+        raise AssertionError(f"{where.topic}[{where.partition}]@{where.offset} was never committed")
+    finally:
+        await admin.close()
 
 
 async def test_a_timer_refresh_racing_a_forecast_refresh_does_not_step_the_instance_down(

@@ -76,7 +76,7 @@ def _context(topic: str) -> MessageContext:
     )  # fmt: skip
 
 
-def _service(clock_mode: str = "topic") -> tuple[QuotaService, _Database, list[int]]:
+def _service(clock_mode: str = "topic", **kw: Any) -> tuple[QuotaService, _Database, list[int]]:
     db = _Database()
     published: list[int] = []
 
@@ -85,7 +85,7 @@ def _service(clock_mode: str = "topic") -> tuple[QuotaService, _Database, list[i
         published.append(len(db.outbox))
         return len(db.outbox)
 
-    settings = QuotaServiceSettings(quota_clock=clock_mode, quota_refresh_s=300.0)  # type: ignore[arg-type]
+    settings = QuotaServiceSettings(quota_clock=clock_mode, quota_refresh_s=300.0, **kw)  # type: ignore[arg-type]
     clock = StatusClock() if clock_mode == "topic" else ManualClock(T.timestamp())
     service = QuotaService(db, settings, clock, publish=publish)  # type: ignore[arg-type]
     return service, db, published
@@ -185,6 +185,29 @@ async def test_the_wall_clock_keeps_quoting_on_forecasts_not_on_statuses() -> No
     assert db.outbox[0].payload.eta == 1.0  # no feedback on a forecast
     saved = await service.refresh()
     assert [c.computed_s for c in saved] == [T.timestamp()]
+
+
+async def test_a_deployment_limited_to_its_pools_leaves_other_pools_inputs_alone() -> None:
+    # The topics are shared: a neighbour deployment's status, forecast and outcomes for its own
+    # pool H100 reach this one too. Quoting them published a second quote for the neighbour's
+    # pool on gfs.quotas (the integration test's flaky "second quote at t" was such a neighbour's).
+    service, db, published = _service(quota_pools=f" {POOL} ,")
+    neighbour = "H100"
+    await _send(service, _forecast(ORIGIN, [40.5, 60.0, 10.0, 10.0]).model_copy(update={"pool": neighbour}),
+                "gfs.forecasts")  # fmt: skip
+    closed = GuaranteePeriodClosed(
+        task_id="n0", pool=neighbour, period_start=T - timedelta(hours=1), period_end=T,
+        outcome=GuaranteeOutcome.FAILED,
+    )  # fmt: skip
+    await _send(service, closed, "gfs.tasks.lifecycle")
+    await _send(service, _status(T + timedelta(hours=1), pool=neighbour), "gfs.pools.status")
+    # Nothing stored, quoted or published, and the neighbour's later instant is not our time.
+    assert (db.statements, db.outbox, published, service.books) == ([], [], [], {})
+    assert service.clock.now() == 0.0 and service.ignored == 3
+    # Our own pool is quoted as before, at its own status's time.
+    await _send(service, _status(T), "gfs.pools.status")
+    assert [e.payload.pool for e in db.outbox] == [POOL] and published == [1]
+    assert db.outbox[0].payload.valid_from == T and service.clock.now() == T.timestamp()
 
 
 def test_the_status_clock_never_goes_back() -> None:
