@@ -24,15 +24,18 @@ against months of history does not hold locks or bloat one transaction; the next
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Literal
+from typing import Any, Literal
 
 import asyncpg
 
 from services.platform.settings import PlatformSettings
+from services.platform.timer import FailureCounter, every
 
 log = logging.getLogger(__name__)
 
@@ -148,3 +151,21 @@ async def prune(
     if any(out.values()):
         log.info("retention: deleted %s", ", ".join(f"{n} from {t}" for t, n in out.items() if n))
     return out
+
+
+def pruning(
+    pool: asyncpg.Pool,
+    rules: Sequence[Rule],
+    settings: PlatformSettings,
+    service_now: Callable[[], float],
+    stop: asyncio.Event,
+    *,
+    name: str,
+    failures: FailureCounter | None = None,
+) -> Coroutine[Any, Any, None] | None:
+    """A service's pruning job on the platform timer (None when GFS_RETENTION_EVERY_S is 0)."""
+    retention = Retention.of(settings)
+    if not retention.enabled:
+        return None
+    action = functools.partial(prune, pool, rules, retention, service_now)
+    return every(retention.every_s, stop, action, name=name, failures=failures)

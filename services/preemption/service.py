@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import os
 import socket
@@ -53,7 +52,7 @@ from services.platform.kafka.topic_admin import ensure_topics
 from services.platform.metrics import configure_metrics
 from services.platform.outbox import OutboxRelay
 from services.platform.postgres import open_pool
-from services.platform.retention import OUTBOX_RULE, PREEMPTION_RULES, Retention, prune
+from services.platform.retention import OUTBOX_RULE, PREEMPTION_RULES, pruning
 from services.platform.signing import node_key
 from services.platform.timer import every, failure_counter
 from services.preemption import store
@@ -237,15 +236,10 @@ async def run_preemption_service(
                     settings.preemption_tick_s, stop, decider.tick, name="preemption.tick",
                     failures=timer_failures,
                 )))  # fmt: skip
-            retention = Retention.of(settings)
-            if retention.enabled:  # history older than the window goes (services/platform/retention.py)
-                prune_history = functools.partial(
-                    prune, pool, (*PREEMPTION_RULES, OUTBOX_RULE), retention, clock.now
-                )
-                jobs.append(asyncio.create_task(every(
-                    retention.every_s, stop, prune_history, name="preemption.retention",
-                    failures=timer_failures,
-                )))  # fmt: skip
+            rules = (*PREEMPTION_RULES, OUTBOX_RULE)  # history older than the window goes (retention.py)
+            if job := pruning(pool, rules, settings, clock.now, stop, name="preemption.retention",
+                              failures=timer_failures):  # fmt: skip
+                jobs.append(asyncio.create_task(job))
             try:
                 done, _ = await asyncio.wait(
                     [*jobs, asyncio.create_task(stop.wait())], return_when=asyncio.FIRST_COMPLETED

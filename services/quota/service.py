@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -55,7 +54,7 @@ from services.platform.kafka.producer import EnvelopeProducer
 from services.platform.metrics import configure_metrics
 from services.platform.outbox import OutboxRelay
 from services.platform.postgres import open_pool, transaction
-from services.platform.retention import OUTBOX_RULE, QUOTA_RULES, Retention, prune
+from services.platform.retention import OUTBOX_RULE, QUOTA_RULES, pruning
 from services.platform.timer import every, failure_counter
 from services.quota import store
 from services.quota.book import PoolBook, QuotaComputation
@@ -310,13 +309,7 @@ async def run_quota_service(
             )  # fmt: skip
             register_metrics(metrics.meter(TRACER), service)
             timer_failures = failure_counter(metrics.meter(TRACER))
-            retention = Retention.of(settings)
-            if settings.gfs_history_keep_s < service.quota_settings.feedback_window_s:
-                # The feedback reads the outcomes of its window at start: history must outlive it.
-                raise ValueError(
-                    f"GFS_HISTORY_KEEP_S={settings.gfs_history_keep_s:g} is shorter than the quota's "
-                    f"feedback window ({service.quota_settings.feedback_window_s:g} s)"
-                )
+            settings.check_history_window(service.quota_settings.feedback_window_s)
             if settings.quota_api_port:
                 runner = web.AppRunner(build_api(service, metrics, ready))
                 await runner.setup()
@@ -370,13 +363,10 @@ async def run_quota_service(
                     failures=timer_failures, fatal=(store.FenceLostError,),
                 )  # fmt: skip
                 jobs.append(asyncio.create_task(refresh))
-            if retention.enabled:  # history older than the window goes (services/platform/retention.py)
-                prune_history = functools.partial(
-                    prune, pool, (*QUOTA_RULES, OUTBOX_RULE), retention, clock.now
-                )
-                jobs.append(asyncio.create_task(every(
-                    retention.every_s, inner, prune_history, name="quota.retention", failures=timer_failures,
-                )))  # fmt: skip
+            # History older than the window goes (services/platform/retention.py).
+            pruned = pruning(pool, (*QUOTA_RULES, OUTBOX_RULE), settings, clock.now, inner,
+                             name="quota.retention", failures=timer_failures)  # fmt: skip
+            jobs += [asyncio.create_task(pruned)] if pruned else []
             try:
                 # Any job ending ends the active period: stop asked, fence lost, or a failure.
                 done, _ = await asyncio.wait(jobs, return_when=asyncio.FIRST_COMPLETED)

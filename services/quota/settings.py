@@ -54,3 +54,11 @@ class QuotaServiceSettings(PlatformSettings):
         """Whether this deployment quotes `pool` (`quota_pools` names it, or names none)."""
         allowed = self.pool_allowlist()
         return allowed is None or pool in allowed
+
+    def check_history_window(self, feedback_window_s: float) -> None:
+        """The feedback reads its window's outcomes at start: history must outlive it (retention)."""
+        if self.gfs_history_keep_s < feedback_window_s:
+            raise ValueError(
+                f"GFS_HISTORY_KEEP_S={self.gfs_history_keep_s:g} is shorter than the quota's "
+                f"feedback window ({feedback_window_s:g} s)"
+            )
