@@ -236,10 +236,10 @@ async def run_preemption_service(
                     settings.preemption_tick_s, stop, decider.tick, name="preemption.tick",
                     failures=timer_failures,
                 )))  # fmt: skip
-            rules = (*PREEMPTION_RULES, OUTBOX_RULE)  # history older than the window goes (retention.py)
-            if job := pruning(pool, rules, settings, clock.now, stop, name="preemption.retention",
-                              failures=timer_failures):  # fmt: skip
-                jobs.append(asyncio.create_task(job))
+            # History older than the window goes (services/platform/retention.py).
+            pruned = pruning(pool, (*PREEMPTION_RULES, OUTBOX_RULE), settings, clock.now, stop,
+                             name="preemption.retention", failures=timer_failures)  # fmt: skip
+            jobs += [asyncio.create_task(pruned)] if pruned else []
             try:
                 done, _ = await asyncio.wait(
                     [*jobs, asyncio.create_task(stop.wait())], return_when=asyncio.FIRST_COMPLETED
