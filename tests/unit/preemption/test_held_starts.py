@@ -10,6 +10,7 @@ from test_controller import T0, _one, _spot_world, _task
 
 from schemas.commands import BindCommand, EvictCommand
 from schemas.tasks import TaskClass
+from services.preemption import snapshots
 
 
 def test_the_drivers_next_due_is_the_held_starts_deadline_and_the_binds_go_out_then() -> None:
@@ -31,3 +32,16 @@ def test_the_drivers_next_due_is_the_held_starts_deadline_and_the_binds_go_out_t
     bound = [d for d in out.decisions if d.kind == "bound"]
     assert bound[0].detail["why"] == "grace period passed without every acknowledgement"
     assert w.c.driver.next_due == T0 + 3600  # only the quota's expiry and A's periods are left
+
+
+def test_a_snapshot_records_the_held_starts_module_and_restores_the_held_start() -> None:
+    w, _, _ = _spot_world()
+    w.event(_task("H", TaskClass.HP), 2000)
+    blob, version, modules = snapshots.encode(snapshots.Image({"A100": w.c}), w.c.settings)
+    assert "services.core.driver.held" in modules  # its source is part of the snapshot's version
+    image = snapshots.decode(blob, version, modules, w.c.settings)
+    assert image is not None
+    restored = image.controllers["A100"]
+    assert list(restored.pending) == ["H"] and restored.pending["H"].deadline == T0 + 2040
+    bind = _one(restored.tick(T0 + 2040).commands, BindCommand)  # released by the restored deadline
+    assert isinstance(bind, BindCommand) and bind.task_id == "H"
