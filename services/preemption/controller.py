@@ -278,15 +278,15 @@ class PoolController(Acks, Reconciliation, Binds):
             out.events.append(self._close(tid, task, period_start, closed.end, GuaranteeOutcome.SUCCEEDED))
         # Evicted attempts past grace + margin end first, so a held next attempt is released (or
         # dropped, when the run turned out finished) by its own rule rather than by the deadline.
-        for ending in [e for e in self.ending.values() if e.deadline_s <= now]:
+        # The deadlines are the driver's (core/driver/held.py); what the nodes report is ours.
+        for ending in [self.ending[t] for t in self.driver.held.endings_due(now)]:
             if self._still_running(ending):
                 continue  # its node says the attempt still runs: wait for a real end (reconcile.py)
             phase = ending.run.expire()
             if phase is not None:
                 out.extend(self._conclude(ending, phase, now))
-        for pending in list(self.pending.values()):
-            if pending.deadline_s <= now and not any(self._eviction_runs(c) for c in pending.waiting):
-                out.extend(self._release(pending, now, "grace period passed without every acknowledgement"))
+        for tid in self.driver.held.due(now, self._eviction_runs):
+            out.extend(self._release(tid, now, "grace period passed without every acknowledgement"))
         # An SRE's freeze or override holds the quota: it does not expire meanwhile.
         if self.controls.quota_mode is None and (expired := self.driver.expire_quota(now)) is not None:
             detail = {"frozen_at_gpus": expired.frozen_at_gpus}

@@ -1,5 +1,6 @@
 """The pool controller's state: the core's driver and runtime it steers, and the wire-side records it
-keeps (tasks, held binds, issued binds and evictions, ending attempts, node reports, controls), with
+keeps (tasks, the binds of held starts, issued binds and evictions, ending attempts, node reports,
+controls), with
 the few helpers every part uses (ids, the runtime's clock).
 
 The base of the controller's parts (controller.py's module doc lists them), each a class over this
@@ -10,9 +11,11 @@ from __future__ import annotations
 
 import uuid
 
+from schemas.commands import BindCommand
 from schemas.quota import SpotQuota
+from services.core.driver.held import Held
 from services.core.driver.pool_driver import PoolDriver
-from services.core.ids import PoolId
+from services.core.ids import PoolId, TaskId
 from services.core.policies.registry import build_policy
 from services.core.pool import PoolState
 from services.core.runtime import PoolRuntime, RuntimeSettings
@@ -22,7 +25,6 @@ from services.preemption.controller_types import (
     _Bound,
     _Ending,
     _Eviction,
-    _Pending,
     _Task,
     command_id,
 )
@@ -36,8 +38,9 @@ class ControllerBase:
         self.settings = settings or ControllerSettings()
         s = self.settings
         # The driver owns the runtime, the pass trigger (`dirty`), the guarantee-period timers and
-        # the quota's expiry; the controller keeps the wire: ids, held binds, acks, attempts.
-        self.driver = PoolDriver(
+        # the quota's expiry, the held starts and ending attempts with their deadlines (`held`);
+        # the controller keeps the wire: ids, the binds it holds, acks, attempts.
+        self.driver: PoolDriver[uuid.UUID] = PoolDriver(
             PoolRuntime(
                 PoolState(PoolId(pool), (), ()),
                 build_policy(s.policy),
@@ -52,7 +55,7 @@ class ControllerBase:
         self.tasks: dict[str, _Task] = {}
         # task ids accepted or rejected here (duplicates), until a window after their task ended
         self.seen = SeenTasks(self.settings.seen_window_s)
-        self.pending: dict[str, _Pending] = {}
+        self.held_binds: dict[str, list[BindCommand]] = {}  # task -> the binds of its held start
         self.evictions: dict[uuid.UUID, _Eviction] = {}
         self.bound: dict[uuid.UUID, _Bound] = {}  # every bind issued (acks are checked against it)
         self.ending: dict[str, _Ending] = {}  # task -> its evicted attempt whose end is not known
@@ -78,6 +81,11 @@ class ControllerBase:
         return self.driver.dirty
 
     @property
+    def pending(self) -> dict[TaskId, Held[uuid.UUID]]:
+        """The held starts (task -> what it waits for and until when): the driver's."""
+        return self.driver.held.held
+
+    @property
     def quota_valid_until(self) -> float | None:
         return self.driver.quota_valid_until
 
@@ -94,4 +102,5 @@ class ControllerBase:
         return self.driver.at(now)
 
     def _drop_pending(self, task_id: str) -> None:
-        self.pending.pop(task_id, None)
+        self.driver.held.drop(TaskId(task_id))
+        self.held_binds.pop(task_id, None)

@@ -22,7 +22,6 @@ from services.preemption.controller_types import (
     Decision,
     Effects,
     _Bound,
-    _Pending,
     utc,
 )
 from services.preemption.explanations import explanation_dict
@@ -83,46 +82,23 @@ class Binds(Endings):
             "explanation": explanation_dict(why),
         }
         out.decisions.append(Decision(tid, "started", now, detail))
-        # Its guarantee periods' timer was armed by the driver's pass.
-        previous = self.ending.get(tid)
-        own = set() if previous is None else set(previous.commands)
-        # Any task placed on GPUs an evicted attempt still holds waits for that eviction's ack,
-        # not only the preemptor it was evicted for: the runtime frees a victim's GPUs when it
-        # decides the eviction, and the same or a later pass may give the rest of them to
-        # another task (found by `gfs livebench races`: a spot task started on a victim's GPUs
-        # 0.2 s before the victim stopped).
-        occupied, occupied_until = self._occupied(tid, per_node)
-        victims = set(victim_commands) | occupied
-        if victims or own:
-            # Held until the victims answered and, for a task run again, until its previous
-            # attempt ended on every node (docs/decisions.md, "per-node order").
-            deadline = max(now + self.settings.grace_s + self.settings.ack_margin_s, occupied_until)
-            if previous is not None:
-                deadline = max(deadline, previous.deadline_s)
-            self.pending[tid] = _Pending(tid, binds, victims, deadline, own)
-            waiting = [str(c) for c in [*sorted(victims), *sorted(own)]]
-            out.decisions.append(
-                Decision(tid, "bind_held", now, {"waiting_for": waiting, "deadline_s": deadline})
-            )
+        # Its guarantee periods' timer was armed by the driver's pass. Any task placed on GPUs an
+        # evicted attempt still holds waits for that eviction's ack, not only the preemptor it
+        # was evicted for: the runtime frees a victim's GPUs when it decides the eviction, and the
+        # same or a later pass may give the rest of them to another task (found by `gfs livebench
+        # races`: a spot task started on a victim's GPUs 0.2 s before the victim stopped). A task
+        # run again waits for its previous attempt to end on every node (docs/decisions.md,
+        # "per-node order"). The driver's held starts apply those rules (core/driver/held.py).
+        gpus = {n: frozenset(g for p in ps for g in p.gpu_indices) for n, ps in per_node.items()}
+        held = self.driver.held.place(
+            TaskId(tid), gpus, victim_commands, now=now, grace_s=self.settings.grace_s,
+            margin_s=self.settings.ack_margin_s,
+        )  # fmt: skip
+        if held is not None:
+            self.held_binds[tid] = binds
+            waiting = [str(c) for c in [*sorted(held.waiting), *sorted(held.own)]]
+            detail = {"waiting_for": waiting, "deadline_s": held.deadline}
+            out.decisions.append(Decision(tid, "bind_held", now, detail))
         else:
             out.commands += binds
         return out
-
-    def _occupied(self, tid: str, per_node: dict[str, list[Placement]]) -> tuple[set[uuid.UUID], float]:
-        """The eviction commands (their original ids) of other tasks' attempts still ending on a
-        GPU that `per_node` places a worker on, whose node has not acknowledged yet; and the
-        latest of those attempts' deadlines. A shared (fractional) GPU counts as occupied too."""
-        found: set[uuid.UUID] = set()
-        until = -math.inf
-        for ending in self.ending.values():
-            if ending.task_id == tid:
-                continue  # its own previous attempt: the `own` wait
-            for command_id, node in ending.commands.items():
-                if node in ending.run.acks or node not in per_node:
-                    continue
-                held = {g for p in ending.placements if p.node == node for g in p.gpu_indices}
-                wanted = {g for p in per_node[node] for g in p.gpu_indices}
-                if held & wanted:
-                    found.add(command_id)
-                    until = max(until, ending.deadline_s)
-        return found, until

@@ -32,7 +32,6 @@ from services.preemption.controller_types import (
     Effects,
     _Ending,
     _Eviction,
-    _Pending,
     _Task,
     utc,
 )
@@ -45,6 +44,8 @@ class Endings(ControllerBase):
         out = Effects()
         tid = ending.task_id
         del self.ending[tid]
+        # The driver forgets the ending; evicted, the task's held next start stops waiting for it.
+        released = self.driver.held.end(TaskId(tid), evicted=phase is Phase.EVICTED)
         if phase is Phase.EVICTED:
             for command_id, node in ending.commands.items():
                 evicted = TaskEvicted(
@@ -55,11 +56,8 @@ class Endings(ControllerBase):
                 out.events.append(evicted)
             out.events += ending.closes
             out.decisions.append(Decision(tid, "evict_concluded", now, {"attempt": ending.run.number}))
-            pending = self.pending.get(tid)
-            if pending is not None:
-                pending.own.clear()
-                if not pending.waiting:
-                    out.extend(self._release(pending, now, "its previous attempt ended"))
+            if released is not None:
+                out.extend(self._release(tid, now, "its previous attempt ended"))
             return out
         # Every worker exited on its own while the eviction was in flight: the run finished. No
         # TaskEvicted, no failed guarantee period; the requeued task is withdrawn from the runtime
@@ -79,15 +77,15 @@ class Endings(ControllerBase):
             del self.tasks[tid]
         return out
 
-    def _release(self, pending: _Pending, now: float, why: str) -> Effects:
+    def _release(self, tid: str, now: float, why: str) -> Effects:
+        """The driver released the task's held start: its binds go out."""
         out = Effects()
-        del self.pending[pending.task_id]
         # Re-issued now: the agent checks freshness against issued_at, and the signature covers it.
-        for bind in pending.binds:
+        for bind in self.held_binds.pop(tid):
             fresh = bind.model_copy(update={"issued_at": utc(now)})
-            self.tasks[pending.task_id].binds[bind.command_id] = fresh
+            self.tasks[tid].binds[bind.command_id] = fresh
             out.commands.append(fresh)
-        out.decisions.append(Decision(pending.task_id, "bound", now, {"why": why}))
+        out.decisions.append(Decision(tid, "bound", now, {"why": why}))
         return out
 
     def _stopped(self, stop: Stopped, now: float, *, grace_s: float) -> Effects:
@@ -169,7 +167,6 @@ class Endings(ControllerBase):
                 )
             )
         elif commands and run is not None:
-            deadline = now + grace + self.settings.ack_margin_s
             placements = tuple(
                 sorted((p for b in task.binds.values() for p in b.placements), key=lambda p: p.worker_index)
             )
@@ -183,11 +180,15 @@ class Endings(ControllerBase):
                 requeued,
                 closes,
                 stop.failed_period,
-                deadline,
                 placements,
                 dict(task.started),
                 preemptor=stop.preemptor,
                 decided_s=self.runtime.now,
+            )
+            # The driver keeps its deadline and the GPUs it holds per node (held starts wait on them).
+            gpus = {n: frozenset(g for p in placements if p.node == n for g in p.gpu_indices) for n in nodes}
+            self.driver.held.ending(
+                TaskId(tid), commands, gpus, now=now, grace_s=grace, margin_s=self.settings.ack_margin_s
             )
             self.ending[tid] = ending
             phase = run.evict(set(commands.values()))

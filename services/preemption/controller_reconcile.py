@@ -13,6 +13,7 @@ from schemas.commands import EvictCommand
 from schemas.tasks import (
     EvictionReason,
 )
+from services.core.ids import TaskId
 from services.preemption.attempts import Phase
 from services.preemption.controller_endings import Endings
 from services.preemption.controller_types import (
@@ -96,7 +97,7 @@ class Reconciliation(Endings):
             return out  # no eviction command of any kind while the switch is on
         # Lost evictions: past grace + margin, unanswered, and the node still lists the attempt.
         for ending in list(self.ending.values()):
-            if ending.deadline_s > now:
+            if self.driver.held.deadline(TaskId(ending.task_id)) > now:
                 continue
             tid, number = ending.task_id, ending.run.number
             reissued = False
@@ -116,7 +117,9 @@ class Reconciliation(Endings):
                 out.decisions.append(Decision(tid, "evict_reissued", now, detail))
                 reissued = True
             if reissued:  # the re-issued command gets its own grace period and margin
-                ending.deadline_s = now + self.settings.grace_s + self.settings.ack_margin_s
+                self.driver.held.extend(
+                    TaskId(tid), now=now, grace_s=self.settings.grace_s, margin_s=self.settings.ack_margin_s
+                )
         # Unknown work: an attempt the service does not hold on that node, reported long enough.
         for node, report in sorted(self.reports.items()):
             if node in self.down:

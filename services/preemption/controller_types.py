@@ -182,18 +182,6 @@ class _Task:
     evicted: bool = False  # stopped and requeued before: its next start pays the restart overhead
 
 
-@dataclass(slots=True)
-class _Pending:
-    """A task's binds, held until its victims' evictions are acknowledged (`waiting`) and its own
-    previous attempt ended (`own`: that attempt's eviction commands)."""
-
-    task_id: str
-    binds: list[BindCommand]
-    waiting: set[uuid.UUID]
-    deadline_s: float
-    own: set[uuid.UUID] = field(default_factory=set)
-
-
 @dataclass(frozen=True, slots=True)
 class _Bound:
     """What a BindCommand addressed: its acks must match it (`PoolController.refusal`)."""
@@ -214,7 +202,8 @@ class _Eviction:
 
 @dataclass(slots=True)
 class _Ending:
-    """An evicted attempt whose end is not known yet: what to report once it is (module doc)."""
+    """An evicted attempt whose end is not known yet: what to report once it is (module doc). Its
+    deadline and which nodes acknowledged for held starts are the driver's (core/driver/held.py)."""
 
     task_id: str
     task_class: WireClass
@@ -225,7 +214,6 @@ class _Ending:
     requeued: bool
     closes: list[BaseModel]  # the guarantee periods the stop closed (a FAILED one last if any)
     failed_close: bool
-    deadline_s: float
     placements: tuple[Placement, ...] = ()
     started: dict[int, float] = field(default_factory=dict)  # worker -> WorkerStarted time
     acked_at: dict[str, datetime] = field(default_factory=dict)

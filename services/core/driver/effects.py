@@ -7,6 +7,7 @@ it); the driver adds the effects of the things around a pass."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import NamedTuple
 
 from services.core.ids import TaskId
@@ -73,7 +74,21 @@ class QuotaInForce:
     changed: bool
 
 
+class ReleaseWhy(StrEnum):
+    ACKED = "acked"  # the last eviction it waited for was acknowledged
+    ENDED = "ended"  # its own previous attempt ended (evicted)
+    DEADLINE = "deadline"  # grace + margin passed without every acknowledgement
+
+
+@dataclass(frozen=True, slots=True)
+class Released:
+    """A held start may go out now (held.py): the shell sends the binds it keeps for it."""
+
+    task_id: TaskId
+    why: ReleaseWhy
+
+
 Effect = (
     Accepted | Rejected | Withdrawn | Started | Stopped | Finished | PeriodClosed | QuotaExpired
-    | NodeJoined | NodeUp | NodeLost | QuotaInForce
+    | NodeJoined | NodeUp | NodeLost | QuotaInForce | Released
 )  # fmt: skip

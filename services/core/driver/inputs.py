@@ -7,11 +7,14 @@ apply them with `PoolDriver.apply`, so the same sequence gives the same effects 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
 
 from services.core.ids import TaskId
 from services.core.task import TaskSpec
+
+C = TypeVar("C", bound=Hashable)
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,4 +89,25 @@ class Pass:
     force: bool = False
 
 
-Input = Submit | Cancel | Finish | NodeSeen | NodeDown | QuotaApplied | Invalidate | Advance | Pass
+@dataclass(frozen=True, slots=True)
+class EvictAcked(Generic[C]):
+    """A node acknowledged eviction `command` (held.py: the original's id, for a re-issued one)."""
+
+    command: C
+    now: float
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptEnded:
+    """An evicted attempt's end is known: `evicted` (its acks and exits, or its deadline, say
+    so) or, False, finished on its own while its eviction was in flight."""
+
+    task_id: TaskId
+    now: float
+    evicted: bool = True
+
+
+Input = (
+    Submit | Cancel | Finish | NodeSeen | NodeDown | QuotaApplied | Invalidate | Advance | Pass
+    | EvictAcked[Any] | AttemptEnded
+)  # fmt: skip

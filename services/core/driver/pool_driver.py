@@ -5,15 +5,21 @@ the guarantee-period timers and the quota's expiry, and a clock that never goes 
 wall clock may step back a little, NTP; the runtime's time does not). Every input is applied at
 `max(now, the runtime's time)`.
 
+It also keeps the pool's held starts and ending attempts (`held`: the bind/evict expectations
+and their deadlines), generic over the shell's command id `C`; their earliest deadline is part of
+`next_due`.
+
 What it does not own: the simulator's event queue, actuation model (durations, finishes) and
-metrics; the live service's wire mapping, command ids, held binds and acks. Those stay in the
-shells (docs/decisions.md, "One per-pool driver").
+metrics; the live service's wire mapping, command ids, the wire commands it holds, acks against
+their commands and attempts, and node reports. Those stay in the shells (docs/decisions.md, "One
+per-pool driver").
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping
+from typing import Generic, TypeVar
 
 import numpy as np
 
@@ -27,11 +33,16 @@ from services.core.driver.effects import (
     QuotaExpired,
     QuotaInForce,
     Rejected,
+    Released,
+    ReleaseWhy,
     Withdrawn,
 )
+from services.core.driver.held import HeldStarts
 from services.core.driver.inputs import (
     Advance,
+    AttemptEnded,
     Cancel,
+    EvictAcked,
     Finish,
     Input,
     Invalidate,
@@ -53,8 +64,10 @@ from services.core.task import TaskClass, TaskSpec
 # How long a started run will last, if the shell knows (the simulator does): no period past its end.
 RunLength = Callable[[Started], float]
 
+C = TypeVar("C", bound=Hashable)  # the shell's command id (held.py)
 
-class PoolDriver:
+
+class PoolDriver(Generic[C]):
     def __init__(self, runtime: PoolRuntime, *, pass_pending: bool = True) -> None:
         self.runtime = runtime
         self.trigger = PassTrigger(pass_pending)
@@ -63,6 +76,7 @@ class PoolDriver:
         self.down: set[str] = set()
         self.quota_valid_until: float | None = None
         self.quota_frozen = False
+        self.held: HeldStarts[C] = HeldStarts()
 
     # ----- views --------------------------------------------------------------------------------
     @property
@@ -75,10 +89,13 @@ class PoolDriver:
 
     @property
     def next_due(self) -> float:
-        """The earliest time an `Advance` may have something to do (math.inf: none armed)."""
+        """The earliest time an `Advance` may have something to do (math.inf: none armed): a
+        guarantee period's end, the quota's expiry, a held start's or an ending's deadline."""
         due = self.periods.next_due
         if self.quota_valid_until is not None and not self.quota_frozen:
             due = min(due, self.quota_valid_until)
+        if not self.held.idle:
+            due = min(due, self.held.next_due)
         return due
 
     def at(self, now: float) -> float:
@@ -114,9 +131,15 @@ class PoolDriver:
                 return []
             case Advance(now, expire_quota):
                 effects: list[Effect] = [*self.advance(now)]
+                effects += [Released(t, ReleaseWhy.DEADLINE) for t in self.held.due(self.at(now))]
                 if expire_quota and (expired := self.expire_quota(now)) is not None:
                     effects.append(expired)
                 return effects
+            case EvictAcked(command, now):
+                return [Released(t, ReleaseWhy.ACKED) for t in self.held.ack(command)]
+            case AttemptEnded(task_id, now, evicted):
+                released = self.held.end(task_id, evicted=evicted)
+                return [] if released is None else [Released(released, ReleaseWhy.ENDED)]
             case Pass(now, preemption, quota, force):
                 result = self.run_pass(now, preemption=preemption, quota=quota, force=force)
                 return [] if result is None else list(result.outcomes)
