@@ -132,22 +132,6 @@ class Recalibration:
         return y0 if x1 <= x0 else y0 + (y1 - y0) * (p - x0) / (x1 - x0)
 
 
-def quote(
-    guarantee_hours: int,
-    *,
-    capacity: float,
-    task_gpus: float,
-    spot_kept: float,
-    hp_now: float,
-    outlook: HpOutlook,
-    recalibration: Recalibration = Recalibration(),
-    hours: Sequence[int] = OFFERED_GUARANTEE_HOURS,
-) -> SurvivalQuote:
-    """The quote for a task the quota admits now, from the pool's numbers."""
-    terms = PoolTerms(capacity, task_gpus, spot_kept, hp_now)
-    return quote_terms(guarantee_hours, terms, outlook, recalibration, hours)
-
-
 @dataclass(frozen=True, slots=True)
 class PoolTerms:
     """The pool's side of a quote: its state when the task was accepted."""
@@ -199,18 +183,67 @@ def raw_survival(hours: int, terms: PoolTerms, outlook: HpOutlook) -> float:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class QuoteCalibration:
+    """A `Recalibration` per quoted duration: the raw model errs differently at 1 h and at 4 h
+    (the 4 h quote is a min over four hours, and every hour of the run is a chance to be evicted),
+    so one map for every duration would be fitted to none of them. A duration without a map of
+    its own uses the map of the longest fitted duration below it (a 3 h guarantee: the 2 h map),
+    or the shortest fitted one if none is below; no maps at all: identity."""
+
+    by_hours: tuple[tuple[int, Recalibration], ...] = ()
+
+    def __post_init__(self) -> None:
+        hours = [h for h, _ in self.by_hours]
+        if hours != sorted(set(hours)):
+            raise ValueError(f"durations must be ascending and distinct, got {hours}")
+
+    def for_hours(self, hours: int) -> Recalibration:
+        if not self.by_hours:
+            return Recalibration()
+        below = [r for h, r in self.by_hours if h <= hours]
+        return below[-1] if below else self.by_hours[0][1]
+
+    def __call__(self, hours: int, p: float) -> float:
+        return self.for_hours(hours)(p)
+
+
+def as_calibration(recalibration: Recalibration | QuoteCalibration) -> QuoteCalibration:
+    """One map for every duration, or a map per duration, as a `QuoteCalibration`."""
+    if isinstance(recalibration, QuoteCalibration):
+        return recalibration
+    return QuoteCalibration(((1, recalibration),))
+
+
+def quote(
+    guarantee_hours: int,
+    *,
+    capacity: float,
+    task_gpus: float,
+    spot_kept: float,
+    hp_now: float,
+    outlook: HpOutlook,
+    recalibration: Recalibration | QuoteCalibration = Recalibration(),
+    hours: Sequence[int] = OFFERED_GUARANTEE_HOURS,
+) -> SurvivalQuote:
+    """The quote for a task the quota admits now, from the pool's numbers."""
+    terms = PoolTerms(capacity, task_gpus, spot_kept, hp_now)
+    return quote_terms(guarantee_hours, terms, outlook, recalibration, hours)
+
+
 def quote_terms(
     guarantee_hours: int,
     terms: PoolTerms,
     outlook: HpOutlook,
-    recalibration: Recalibration = Recalibration(),
+    recalibration: Recalibration | QuoteCalibration = Recalibration(),
     hours: Sequence[int] = OFFERED_GUARANTEE_HOURS,
 ) -> SurvivalQuote:
-    """The quote: raw probabilities mapped through `recalibration`, rounded to 3 decimals (a
-    quote, not a measurement)."""
+    """The quote: each duration's raw probability mapped through its recalibration, rounded to
+    3 decimals (a quote, not a measurement)."""
+    calibration = as_calibration(recalibration)
 
     def one(h: int) -> float:
-        return round(min(1.0, max(0.0, recalibration(raw_survival(h, terms, outlook)))), 3)
+        return round(min(1.0, max(0.0, calibration(h, raw_survival(h, terms, outlook)))), 3)
 
     return SurvivalQuote(guarantee_hours, one(guarantee_hours), {h: one(h) for h in hours})
 
@@ -220,7 +253,7 @@ def quote_in_pool(
     task_gpus: float,
     guarantee_hours: int,
     outlook: HpOutlook,
-    recalibration: Recalibration = Recalibration(),
+    recalibration: Recalibration | QuoteCalibration = Recalibration(),
 ) -> SurvivalQuote:
     """The quote for a spot task just accepted into `runtime`'s pool."""
     return quote_terms(
