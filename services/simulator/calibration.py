@@ -263,6 +263,11 @@ def target_gaps(pairs: Sequence[tuple[float, bool]]) -> dict[str, Any]:
     return out
 
 
+def brier(pairs: Sequence[tuple[float, bool]]) -> float:
+    """Mean squared error of the quote against the outcome (1 survived, 0 not): lower is better."""
+    return sum((p - ok) ** 2 for p, ok in pairs) / len(pairs) if pairs else math.nan
+
+
 def quoted_value(calibration: QuoteCalibration, hours: int, raw: float) -> float:
     """What the live service quotes for `raw` (survival.quote_terms): mapped, clamped, rounded."""
     return round(min(1.0, max(0.0, calibration(hours, raw))), 3)
@@ -399,10 +404,16 @@ def report(
         pts = zip(recal.x, recal.y, strict=True)
         lines.append(f"  {h} h: " + " ".join(f"{x:.3f}->{y:.3f}" for x, y in pts))
     held_all = [r for rs in held.values() for r in rs]
-    for name, recs in [("all held-out", held_all), *held.items()]:
+    by_regime: dict[str, list[Quoted]] = defaultdict(list)  # every seed of a regime together
+    for run, recs in held.items():
+        by_regime[run.rsplit(" seed ", 1)[0]].extend(recs)
+    regimes = [(f"{regime} (all seeds)", recs) for regime, recs in by_regime.items()]
+    for name, recs in [("all held-out", held_all), *regimes, *held.items()]:
         for label, mapping in (("raw", identity), ("recalibrated", calibration)):
             pairs = guarantee_pairs(recs, mapping)
-            lines.append(f"\n{name}, {label}, guarantee-duration quotes ({len(pairs)}):")
+            lines.append(
+                f"\n{name}, {label}, guarantee-duration quotes ({len(pairs)}, Brier {brier(pairs):.5f}):"
+            )
             lines.extend(_table(reliability(pairs)))
             target_lines, gaps = _targets(pairs)
             lines.extend(target_lines)
@@ -412,13 +423,17 @@ def report(
             }
     for label, mapping in (("raw", identity), ("recalibrated", calibration)):
         pairs = all_hours_pairs(held_all, mapping)
-        lines.append(f"\nall held-out, {label}, quotes for 1, 2 and 4 h together ({len(pairs)}):")
+        lines.append(
+            f"\nall held-out, {label}, quotes for 1, 2 and 4 h together "
+            f"({len(pairs)}, Brier {brier(pairs):.5f}):"
+        )
         lines.extend(_table(reliability(pairs)))
         target_lines, gaps = _targets(pairs)
         lines.extend(target_lines)
         data["held_out"]["all held-out"][f"{label}_all_durations"] = {
             "bins": _bins_json(reliability(pairs)),
             "targets": gaps,
+            "brier": brier(pairs),
         }
     by_pool: dict[str, list[Quoted]] = defaultdict(list)
     for r in held_all:
@@ -426,7 +441,10 @@ def report(
     for pool in sorted(by_pool):
         for label, mapping in (("raw", identity), ("recalibrated", calibration)):
             pairs = all_hours_pairs(by_pool[pool], mapping)
-            lines.append(f"\npool {pool}, {label}, held-out, 1, 2 and 4 h quotes ({len(pairs)}):")
+            lines.append(
+                f"\npool {pool}, {label}, held-out, 1, 2 and 4 h quotes "
+                f"({len(pairs)}, Brier {brier(pairs):.5f}):"
+            )
             lines.extend(_table(reliability(pairs)))
             target_lines, gaps = _targets(pairs)
             lines.extend(target_lines)

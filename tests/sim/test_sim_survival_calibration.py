@@ -16,6 +16,7 @@ from services.core.survival import QuoteCalibration
 from services.simulator.calibration import (
     Quoted,
     QuotingSimulation,
+    brier,
     first_run_outcome,
     fit,
     guarantee_pairs,
@@ -121,7 +122,7 @@ def test_the_cli_fits_on_training_runs_and_scores_the_held_out(tmp_path: Path) -
     config = _tiny_config(tmp_path)
     assert main([str(config), "--out", str(tmp_path / "out")]) == 0
     data = json.loads((tmp_path / "out" / "calibration.json").read_text())
-    assert set(data["held_out"]) == {"all held-out", "mmpp-medium seed 201"}
+    assert set(data["held_out"]) == {"all held-out", "mmpp-medium (all seeds)", "mmpp-medium seed 201"}
     assert set(data["knots"]) <= {"1", "2", "4"}  # one map per quoted duration with outcomes
     for knots in data["knots"].values():
         assert knots["x"] == sorted(knots["x"])
@@ -201,3 +202,9 @@ def test_a_regimes_quota_settings_reach_the_policy(tmp_path: Path) -> None:
     path.write_text(yaml.safe_dump(data))
     with pytest.raises(KeyError, match="no-such-regime"):
         load_plan(path)
+
+
+def test_brier_score_by_hand() -> None:
+    # (0.9 - 1)^2 = 0.01 and (0.9 - 0)^2 = 0.81: mean 0.41.
+    assert brier([(0.9, True), (0.9, False)]) == pytest.approx(0.41)
+    assert math.isnan(brier([]))
