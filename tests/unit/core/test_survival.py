@@ -12,6 +12,7 @@ from __future__ import annotations
 import pytest
 
 from services.core.survival import (
+    DEFAULT_RECALIBRATION,
     HpOutlook,
     PoolTerms,
     QuoteCalibration,
@@ -153,3 +154,17 @@ def test_durations_must_be_ascending_and_distinct() -> None:
         QuoteCalibration(((2, TWO_H), (1, ONE_H)))
     with pytest.raises(ValueError, match="ascending"):
         QuoteCalibration(((1, TWO_H), (1, ONE_H)))
+
+
+def test_the_live_default_is_a_fitted_map_per_duration() -> None:
+    # The maps that services/simulator/calibration.py fitted (docs/evaluation.md section 14): one
+    # per quoted duration, monotone, and inside 0.9-1.0, the first-run survival the simulated
+    # weeks showed at every raw probability (the raw model is conservative). Not the identity:
+    # raw 0.5 is quoted at least 0.9.
+    assert [h for h, _ in DEFAULT_RECALIBRATION.by_hours] == [1, 2, 4]
+    grid = [i / 200 for i in range(201)]
+    for h in (1, 2, 4):
+        quotes = [DEFAULT_RECALIBRATION(h, p) for p in grid]
+        assert quotes == sorted(quotes)
+        assert min(quotes) >= 0.9 and max(quotes) <= 1.0
+    assert DEFAULT_RECALIBRATION(1, 0.5) >= 0.9
