@@ -12,14 +12,21 @@ import pytest
 import yaml
 
 from services.core.policies.registry import build_policy
+from services.core.survival import QuoteCalibration
 from services.simulator.calibration import (
+    Quoted,
     QuotingSimulation,
+    brier,
     first_run_outcome,
+    fit,
+    guarantee_pairs,
     isotonic,
     load_plan,
     main,
     reliability,
+    run_quoting,
     target_gaps,
+    wilson_interval,
 )
 from services.simulator.evaluate import MAX_JOB_SHARE
 from services.simulator.evaluate_config import resolve_nodes
@@ -77,7 +84,9 @@ def test_reliability_bins_and_the_targets() -> None:
 
 def _tiny_config(tmp_path: Path) -> Path:
     data = yaml.safe_load((ROOT / "configs" / "calibration-survival.yaml").read_text())
-    data.update(nodes=str(NODES), node_fraction=0.1, generator={"days": 12}, window_days=3, drain_days=0.5)
+    data.update(
+        nodes=str(NODES), node_fraction=0.1, generator={"days": 12}, window_days=3, drain_days=0.5, workers=1
+    )
     data["regimes"] = [r for r in data["regimes"] if r["name"] in ("synth", "mmpp-medium")]
     # The synthetic generator's spot starts late in its trace: on 12 days only MMPP has spot work.
     data["calibration"] = {"train": {"mmpp-medium": [101]}, "held_out": {"mmpp-medium": [201]}}
@@ -113,10 +122,20 @@ def test_the_cli_fits_on_training_runs_and_scores_the_held_out(tmp_path: Path) -
     config = _tiny_config(tmp_path)
     assert main([str(config), "--out", str(tmp_path / "out")]) == 0
     data = json.loads((tmp_path / "out" / "calibration.json").read_text())
-    assert set(data["held_out"]) == {"all held-out", "mmpp-medium seed 201"}
-    assert data["knots"]["x"] == sorted(data["knots"]["x"])
+    assert set(data["held_out"]) == {"all held-out", "mmpp-medium (all seeds)", "mmpp-medium seed 201"}
+    assert set(data["knots"]) <= {"1", "2", "4"}  # one map per quoted duration with outcomes
+    for knots in data["knots"].values():
+        assert knots["x"] == sorted(knots["x"])
     text = (tmp_path / "out" / "calibration.txt").read_text()
-    assert "at 0.9:" in text
+    assert "at 0.9 (quoted 0.875-0.925)" in text
+    # The quotes are kept: rescoring them without simulating gives the same report.
+    assert (
+        main(
+            [str(config), "--records", str(tmp_path / "out" / "records.json"), "--out", str(tmp_path / "re")]
+        )
+        == 0
+    )
+    assert (tmp_path / "re" / "calibration.txt").read_text() == text
 
 
 def test_a_run_both_trained_on_and_held_out_is_refused(tmp_path: Path) -> None:
@@ -126,3 +145,66 @@ def test_a_run_both_trained_on_and_held_out_is_refused(tmp_path: Path) -> None:
     path.write_text(yaml.safe_dump(data))
     with pytest.raises(ValueError, match="both trained on and held out"):
         load_plan(path)
+
+
+def test_wilson_interval_by_hand() -> None:
+    # 9 of 10, z = 1.96: centre (0.9 + 0.19208) / 1.38416 = 0.78898, half-width
+    # 1.96 / 1.38416 x sqrt(0.009 + 0.009604) = 0.19314.
+    low, high = wilson_interval(9, 10)
+    assert (low, high) == (pytest.approx(0.59584, abs=1e-5), pytest.approx(0.98212, abs=1e-5))
+    # 20 of 20: not the empty interval [1, 1] of the normal approximation; 1.96 / 1.19208 x
+    # sqrt(3.8416 / 1600) = 0.080565 around 1.09604 / 1.19208 = 0.919434.
+    assert wilson_interval(20, 20) == (pytest.approx(0.838869, abs=1e-5), 1.0)
+    assert all(math.isnan(v) for v in wilson_interval(0, 0))
+
+
+def test_targets_carry_the_interval_and_whether_it_reaches_the_range() -> None:
+    # 9 of 10 quoted 0.9 survived: observed 0.9, within 3 points.
+    at_09 = target_gaps([(0.9, True)] * 9 + [(0.9, False)])["0.9"]
+    assert at_09["within_3pt"] is True and at_09["ci95"] == [
+        pytest.approx(0.59584, abs=1e-5),
+        pytest.approx(0.98212, abs=1e-5),
+    ]
+    # 20 of 20 quoted 0.8: observed 1.0 misses 0.77-0.83, and the interval [0.839, 1] does not
+    # reach it either; 5 of 5 (interval [0.566, 1]) cannot tell.
+    assert target_gaps([(0.8, True)] * 20)["0.8"]["interval_reaches"] is False
+    assert target_gaps([(0.8, True)] * 5)["0.8"]["interval_reaches"] is True
+
+
+def test_fit_is_one_isotonic_map_per_duration() -> None:
+    # The same raw 0.9 survives 1 h always and 4 h half the time: one map per duration keeps the
+    # two apart (a single map would give 0.75 for both).
+    records = [
+        Quoted("A", 1, {1: 0.9, 4: 0.9}, {1: True, 4: True}),
+        Quoted("A", 1, {1: 0.9, 4: 0.9}, {1: True, 4: False}),
+    ]
+    c = fit(records)
+    assert [h for h, _ in c.by_hours] == [1, 4]
+    assert c(1, 0.9) == 1.0 and c(4, 0.9) == 0.5
+    # The scored quote is what the live service sends: mapped, then rounded to 3 decimals.
+    assert guarantee_pairs([Quoted("A", 1, {1: 0.12345}, {1: True})], QuoteCalibration()) == [(0.123, True)]
+
+
+def test_a_regimes_quota_settings_reach_the_policy(tmp_path: Path) -> None:
+    # With p = 0.7 for the regime, a task the quota holds back is quoted 0.7 (its promise), not
+    # the default 0.9: the settings reached the simulated GFS.
+    path = _tiny_config(tmp_path)
+    data = yaml.safe_load(path.read_text())
+    data["calibration"]["quota"] = {"mmpp-medium": {"guarantee_rate": 0.7}}
+    path.write_text(yaml.safe_dump(data))
+    cfg, plan = load_plan(path)
+    assert plan["quota"]["mmpp-medium"].guarantee_rate == 0.7
+    quotes = {
+        p for r in run_quoting(cfg, "mmpp-medium", 101, plan["quota"]["mmpp-medium"]) for p in r.raw.values()
+    }
+    assert 0.7 in quotes and 0.9 not in quotes
+    data["calibration"]["quota"] = {"no-such-regime": {"guarantee_rate": 0.7}}
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(KeyError, match="no-such-regime"):
+        load_plan(path)
+
+
+def test_brier_score_by_hand() -> None:
+    # (0.9 - 1)^2 = 0.01 and (0.9 - 0)^2 = 0.81: mean 0.41.
+    assert brier([(0.9, True), (0.9, False)]) == pytest.approx(0.41)
+    assert math.isnan(brier([]))

@@ -12,8 +12,10 @@ from __future__ import annotations
 import pytest
 
 from services.core.survival import (
+    DEFAULT_RECALIBRATION,
     HpOutlook,
     PoolTerms,
+    QuoteCalibration,
     Recalibration,
     hour_survival,
     quote,
@@ -117,3 +119,52 @@ def test_a_waiting_task_is_quoted_the_quotas_promise() -> None:
     assert raw_survival(4, admitted, OUTLOOK) == pytest.approx(0.5, abs=1e-6)  # the model, as above
     assert raw_survival(4, waiting, OUTLOOK) == 0.95
     assert raw_survival(1, waiting, OUTLOOK) == 0.95
+
+
+# A map per quoted duration. On the pool above the raw probabilities are 0.97725 (1 h),
+# 0.84134 (2 h) and 0.5 (4 h). The 1 h map runs 0.9 -> 0.95 .. 1.0 -> 0.99, so 0.97725 maps to
+# 0.95 + 0.04 x 0.7725 = 0.9809; the 2 h map runs 0.8 -> 0.9 .. 0.9 -> 0.94, so 0.84134 maps to
+# 0.9 + 0.04 x 0.4134 = 0.91654; the 4 h map has one knot, 0.7 everywhere.
+ONE_H = Recalibration(x=(0.9, 1.0), y=(0.95, 0.99))
+TWO_H = Recalibration(x=(0.8, 0.9), y=(0.9, 0.94))
+FOUR_H = Recalibration(x=(0.5,), y=(0.7,))
+PER_DURATION = QuoteCalibration(((1, ONE_H), (2, TWO_H), (4, FOUR_H)))
+
+
+def test_each_duration_is_mapped_by_its_own_recalibration() -> None:
+    q = quote(2, outlook=OUTLOOK, recalibration=PER_DURATION, **POOL)
+    # The 1 h map for every duration would quote 2 h at 0.95 (0.84134 is below its first knot).
+    assert dict(q.by_hours) == {1: 0.981, 2: 0.917, 4: 0.7}
+    assert q.guarantee == 0.917
+
+
+def test_a_duration_without_a_map_uses_the_longest_fitted_below_it() -> None:
+    c = QuoteCalibration(((1, ONE_H), (4, FOUR_H)))
+    assert c.for_hours(2) is ONE_H and c.for_hours(3) is ONE_H
+    assert c.for_hours(4) is FOUR_H and c.for_hours(8) is FOUR_H
+    assert QuoteCalibration(((2, TWO_H),)).for_hours(1) is TWO_H  # none below: the shortest
+    assert QuoteCalibration()(4, 0.37) == 0.37  # no maps: identity
+    # One Recalibration for every duration, as before.
+    q = quote(2, outlook=OUTLOOK, recalibration=TWO_H, **POOL)
+    assert dict(q.by_hours) == {1: 0.94, 2: 0.917, 4: 0.9}
+
+
+def test_durations_must_be_ascending_and_distinct() -> None:
+    with pytest.raises(ValueError, match="ascending"):
+        QuoteCalibration(((2, TWO_H), (1, ONE_H)))
+    with pytest.raises(ValueError, match="ascending"):
+        QuoteCalibration(((1, TWO_H), (1, ONE_H)))
+
+
+def test_the_live_default_is_a_fitted_map_per_duration() -> None:
+    # The maps that services/simulator/calibration.py fitted (docs/evaluation.md section 14): one
+    # per quoted duration, monotone, and inside 0.9-1.0, the first-run survival the simulated
+    # weeks showed at every raw probability (the raw model is conservative). Not the identity:
+    # raw 0.5 is quoted at least 0.9.
+    assert [h for h, _ in DEFAULT_RECALIBRATION.by_hours] == [1, 2, 4]
+    grid = [i / 200 for i in range(201)]
+    for h in (1, 2, 4):
+        quotes = [DEFAULT_RECALIBRATION(h, p) for p in grid]
+        assert quotes == sorted(quotes)
+        assert min(quotes) >= 0.9 and max(quotes) <= 1.0
+    assert DEFAULT_RECALIBRATION(1, 0.5) >= 0.9

@@ -6,16 +6,25 @@ before B is evicted. The quota carries the HP-demand forecast, hours 1..4 ahead:
 mean 0.5, 1, 1, 2 and std 1, 1, 0.5, 1, so z = (1 - mean) / std = 0.5, 0, 0, -1 and the hours
 survive with Phi(0.5) = 0.6915, 0.5, 0.5, Phi(-1) = 0.1587 (standard normal table). A duration
 takes the worst hour within it: 1 h 0.691, 2 h 0.5, 4 h 0.159.
+
+These are the model's raw numbers: the tests below run with the identity map (fixture `raw`), so
+that they check the model's plumbing; the live map (survival.DEFAULT_RECALIBRATION) moves every
+quote into 0.9-1.0, where these cases would be hard to tell apart. The last test checks that the
+controller quotes through that map.
 """
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 
+import pytest
+
 from schemas.commands import BindCommand
 from schemas.quota import GuaranteeQuota, HpDemandHour, SpotQuota
 from schemas.tasks import SurvivalQuote, TaskAccepted, TaskClass, TaskSubmitted
 from schemas.workers import WorkerStarted
+from services.core.survival import DEFAULT_RECALIBRATION, QuoteCalibration
+from services.preemption import survival_quote
 from services.preemption.controller import ControllerSettings, Effects, PoolController
 from services.preemption.inputs import apply, entry_for
 
@@ -85,6 +94,12 @@ def _accepted(out: Effects) -> TaskAccepted:
     return accepted[0]
 
 
+@pytest.fixture
+def raw(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(survival_quote, "DEFAULT_RECALIBRATION", QuoteCalibration())
+
+
+@pytest.mark.usefixtures("raw")
 def test_a_spot_task_is_quoted_from_the_forecast_and_the_pool() -> None:
     c = _world()
     accepted = _accepted(_event(c, _task("B", TaskClass.SPOT, 1, hours=2), 1000))
@@ -93,6 +108,7 @@ def test_a_spot_task_is_quoted_from_the_forecast_and_the_pool() -> None:
     )
 
 
+@pytest.mark.usefixtures("raw")
 def test_hours_of_the_forecast_already_over_are_dropped() -> None:
     # 3700 s after the quota: the forecast's hour 1 is over, so B's first hour is the forecast's
     # hour 2 (z = 0), then hour 3 (z = 0), hour 4 (z = -1), and beyond it hour 4 again.
@@ -110,6 +126,7 @@ def test_hp_tasks_and_pools_without_a_forecast_get_no_quote() -> None:
     assert _accepted(_event(bare, _task("B", TaskClass.SPOT, 1), 1000)).survival is None
 
 
+@pytest.mark.usefixtures("raw")
 def test_a_task_the_quota_does_not_admit_now_is_quoted_the_quotas_promise() -> None:
     # Quota 2 GPUs with A's 2 running: B (1 GPU) waits until the quota admits it, and then its
     # slack covers the 0.9-quantile of HP demand over its guarantee: quoted p = 0.9 throughout.
@@ -118,3 +135,15 @@ def test_a_task_the_quota_does_not_admit_now_is_quoted_the_quotas_promise() -> N
     assert accepted.survival == SurvivalQuote(
         guarantee_hours=2, guarantee=0.9, hours_1=0.9, hours_2=0.9, hours_4=0.9
     )
+
+
+def test_the_live_quote_goes_through_the_fitted_map() -> None:
+    # The waiting task of the test above (raw 0.9 for every duration), through the live map of
+    # each duration, rounded to 3 decimals; the identity would leave 0.9.
+    c = _world(quota=2.0)
+    accepted = _accepted(_event(c, _task("B", TaskClass.SPOT, 1, hours=2), 1000))
+    mapped = {h: round(DEFAULT_RECALIBRATION(h, 0.9), 3) for h in (1, 2, 4)}
+    assert accepted.survival == SurvivalQuote(
+        guarantee_hours=2, guarantee=mapped[2], hours_1=mapped[1], hours_2=mapped[2], hours_4=mapped[4]
+    )
+    assert all(v > 0.9 for v in mapped.values())
