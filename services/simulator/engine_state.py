@@ -106,7 +106,8 @@ class SimulationState:
             device_indices=decision_sink is not None or settings.device_indices,
         )
         # A pool is passed only once something changed in it: no pass before its first event.
-        self.drivers: dict[PoolId, PoolDriver] = {
+        # The simulator holds no starts (its actuation is instant): no command ids, so none typed.
+        self.drivers: dict[PoolId, PoolDriver[str]] = {
             p.pool: PoolDriver(PoolRuntime(p.build(), policy, rs), pass_pending=False) for p in workload.pools
         }
         self.pools: dict[PoolId, PoolRuntime] = {p: d.runtime for p, d in self.drivers.items()}

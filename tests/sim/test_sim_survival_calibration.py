@@ -14,17 +14,19 @@ import yaml
 from services.core.policies.registry import build_policy
 from services.core.survival import QuoteCalibration
 from services.simulator.calibration import (
-    Quoted,
     QuotingSimulation,
-    brier,
     first_run_outcome,
+    load_plan,
+    main,
+    run_quoting,
+)
+from services.simulator.calibration_scoring import (
+    Quoted,
+    brier,
     fit,
     guarantee_pairs,
     isotonic,
-    load_plan,
-    main,
     reliability,
-    run_quoting,
     target_gaps,
     wilson_interval,
 )
