@@ -44,7 +44,7 @@ from services.preemption.api_spec import (  # the bodies
     TenantBudgetRequest,
 )
 from services.preemption.controller import Controls, PoolController
-from services.preemption.inputs import Entry
+from services.preemption.journal_entries import ControlEntry
 from services.preemption.tenant_budgets import budgets_view
 
 if TYPE_CHECKING:
@@ -147,13 +147,13 @@ def desired(pool: str, rows: list[ControlRow]) -> tuple[Controls, int | None]:
 
 def entries(
     controllers: dict[str, PoolController], rows: list[ControlRow], now: float
-) -> list[tuple[str, Entry]]:
+) -> list[tuple[str, ControlEntry]]:
     """A `control` journal entry for each pool whose controls differ from the desired ones."""
-    out: list[tuple[str, Entry]] = []
+    out: list[tuple[str, ControlEntry]] = []
     for name, controller in controllers.items():
         wanted, audit_id = desired(name, rows)
         if wanted != controller.controls:
-            out.append((name, ("control", {"controls": wanted.as_dict(), "audit_id": audit_id}, now)))
+            out.append((name, ControlEntry(controls=wanted, audit_id=audit_id, at=now)))
     return out
 
 

@@ -31,7 +31,8 @@ from services.platform.signing import node_key
 from services.preemption import liveness, snapshots, store
 from services.preemption.controller import PoolController, id_salt
 from services.preemption.handoff import Handoff
-from services.preemption.inputs import Entry, apply
+from services.preemption.inputs import apply
+from services.preemption.journal_entries import Entry, SubmitEntry, from_row
 from services.preemption.report_auth import ReportAuth
 from services.preemption.service_settings import PreemptionSettings
 from services.preemption.trace_contexts import TraceContexts, forget_ended
@@ -157,7 +158,8 @@ class DeciderBase:
                     self.contexts[tid] = propagate.extract(carrier)
             state.unsnapped = len(entries)
             replayed: set[str] = set()
-            for pool_name, entry, epoch in entries:
+            for pool_name, row, epoch in entries:
+                entry = from_row(*row)
                 replayed.update(self._remember_context(entry))
                 controller = self.controller(state, pool_name)
                 controller.id_salt = id_salt(epoch)  # the ids it derived when it was live
@@ -198,14 +200,13 @@ class DeciderBase:
 
     def _remember_context(self, entry: Entry, ctx: otel_context.Context | None = None) -> tuple[str, ...]:
         """Remember a submission's trace context; the task id remembered (none for other entries)."""
-        kind, data, _ = entry
-        if kind != "submit":
+        if not isinstance(entry, SubmitEntry):
             return ()
-        tid = str(data["task"]["task_id"])
-        carrier = data.get("trace")
+        tid = entry.task.task_id
+        carrier = entry.trace
         if ctx is not None:  # live: the record's own context (the carrier was injected from it)
             self.contexts[tid] = ctx
-        elif isinstance(carrier, dict) and carrier:  # replay: only the journaled carrier
+        elif carrier:  # replay: only the journaled carrier
             self.contexts[tid] = propagate.extract(carrier)
         else:
             return ()

@@ -37,7 +37,7 @@ from services.preemption.decider_base import (
     _utc,
     log,
 )
-from services.preemption.inputs import Entry
+from services.preemption.journal_entries import Entry
 from services.preemption.trace_contexts import forget_ended
 from services.preemption.trace_ids import with_trace_id
 
@@ -69,8 +69,9 @@ class Transaction(DeciderBase):
             # Epoch check, journal, decisions and outbox rows in one statement: one round trip.
             values = outbox_values(outgoing)
             async with self.pool.acquire() as connection:
+                journaled = [(pool_name, entry.to_row(), eid) for pool_name, entry, eid in rows]
                 await store.commit_batch(
-                    connection, state.claim, next_offset, rows, decisions, values, dry_run=dry
+                    connection, state.claim, next_offset, journaled, decisions, values, dry_run=dry
                 )
         except store.FencedError:
             await self._fenced(state)

@@ -19,6 +19,7 @@ from pydantic import BaseModel
 
 from schemas.clock import ClockTick
 from schemas.commands import EvictAck
+from schemas.tasks import TaskSubmitted
 from schemas.telemetry import NodeTelemetry
 from schemas.topics import decode
 from schemas.workers import WorkerExited, WorkerStarted
@@ -36,7 +37,8 @@ from services.preemption.decider_base import (
     log,
 )
 from services.preemption.decider_commit import Transaction
-from services.preemption.inputs import Entry, apply, entry_for
+from services.preemption.inputs import apply, entry_for
+from services.preemption.journal_entries import Entry, NodeReportEntry, QuotaEntry, ScheduleEntry
 from services.preemption.poison import caused_by_record, store_failed
 from services.preemption.router import (
     DUPLICATE_HEADER,
@@ -106,8 +108,8 @@ class Inbox(Transaction):
             received = time.monotonic()
             now = self.clock.now()
             ticked = isinstance(self.clock, TickClock)
-            # (pool, entry, event id, trace, the validated payload the entry came from, if any)
-            items: list[tuple[str, Entry, uuid.UUID | None, otel_context.Context, BaseModel | None]] = []
+            # (pool, entry, event id, trace); a payload's entry holds the payload as validated
+            items: list[tuple[str, Entry, uuid.UUID | None, otel_context.Context]] = []
             acks: dict[int, tuple[ConsumerRecord[bytes, bytes], Ack, str | None]] = {}
             for record in records:
                 if record.offset < state.next_offset:
@@ -136,7 +138,7 @@ class Inbox(Transaction):
                     eid = None
                 if record.timestamp > 0:
                     state.newest = max(state.newest, record.timestamp / 1000)
-                report: reconcile.NodeReport | None = None
+                report: NodeReportEntry | None = None  # the agent's report of its workers, to journal
                 if isinstance(payload, NodeTelemetry):
                     fresh = now
                     if not ticked:  # on the controllable clock heartbeats never time out
@@ -148,41 +150,37 @@ class Inbox(Transaction):
                     state.last_seen[payload.node] = max(fresh, state.last_seen.get(payload.node, fresh))
                     if not ticked and payload.running is not None:
                         # The agent's report of its workers (reconcile.py): journaled when new.
-                        report = reconcile.report_of(
+                        running = reconcile.report_of(
                             payload.sampled_at.timestamp(),
                             ((w.task_id, w.attempt, w.worker_index) for w in payload.running),
                         )
                         last = controller.reports.get(payload.node)
                         every = self.settings.preemption_report_every_s
-                        if not reconcile.worth_journaling(last, report, every):
-                            report = None
+                        if reconcile.worth_journaling(last, running, every):
+                            report = NodeReportEntry(node=payload.node, report=running, at=now)
                     if payload.node in controller.nodes and payload.node not in controller.down:
                         if report is not None:
-                            data = {"node": payload.node, **report.as_data()}
-                            items.append((pool_name, ("node_report", data, now), None, ctx, None))
+                            items.append((pool_name, report, None, ctx))
                         continue  # a heartbeat: nothing else durable changes
-                entry = entry_for(payload, now, duplicate=duplicate)
-                if entry is None:
-                    continue
-                if entry[0] == "submit":  # the task's trace, so a rebuilt owner continues it
-                    carrier: dict[str, str] = {}
+                carrier: dict[str, str] | None = None
+                if isinstance(payload, TaskSubmitted):  # the task's trace, so a rebuilt owner continues it
+                    carrier = {}
                     propagate.inject(carrier, context=ctx)
-                    entry[1]["trace"] = carrier
+                entry = entry_for(payload, now, duplicate=duplicate, trace=carrier)
                 if isinstance(payload, EvictAck | WorkerStarted | WorkerExited):
                     acks[len(items)] = (record, payload, source_key)
-                items.append((pool_name, entry, eid, ctx, payload))
+                items.append((pool_name, entry, eid, ctx))
                 if isinstance(payload, NodeTelemetry) and report is not None:  # after node_seen
-                    data = {"node": payload.node, **report.as_data()}
-                    items.append((pool_name, ("node_report", data, now), None, ctx, None))
+                    items.append((pool_name, report, None, ctx))
             last_offset = records[-1].offset
             if not items:
                 await self._advance(state, last_offset + 1)
                 return
-            seen = await self._seen([e for _, _, e, _, _ in items if e is not None])
+            seen = await self._seen([e for _, _, e, _ in items if e is not None])
             rows: list[tuple[str, Entry, uuid.UUID | None]] = []
             effects: list[tuple[str, Effects, otel_context.Context | None]] = []
             touched: list[str] = []
-            for index, (pool_name, entry, eid, ctx, given) in enumerate(items):
+            for index, (pool_name, entry, eid, ctx) in enumerate(items):
                 if eid is not None and eid in seen:
                     self.stats.duplicates += 1
                     continue
@@ -198,17 +196,17 @@ class Inbox(Transaction):
                 if eid is not None:
                     seen.add(eid)
                 self._remember_context(entry, ctx)
-                if entry[0] == "quota" and ctx is not None:
+                if isinstance(entry, QuotaEntry) and ctx is not None:
                     quota_span = trace.get_current_span(ctx).get_span_context()
                     if quota_span.is_valid:
                         self.quota_spans[pool_name] = quota_span
-                out = apply(self.controller(state, pool_name), entry, given)  # validated once
+                out = apply(self.controller(state, pool_name), entry)  # its payload validated once
                 effects.append((pool_name, out, ctx))
                 rows.append((pool_name, entry, eid))
                 if pool_name not in touched:
                     touched.append(pool_name)
             for pool_name in [] if ticked else touched:  # on the clock, passes run on PASS ticks
-                entry = ("schedule", {}, now)
+                entry = ScheduleEntry(at=now)
                 effects.append((pool_name, apply(self.controller(state, pool_name), entry), None))
                 rows.append((pool_name, entry, None))
             self.stats.inputs += len(items)

@@ -24,7 +24,8 @@ from services.preemption.decider_base import (
     log,
 )
 from services.preemption.decider_commit import Transaction
-from services.preemption.inputs import Entry, apply
+from services.preemption.inputs import apply
+from services.preemption.journal_entries import Entry, NodeDownEntry, TickEntry
 
 
 class Timers(Transaction):
@@ -98,9 +99,9 @@ class Timers(Transaction):
                     effects.append((pool_name, apply(state.controllers[pool_name], control), None))
                     rows.append((pool_name, control, None))
                 for pool_name, node in self._lost_nodes(state, now):
-                    entry: Entry = ("node_down", {"node": node}, now)
-                    effects.append((pool_name, apply(state.controllers[pool_name], entry), None))
-                    rows.append((pool_name, entry, None))
+                    down = NodeDownEntry(node=node, at=now)
+                    effects.append((pool_name, apply(state.controllers[pool_name], down), None))
+                    rows.append((pool_name, down, None))
                     silent = now - state.last_seen[node]
                     log.warning("preemption: node %s silent for %.0fs: marked down", node, silent)
                 # Reconciliation acts only while the input is current: a lagging input holds acks
@@ -108,7 +109,7 @@ class Timers(Transaction):
                 heard = self._heard(state)
                 current = heard is not None and now - heard <= self.settings.preemption_node_timeout_s
                 for pool_name, controller in state.controllers.items():
-                    entry = ("tick", {"reconcile": current} if current else {}, now)
+                    entry = TickEntry(reconcile=current, at=now)
                     out = apply(controller, entry)
                     if out:
                         effects.append((pool_name, out, None))

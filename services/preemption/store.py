@@ -23,7 +23,7 @@ import asyncpg
 
 from services.platform.outbox import OutboxValues
 from services.preemption.controller import Decision
-from services.preemption.inputs import Entry
+from services.preemption.journal_entries import Row
 
 INBOX_TOPIC = "gfs-preemption-inbox"  # the default inbox (router.INBOX_TOPIC; rows before 0006)
 
@@ -94,7 +94,7 @@ async def refuse_live_schema(connection: asyncpg.Connection) -> None:
 
 async def journal(
     connection: asyncpg.Connection, partition: int, *, topic: str = INBOX_TOPIC, after: int = 0
-) -> list[tuple[str, Entry, int | None]]:
+) -> list[tuple[str, Row, int | None]]:
     """The partition's journal in order: (pool, entry, the epoch it was written under); only the
     rows after journal row `after` (a snapshot's, snapshots.py) when given."""
     rows = await connection.fetch(
@@ -175,7 +175,7 @@ async def commit_batch(
     connection: asyncpg.Connection,
     claim_: Claim,
     next_offset: int | None,
-    rows: Sequence[tuple[str, Entry, uuid.UUID | None]],
+    rows: Sequence[tuple[str, Row, uuid.UUID | None]],
     decisions: Sequence[tuple[str, Decision]],
     outgoing: Sequence[OutboxValues],
     *,
@@ -203,7 +203,7 @@ async def commit_batch(
 
 
 async def append_journal(
-    connection: asyncpg.Connection, claim_: Claim, rows: Iterable[tuple[str, Entry, uuid.UUID | None]]
+    connection: asyncpg.Connection, claim_: Claim, rows: Iterable[tuple[str, Row, uuid.UUID | None]]
 ) -> None:
     """Append rows under `claim_` (its topic, partition and epoch: the id salt of a replay)."""
     await connection.executemany(

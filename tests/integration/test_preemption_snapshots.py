@@ -20,6 +20,7 @@ from services.platform.postgres import open_pool
 from services.preemption import store
 from services.preemption.controller import PoolController
 from services.preemption.inputs import Entry, apply, entry_for
+from services.preemption.journal_entries import NodeSeenEntry, ScheduleEntry
 from services.preemption.service import Decider, PreemptionSettings
 
 pytestmark = pytest.mark.integration
@@ -32,18 +33,18 @@ def _entries(first: int, count: int) -> list[Entry]:
     """Nodes and a quota first, then submissions alternating spot and HP, each with a pass."""
     out: list[Entry] = []
     if first == 0:
-        out += [("node_seen", {"node": f"n{n}", "gpus": 2}, T0) for n in range(3)]
+        out += [NodeSeenEntry(node=f"n{n}", gpus=2, at=T0) for n in range(3)]
         quota = SpotQuota(
             pool=POOL, quotas=tuple(GuaranteeQuota(guarantee_hours=h, quota_gpus=4.0) for h in (1, 2, 4)),
             eta=1.0, capacity_gpus=6, valid_from=datetime.fromtimestamp(T0, UTC),
             valid_until=datetime.fromtimestamp(T0 + 86400, UTC), forecast_version="m:1",
         )  # fmt: skip
-        out.append(entry_for(quota, T0))  # type: ignore[arg-type]
+        out.append(entry_for(quota, T0))
     for i in range(first, first + count):
         cls = TaskClass.HP if i % 3 == 0 else TaskClass.SPOT
         task = TaskSubmitted(task_id=f"t{i}", tenant="org-a", gpu_model=POOL, gpus_per_worker=1,
                              workers=1, task_class=cls, command=("gfs", "fake-task"))  # fmt: skip
-        out += [entry_for(task, T0 + i), ("schedule", {}, T0 + i)]  # type: ignore[list-item]
+        out += [entry_for(task, T0 + i), ScheduleEntry(at=T0 + i)]
     return out
 
 
@@ -79,7 +80,7 @@ def _settings(dsn: str, topic: str) -> PreemptionSettings:
 async def _journal(dsn: str, topic: str, claim: store.Claim, rows: list[Entry]) -> None:
     connection = await asyncpg.connect(dsn)
     try:
-        await store.append_journal(connection, claim, [(POOL, e, None) for e in rows])
+        await store.append_journal(connection, claim, [(POOL, e.to_row(), None) for e in rows])
     finally:
         await connection.close()
 

@@ -50,7 +50,7 @@ def _submit(tid: str, t: float) -> Entry:
 
 def _binds(controller: PoolController, entry: Entry) -> list[BindCommand]:
     out = apply(controller, entry)
-    out.extend(apply(controller, ("schedule", {}, entry[2])))
+    out.extend(apply(controller, ("schedule", {}, entry.at)))
     return [c for c in out.commands if isinstance(c, BindCommand)]
 
 

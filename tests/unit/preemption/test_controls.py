@@ -141,7 +141,7 @@ def test_entries_are_journaled_only_for_pools_whose_controls_changed() -> None:
     a, b = PoolController("A"), PoolController("B")
     rows = [_row("kill_switch", "A", {"on": True}, 9)]
     found = entries({"A": a, "B": b}, rows, 10.0)
-    assert found == [
+    assert [(pool, entry.to_row()) for pool, entry in found] == [
         ("A", ("control", {"controls": Controls(kill_switch=True).as_dict(), "audit_id": 9}, 10.0))
     ]
     entry: Entry = found[0][1]

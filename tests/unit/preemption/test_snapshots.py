@@ -18,6 +18,7 @@ from schemas.workers import WorkerStarted
 from services.preemption import snapshots
 from services.preemption.controller import ControllerSettings, Effects, PoolController
 from services.preemption.inputs import Entry, apply, entry_for
+from services.preemption.journal_entries import NodeSeenEntry, ScheduleEntry, TickEntry
 
 T0 = 1_800_000_000.0
 SETTINGS = ControllerSettings(grace_s=30.0, ack_margin_s=10.0)
@@ -46,7 +47,7 @@ def _run(controller: PoolController, entries: list[Entry]) -> list[Any]:
     for entry in entries:
         effects = Effects()
         effects.extend(apply(controller, entry))
-        effects.extend(apply(controller, ("schedule", {}, entry[2])))
+        effects.extend(apply(controller, ScheduleEntry(at=entry.at)))
         out += [*effects.commands, *effects.events, *effects.decisions]
     return out
 
@@ -60,20 +61,20 @@ def _journal() -> list[Entry]:
     def play(entry: Entry) -> None:
         journal.append(entry)
         effects = apply(live, entry)
-        journal.append(("schedule", {}, entry[2]))
+        journal.append(ScheduleEntry(at=entry.at))
         effects.extend(apply(live, journal[-1]))
         for bind in (c for c in effects.commands if isinstance(c, BindCommand)):
             for p in bind.placements:
                 ack = WorkerStarted(command_id=bind.command_id, node=bind.node, task_id=bind.task_id,
                                     worker_index=p.worker_index, pid=100 + p.worker_index,
-                                    started_at=datetime.fromtimestamp(entry[2] + 1, UTC),
+                                    started_at=datetime.fromtimestamp(entry.at + 1, UTC),
                                     attempt=bind.attempt)  # fmt: skip
-                started = entry_for(ack, entry[2] + 1)
+                started = entry_for(ack, entry.at + 1)
                 assert started is not None
                 play(started)
 
     for n in range(4):
-        play(("node_seen", {"node": f"n{n}", "gpus": 2}, T0))
+        play(NodeSeenEntry(node=f"n{n}", gpus=2, at=T0))
     quota = entry_for(_quota(), T0)
     assert quota is not None
     play(quota)
@@ -81,7 +82,7 @@ def _journal() -> list[Entry]:
         play(_submit(f"spot-{i}", TaskClass.SPOT, 10.0 + i))
     for i in range(4):
         play(_submit(f"hp-{i}", TaskClass.HP, 100.0 + i))
-    play(("tick", {}, T0 + 200.0))
+    play(TickEntry(at=T0 + 200.0))
     return journal
 
 
@@ -108,7 +109,7 @@ def test_a_restored_controller_decides_what_the_live_one_decides() -> None:
             set(whole.tasks),
         )
         # ... and the next pass, on a state where HP tasks preempted spot ones, too.
-        tail: list[Entry] = [_submit("late", TaskClass.HP, 400.0), ("tick", {}, T0 + 500.0)]
+        tail: list[Entry] = [_submit("late", TaskClass.HP, 400.0), TickEntry(at=T0 + 500.0)]
         assert _run(restored, tail) == _run(whole, tail)
 
 

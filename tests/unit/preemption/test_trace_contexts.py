@@ -20,6 +20,7 @@ from services.platform.clock import ManualClock
 from services.preemption import route_expiry, store
 from services.preemption.decider_base import PartitionState
 from services.preemption.inputs import Entry, apply, entry_for
+from services.preemption.journal_entries import NodeSeenEntry
 from services.preemption.service import Decider, PreemptionSettings
 from services.preemption.trace_contexts import TraceContexts, forget_ended
 
@@ -87,7 +88,7 @@ async def test_the_contexts_of_ended_tasks_are_forgotten_after_their_last_decisi
 ) -> None:
     decider = _decider()
     state = PartitionState(store.Claim(partition=0, epoch=1, next_offset=0))
-    await _batch(decider, state, ("node_seen", {"node": "n0", "gpus": 2}, T0), None)
+    await _batch(decider, state, NodeSeenEntry(node="n0", gpus=2, at=T0), None)
     tracer = TracerProvider().get_tracer("unit")
     trace_ids: dict[str, str] = {}
     # 1,001 one-GPU tasks on a 2-GPU node (the first two are bound, the rest queue), then every
