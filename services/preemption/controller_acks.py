@@ -94,8 +94,8 @@ class Acks(Endings):
         # The victim's GPUs are free on that node (stopped, or nothing ran): a preemptor may go.
         # A re-issued eviction's ack answers the eviction it stands for (reconcile.py).
         original = self.aliases.get(ack.command_id, ack.command_id)
-        for tid in self.driver.held.ack(original):  # the held starts that waited for it last
-            out.extend(self._release(tid, now, "victims acknowledged"))
+        for released in self.driver.held.ack(original):  # the held starts that waited for it last
+            out.extend(self._release(released, now, "victims acknowledged"))
         for tid in eviction.task_ids:
             ending = self.ending.get(tid)
             if ending is not None and original in ending.commands:
