@@ -44,7 +44,8 @@ async def _load(
     settings: PlatformSettings, pool: str, run: str, plan: FaultPlan, rng: random.Random, report: Report,
     stop: asyncio.Event,
 ) -> None:  # fmt: skip
-    from services.producers.client import GfsClient, KafkaUnavailableError
+    from services.producers.client import GfsClient
+    from services.producers.errors import KafkaUnavailableError
 
     fake = (sys.executable, "-m", "services.node_agent.fake_task")
     async with GfsClient(bootstrap_servers=settings.bootstrap_servers, producer_name="faults-load",

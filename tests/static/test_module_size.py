@@ -7,7 +7,10 @@ loop is the platform's consume loop in batch mode, and how far it has heard is r
 demo's live.py to 690, the fault harness to 638, the accept and race benchmarks to 539 and 540, the
 MMPP generator to 515, each now a runner beside its parts: the module docs' "Parts" paragraphs; the
 simulator's engine to 535, now state, actuation and the event loop; the quota service to 482, its
-settings and SRE API now modules of their own)."""
+settings and SRE API now modules of their own; the core's victim selection to 476, now the plan and
+its cost, the two-pointer heuristic and a module per selector; the producers' client to 444, its
+errors and task states now modules of their own). Every package is covered now: the services, the
+core, the producers, the adapters, whatif, the wire schemas and ml, so a new package is too."""
 
 from __future__ import annotations
 
@@ -15,21 +18,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 MAX_LINES = 400
-PACKAGES = (
-    "services/node_agent",
-    "services/platform",
-    "services/preemption",
-    "services/parity",
-    "services/demo",
-    "services/faults",
-    "services/livebench",
-    "services/simulator",
-    "services/forecast",
-    "services/quota",
-)
+PACKAGES = ("services", "schemas", "ml")
 
 
-def test_no_module_of_the_split_packages_is_over_400_lines() -> None:
+def test_no_module_of_the_project_is_over_400_lines() -> None:
     sizes = {
         str(path.relative_to(ROOT)): len(path.read_text().splitlines())
         for package in PACKAGES
