@@ -19,6 +19,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 MAX_LINES = 400
 PACKAGES = ("services", "schemas", "ml")
+# Test modules may run longer (a test reads top to bottom), not without end: the Kafka security
+# tests had reached 601 lines, the live cluster's 545, the forecast stream's 550, the Kubernetes
+# manifests' 504; each is now its tests beside a harness module (secure_broker.py, live_cluster.py,
+# forecast_worker.py, k8s_render.py) shared through a session fixture where a broker or a render
+# must not be started twice.
+MAX_TEST_LINES = 500
+# PENDING: test_bad_input.py floods the shared topics with bad records (pytest's "disruptive"
+# mark), so its split could not be run beside the other sessions sharing the stack; take it off
+# the list when its harness moves out. Nothing else may be added.
+TESTS_PENDING = frozenset({"tests/integration/test_bad_input.py"})
 
 
 def test_no_module_of_the_project_is_over_400_lines() -> None:
@@ -29,3 +39,14 @@ def test_no_module_of_the_project_is_over_400_lines() -> None:
     }
     too_long = {name: n for name, n in sizes.items() if n > MAX_LINES}
     assert not too_long, f"over {MAX_LINES} lines (split by concept): {too_long}"
+
+
+def test_no_test_module_is_over_500_lines() -> None:
+    sizes = {
+        str(path.relative_to(ROOT)): len(path.read_text().splitlines())
+        for path in sorted((ROOT / "tests").rglob("*.py"))
+    }
+    too_long = {name: n for name, n in sizes.items() if n > MAX_TEST_LINES and name not in TESTS_PENDING}
+    assert not too_long, f"over {MAX_TEST_LINES} lines (split by concept): {too_long}"
+    # A pending module that got split comes off the list (the list only shrinks).
+    assert all(sizes.get(name, 0) > MAX_TEST_LINES for name in TESTS_PENDING), TESTS_PENDING
