@@ -38,9 +38,10 @@ runs never see each other's state. The router of a new run starts at the topics'
 quota service's group starts there too (the demo commits the topics' end offsets for it first), so
 it quotes from the first seconds even on a stack whose topics hold a long history.
 
-Parts: this module runs the demo (`run_demo`); processes.py starts and stops its processes,
-topics.py prepares the run's Kafka groups and bootstrap forecasts, view.py draws the terminal
-view, final_report.py the report at the end.
+Parts: this module runs the demo (`run_demo`); processes.py kills what is left of the run's
+workers, topics.py publishes the bootstrap forecasts, view.py draws the terminal view,
+final_report.py the report at the end. Starting and stopping the processes, and the run's Kafka
+groups at the topics' end, are the tools' shared `services.toolkit`.
 """
 
 from __future__ import annotations
@@ -75,14 +76,16 @@ from services.demo.final_report import (
     _side_by_side,
     _side_by_side_table,
 )
-from services.demo.processes import Proc, _kill_workers, stop_all
+from services.demo.processes import _kill_workers
 from services.demo.report_page import write_page
-from services.demo.topics import _bootstrap_forecasts, _start_at_end
+from services.demo.topics import _bootstrap_forecasts
 from services.demo.view import View, _json, _render
 from services.node_agent.worker_env import DEFAULT_ALLOW
 from services.platform.migrations import migrated_schema
 from services.platform.paths import state_dir
 from services.platform.settings import REPO_ROOT, PlatformSettings
+from services.toolkit.consumer_groups import start_group_at_end
+from services.toolkit.processes import ServiceProcess, stop_all
 
 DEMO_DIR = REPO_ROOT / "demo"
 SAMPLE = DEMO_DIR / "sample"
@@ -138,7 +141,7 @@ async def run_demo(
         writer.writeheader()
         writer.writerows(r for r in rows if not r["node_name"].startswith("agent-"))
     procs = [
-        Proc(
+        ServiceProcess(
             "forecast",
             ["serve", "forecast"],
             base
@@ -153,7 +156,7 @@ async def run_demo(
             | timed["forecast"],
             workdir / "forecast.log",
         ),
-        Proc(
+        ServiceProcess(
             "quota",
             ["serve", "quota"],
             base
@@ -170,7 +173,7 @@ async def run_demo(
             | timed["quota"],
             workdir / "quota.log",
         ),
-        Proc(
+        ServiceProcess(
             "preemption",
             ["serve", "preemption"],
             base
@@ -196,13 +199,13 @@ async def run_demo(
         args += ["--gpus", row["gpu_capacity_num"], "--telemetry-s", "2", "--state-dir", str(workdir / node)]
         args += ["--metrics-port", str(agent_metrics_port + i)]
         env = base | {"OTEL_SERVICE_NAME": "gfs-node-agent"} | timed["agent"]
-        procs.append(Proc(node, args, env, workdir / f"{node}.log"))
+        procs.append(ServiceProcess(node, args, env, workdir / f"{node}.log"))
     virtual_args = ["serve", "virtual-nodes", "--nodes", str(virtual), "--prefix", f"{run}-"]
     virtual_args += ["--telemetry-s", "5"]
     if accelerated:
         virtual_args += ["--clock-name", clock_name]
     procs.append(
-        Proc(
+        ServiceProcess(
             "virtual-nodes",
             virtual_args,
             base | {"OTEL_SERVICE_NAME": "gfs-virtual-nodes"},
@@ -211,7 +214,7 @@ async def run_demo(
     )
     gfs = str(Path(sys.executable).with_name("gfs"))
     args = ["replay", "--trace", str(sample), "--speed", str(speed), "--task-prefix", f"{run}-"]
-    replay = Proc(
+    replay = ServiceProcess(
         "replay",
         [*args, "--gfs-program", gfs],
         base | {"OTEL_SERVICE_NAME": "gfs-replay"},
@@ -234,7 +237,7 @@ async def run_demo(
         )
     pids = workdir / "pids.json"
 
-    def started(p: Proc) -> None:
+    def started(p: ServiceProcess) -> None:
         p.start()
         known = json.loads(pids.read_text()) if pids.exists() else {}
         known[p.name] = p.proc.pid if p.proc is not None else None
@@ -249,11 +252,11 @@ async def run_demo(
         # run a while, minutes of other runs' records. Like the router, it starts at their end.
         from services.quota.service import TOPICS as QUOTA_TOPICS
 
-        await _start_at_end(settings.bootstrap_servers, f"demo-quota-{run}", QUOTA_TOPICS)
+        await start_group_at_end(settings.bootstrap_servers, f"demo-quota-{run}", QUOTA_TOPICS)
         if accelerated:
             # On the run's clock the stream must see only the run's task events (older runs' are
             # stamped at other times), and none of the clock topic's history.
-            await _start_at_end(
+            await start_group_at_end(
                 settings.bootstrap_servers, f"demo-forecast-{run}", (*FORECAST_SOURCES, CLOCK_TOPIC)
             )
         for p in procs[:3]:

@@ -1,6 +1,6 @@
-"""What `gfs demo live` (services/demo/live.py) prepares on the Kafka topics for a run: the quota
-service's consumer group committed at the topics' end (so it quotes from the first seconds), and,
-on the wall clock, a flat bootstrap forecast per pool (no forecast hour closes in a few minutes)."""
+"""What `gfs demo live` (services/demo/live.py) publishes on the Kafka topics for a run on the wall
+clock: a flat bootstrap forecast per pool (no forecast hour closes in a few minutes). The run's
+consumer groups start at the topics' end with the tools' `services.toolkit.consumer_groups`."""
 
 from __future__ import annotations
 
@@ -9,24 +9,7 @@ import contextlib
 
 from schemas.topics import FORECASTS_TOPIC
 from services.platform.settings import PlatformSettings
-
-
-async def _start_at_end(bootstrap: list[str] | str, group: str, topics: tuple[str, ...]) -> None:
-    """Commit, for the consumer group `group` (not yet started), the current end of `topics`: it
-    starts there instead of at the earliest offset."""
-    from aiokafka import AIOKafkaConsumer, TopicPartition
-
-    from schemas.topics import topic
-
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
-    await consumer.start()
-    try:
-        partitions = [TopicPartition(t, i) for t in topics for i in range(topic(t).partitions)]
-        consumer.assign(partitions)
-        await consumer.seek_to_end(*partitions)
-        await consumer.commit({tp: await consumer.position(tp) for tp in partitions})
-    finally:
-        await consumer.stop()
+from services.toolkit.forecasts import flat_forecast
 
 
 async def _bootstrap_forecasts(
@@ -39,7 +22,6 @@ async def _bootstrap_forecasts(
     from datetime import UTC, datetime
 
     from schemas.envelope import wrap
-    from schemas.forecast import HourlyDemand, PoolDemandForecast
     from services.platform.kafka.producer import EnvelopeProducer
 
     capacity: dict[str, int] = {}
@@ -52,19 +34,13 @@ async def _bootstrap_forecasts(
             now = datetime.now(UTC)
             for pool, gpus in capacity.items():
                 hp = 0.6 * gpus
-                horizon = tuple(
-                    HourlyDemand(
-                        hour_ahead=h, mean=hp, std=0.05 * gpus, quantiles={"0.5": hp, "0.9": hp + 0.06 * gpus}
-                    )
-                    for h in range(1, 5)
-                )
-                forecast = PoolDemandForecast(
-                    pool=pool,
-                    origin_time=now.replace(minute=0, second=0, microsecond=0),
-                    tenants=1,
+                forecast = flat_forecast(
+                    pool,
+                    hp,
+                    std=0.05 * gpus,
+                    p90=hp + 0.06 * gpus,
                     model_name="demo-bootstrap",
-                    model_version=str(int(now.timestamp())),
-                    horizon=horizon,
+                    now=now,
                     fallback=True,
                 )
                 await producer.send(FORECASTS_TOPIC, wrap(forecast, producer="gfs-demo"))

@@ -27,8 +27,9 @@ from schemas.topics import (
     topic,
 )
 from services.faults.plan import Report
-from services.faults.processes import _alive, _get, _until_ready
+from services.faults.processes import _alive, _until_ready
 from services.platform.settings import PlatformSettings
+from services.toolkit.probes import get_json
 
 CHECKED_TOPICS = (TASK_LIFECYCLE_TOPIC, BIND_TOPIC, EVICT_TOPIC)
 
@@ -39,24 +40,6 @@ async def _end_offsets(settings: PlatformSettings) -> dict[TopicPartition, int]:
     try:
         tps = [TopicPartition(t, p) for t in CHECKED_TOPICS for p in range(topic(t).partitions)]
         return dict(await consumer.end_offsets(tps))
-    finally:
-        await consumer.stop()
-
-
-async def _start_at_end(settings: PlatformSettings, group: str, topics: tuple[str, ...]) -> None:
-    """Commit `group`'s offsets at the topics' current ends before its service first starts. The
-    run's pool and names are new, so the shared topics' history is none of its business: without
-    this, a long-lived broker's history is replayed first and readiness waits for it. And a group
-    with committed offsets on every partition never falls back to its reset policy after a kill."""
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=settings.bootstrap_servers, group_id=group, enable_auto_commit=False
-    )
-    await consumer.start()
-    try:
-        tps = [TopicPartition(t, p) for t in topics for p in range(topic(t).partitions)]
-        consumer.assign(tps)
-        ends = await consumer.end_offsets(tps)
-        await consumer.commit({tp: ends[tp] for tp in tps})
     finally:
         await consumer.stop()
 
@@ -104,7 +87,7 @@ async def _check(
     report.accepted, report.finished = len(accepted), len(finished & accepted)
     # Lost: accepted, not finished, and not held (running or queued) by the preemption service.
     for tid in sorted(accepted - finished):
-        _, body = await _get(f"http://127.0.0.1:{ports['preemption']}/explain/{tid}")
+        _, body = await get_json(f"http://127.0.0.1:{ports['preemption']}/explain/{tid}")
         state = ((body or {}).get("live") or {}).get("state")
         if state not in ("running", "queued"):
             report.lost.append(tid)
@@ -160,10 +143,10 @@ async def _check(
                       ("quota", f"http://127.0.0.1:{ports['quota']}/readyz"),
                       ("forecast", f"http://127.0.0.1:{ports['forecast']}/metrics")):  # fmt: skip
         deadline = time.monotonic() + 60
-        while (await _get(url))[0] != 200 and time.monotonic() < deadline:
+        while (await get_json(url))[0] != 200 and time.monotonic() < deadline:
             await asyncio.sleep(1.0)
-        if (await _get(url))[0] != 200:
+        if (await get_json(url))[0] != 200:
             report.not_ready.append(name)
-    _, body = await _get(f"http://127.0.0.1:{ports['preemption']}/pools")
+    _, body = await get_json(f"http://127.0.0.1:{ports['preemption']}/pools")
     down = (body or {}).get("pools", {}).get(pool, {}).get("down", ["?"])
     report.not_ready += [f"node {n} down" for n in down]

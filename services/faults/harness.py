@@ -50,18 +50,20 @@ from schemas.topics import (
     TELEMETRY_TOPIC,
     WORKER_ACK_TOPIC,
 )
-from services.faults.checks import _check, _end_offsets, _start_at_end
+from services.faults.checks import _check, _end_offsets
 from services.faults.load import _forecast, _load
 from services.faults.plan import FaultPlan, Report
-from services.faults.processes import Supervised, _free_port, _kill_workers, _script, _supervise, _until_ready
+from services.faults.processes import Supervised, _kill_workers, _script, _supervise, _until_ready
 from services.faults.soak import SoakLog, kill_schedule, sample_loop, summarize
 from services.platform.kafka.producer import EnvelopeProducer
 from services.platform.migrations import migrated_schema
 from services.platform.settings import PlatformSettings
 from services.platform.timer import every
+from services.toolkit.consumer_groups import start_group_at_end
+from services.toolkit.processes import free_port
 
 # What the preemption router and the quota service read (docs/live-pipeline.md): their groups start
-# at these topics' ends (_start_at_end).
+# at these topics' ends (start_group_at_end).
 ROUTER_TOPICS = (TASK_SUBMIT_TOPIC, TELEMETRY_TOPIC, QUOTAS_TOPIC, EVICT_ACK_TOPIC, WORKER_ACK_TOPIC)
 QUOTA_TOPICS = (FORECASTS_TOPIC, POOL_STATUS_TOPIC, TASK_LIFECYCLE_TOPIC)
 
@@ -81,7 +83,7 @@ async def run_faults(plan: FaultPlan, *, workdir: Path, keep_schema: bool = Fals
     dsn = await migrated_schema(settings.database_url, schema)
     pool = f"FLT-{run}"
     secret = uuid.uuid4().hex * 2
-    ports = {"quota": _free_port(), "preemption": _free_port(), "forecast": _free_port()}
+    ports = {"quota": free_port(), "preemption": free_port(), "forecast": free_port()}
     base = os.environ | {
         "DATABASE_URL": dsn,
         "KAFKA_BOOTSTRAP_SERVERS": settings.kafka_bootstrap_servers,
@@ -144,8 +146,8 @@ async def run_faults(plan: FaultPlan, *, workdir: Path, keep_schema: bool = Fals
             base | {"AGENT_COMMAND_MAX_AGE_S": "86400"}, workdir / f"agent-{node}.log"))  # fmt: skip
     by_name = {s.name: s for s in services}
     start_offsets = await _end_offsets(settings)
-    await _start_at_end(settings, f"faults-router-{run}", ROUTER_TOPICS)
-    await _start_at_end(settings, f"faults-quota-{run}", QUOTA_TOPICS)
+    await start_group_at_end(settings.bootstrap_servers, f"faults-router-{run}", ROUTER_TOPICS)
+    await start_group_at_end(settings.bootstrap_servers, f"faults-quota-{run}", QUOTA_TOPICS)
     try:
         for s in services:
             s.start()

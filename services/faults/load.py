@@ -12,31 +12,19 @@ import time
 from datetime import UTC, datetime
 
 from schemas.envelope import wrap
-from schemas.forecast import HourlyDemand, PoolDemandForecast
 from schemas.tasks import TaskClass, TaskSubmitted
 from schemas.topics import FORECASTS_TOPIC
 from services.faults.plan import FaultPlan, Report
 from services.platform.kafka.producer import EnvelopeProducer
 from services.platform.settings import PlatformSettings
+from services.toolkit.forecasts import flat_forecast
 
 
 async def _forecast(producer: EnvelopeProducer, pool: str, plan: FaultPlan) -> None:
     """A pool forecast (as the forecast stream would publish hourly): a modest HP demand, so the
     quota admits spot tasks and HP tasks preempt some."""
-    now = datetime.now(UTC)
     hp = plan.agents * plan.gpus_per_agent * 0.4
-    horizon = tuple(
-        HourlyDemand(hour_ahead=h, mean=hp, std=1.0, quantiles={"0.5": hp, "0.9": hp + 1.3})
-        for h in range(1, 5)
-    )
-    forecast = PoolDemandForecast(
-        pool=pool,
-        origin_time=now.replace(minute=0, second=0, microsecond=0),
-        tenants=1,
-        model_name="faults",
-        model_version=f"{int(now.timestamp())}",
-        horizon=horizon,
-    )
+    forecast = flat_forecast(pool, hp, std=1.0, p90=hp + 1.3, model_name="faults", now=datetime.now(UTC))
     await producer.send(FORECASTS_TOPIC, wrap(forecast, producer="faults"))
 
 
@@ -44,7 +32,8 @@ async def _load(
     settings: PlatformSettings, pool: str, run: str, plan: FaultPlan, rng: random.Random, report: Report,
     stop: asyncio.Event,
 ) -> None:  # fmt: skip
-    from services.producers.client import GfsClient, KafkaUnavailableError
+    from services.producers.client import GfsClient
+    from services.producers.errors import KafkaUnavailableError
 
     fake = (sys.executable, "-m", "services.node_agent.fake_task")
     async with GfsClient(bootstrap_servers=settings.bootstrap_servers, producer_name="faults-load",

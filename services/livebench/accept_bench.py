@@ -32,7 +32,6 @@ import asyncio
 import contextlib
 import os
 import random
-import socket
 import subprocess
 import sys
 import time
@@ -75,6 +74,7 @@ from services.platform.kafka.producer import EnvelopeProducer
 from services.platform.migrations import discover, migrate, with_search_path
 from services.platform.settings import PlatformSettings
 from services.platform.signing import node_key, sign
+from services.toolkit.processes import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 SHAPES = ((1, 0.40), (2, 0.20), (4, 0.20), (8, 0.20))  # GPUs per worker, share of tasks
@@ -139,7 +139,7 @@ async def run_accept_bench(
     connection = await asyncpg.connect(dsn)
     await migrate(connection, discover())
     await connection.close()
-    port = _free_port()  # not from the seed: two runs side by side (before/after) must not collide
+    port = free_port()  # not from the seed: two runs side by side (before/after) must not collide
     env = os.environ | {
         "DATABASE_URL": dsn, "GFS_COMMAND_SECRET": secret,
         "PREEMPTION_GROUP": f"bench-accept-{run}", "PREEMPTION_ROUTER_GROUP": f"bench-accept-router-{run}",
@@ -297,12 +297,6 @@ async def run_accept_bench(
             await admin.execute(f'DROP SCHEMA "{schema}" CASCADE')
         await admin.close()
     return summary
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def _load(values: tuple[float, float, float]) -> str:

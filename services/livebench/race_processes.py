@@ -1,59 +1,33 @@
 """The processes `gfs livebench races` starts (services/livebench/races.py): the preemption service
-and the node agents, each `python -m services ...` in its own process group, their CPU time, and
-the readiness probes the run waits on."""
+and the node agents, each `python -m services ...` in its own process group (the tools' shared
+`services.toolkit.processes`), their CPU time, and the readiness probes the run waits on."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import os
-import signal
-import socket
-import subprocess
-import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 
-from services.platform.settings import REPO_ROOT
+from services.toolkit.processes import ServiceProcess
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-class _Proc:
-    def __init__(self, args: list[str], env: dict[str, str], log: Path) -> None:
-        handle = log.open("ab")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "services", *args], cwd=REPO_ROOT, env=env, stdout=handle,
-            stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
-        handle.close()
-        self.log = log
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
+@dataclass(slots=True)
+class _Proc(ServiceProcess):
+    """A process of the run (the tools' shared `ServiceProcess`) and the CPU time it used."""
 
     def cpu_s(self) -> float:
+        if self.proc is None:
+            return float("nan")
         with contextlib.suppress(OSError, IndexError, ValueError):
             stat = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
             return (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")
         return float("nan")
-
-    def stop(self) -> None:
-        if not self.alive():
-            return
-        os.killpg(self.proc.pid, signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(timeout=10)
 
 
 async def _get(url: str) -> tuple[int, Any]:

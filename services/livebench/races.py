@@ -47,12 +47,13 @@ from schemas.topics import (
     TASK_SUBMIT_TOPIC,
 )
 from services.livebench.race_check import RaceReport, check
-from services.livebench.race_processes import _free_port, _get, _Proc, _until
+from services.livebench.race_processes import _get, _Proc, _until
 from services.livebench.race_records import _Journals, _keep, _kill_workers, _Reader, recheck
 from services.livebench.race_render import render
 from services.platform.kafka.producer import EnvelopeProducer
 from services.platform.migrations import migrated_schema
 from services.platform.settings import REPO_ROOT, PlatformSettings
+from services.toolkit.processes import free_port
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,7 +103,7 @@ async def run_races(plan: RacePlan, workdir: Path, *, echo: Any = print) -> tupl
     pool = f"RACE-{run}"
     nodes = [f"race-{run}-n{i}" for i in range(plan.nodes)]
     prefix = f"race-{run}-t"
-    port = _free_port()
+    port = free_port()
     secret = uuid.uuid4().hex * 2
     base = os.environ | {
         "DATABASE_URL": dsn, "KAFKA_BOOTSTRAP_SERVERS": settings.kafka_bootstrap_servers,
@@ -124,7 +125,8 @@ async def run_races(plan: RacePlan, workdir: Path, *, echo: Any = print) -> tupl
     end = datetime.now(UTC)
     try:
         await reader.start()
-        service = _Proc(["serve", "preemption"], pre_env, workdir / "preemption.log")
+        service = _Proc("preemption", ["serve", "preemption"], pre_env, workdir / "preemption.log")
+        service.start()
         procs.append(service)
         api = f"http://127.0.0.1:{port}"
 
@@ -142,7 +144,9 @@ async def run_races(plan: RacePlan, workdir: Path, *, echo: Any = print) -> tupl
             }  # fmt: skip
             args = ["serve", "node-agent", "--node", node, "--gpu-model", pool, "--gpus", str(plan.gpus),
                     "--fake-gpus", "--telemetry-s", "1", "--state-dir", str(workdir / node)]  # fmt: skip
-            procs.append(_Proc(args, agent_env, workdir / f"agent-{node}.log"))
+            agent = _Proc(node, args, agent_env, workdir / f"agent-{node}.log")
+            agent.start()
+            procs.append(agent)
 
         async def registered() -> bool:
             _, body = await _get(f"{api}/pools")

@@ -24,8 +24,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import subprocess
-import sys
 import time
 import uuid
 from dataclasses import dataclass, field, replace
@@ -36,8 +34,7 @@ from typing import Annotated, Any
 import typer
 
 from schemas.topics import BIND_TOPIC, QUOTAS_TOPIC, TASK_SUBMIT_TOPIC, TELEMETRY_TOPIC
-
-REPO = Path(__file__).resolve().parents[2]
+from services.toolkit.processes import ServiceProcess, free_port, stop_all
 
 
 @dataclass(slots=True)
@@ -111,6 +108,11 @@ def _pool_names(run: str, pools: int) -> list[str]:
     return [found[p] for p in sorted(found)]
 
 
+def _pid(p: ServiceProcess) -> int:
+    assert p.proc is not None  # started
+    return p.proc.pid
+
+
 def _cpu_s(pid: int) -> float:
     """User + system CPU seconds of a process and its reaped children (/proc/PID/stat)."""
     try:
@@ -159,20 +161,17 @@ async def _run(
         "PREEMPTION_ROUTER_OFFSET_RESET": "latest",
         "OTEL_EXPORTER_OTLP_ENDPOINT": "",
     }  # fmt: skip
-    ports = [_free_port() for _ in range(n)]
-    procs: list[subprocess.Popen[bytes]] = []
+    ports = [free_port() for _ in range(n)]
+    procs: list[ServiceProcess] = []
     outcome = Outcome(n, pools, tasks)
     print(f"N={n}: run {run}, schema {schema}, {pools} pools on {servers}")
     try:
         for i, port in enumerate(ports):
             log = state_dir(f"bench-scale-{run}-{i}.log")
             log.parent.mkdir(parents=True, exist_ok=True)
-            with log.open("wb") as handle:
-                procs.append(subprocess.Popen(
-                    [sys.executable, "-m", "services", "serve", "preemption"], cwd=REPO,
-                    env=env | {"PREEMPTION_API_PORT": str(port), "PREEMPTION_INSTANCE": f"scale-{run}-{i}"},
-                    stdout=handle, stderr=subprocess.STDOUT, start_new_session=True,
-                ))  # fmt: skip
+            instance = env | {"PREEMPTION_API_PORT": str(port), "PREEMPTION_INSTANCE": f"scale-{run}-{i}"}
+            procs.append(ServiceProcess(f"preemption-{i}", ["serve", "preemption"], instance, log))
+            procs[-1].start()
         # Every instance in both groups before any record flows: a router whose group rebalances
         # under traffic can die on its pipelined offset commit (docs/operations.md, "Scaling out").
         await _until_split(ports, pools)
@@ -180,12 +179,12 @@ async def _run(
         async with EnvelopeProducer(bootstrap_servers=servers, client_id=f"scale-{run}") as producer:
             await _register(producer, run, names, nodes, gpus, secret)
             outcome.owned = await _until_owned(ports, names, nodes)
-            cpu0 = [_cpu_s(p.pid) for p in procs]
+            cpu0 = [_cpu_s(_pid(p)) for p in procs]
             self0 = _cpu_s(os.getpid())
             busy0, total0 = _machine_ticks()
             latencies, bound_at = await _offer(producer, servers, run, names, tasks, window)
             busy1, total1 = _machine_ticks()
-            outcome.cpu_s = [_cpu_s(p.pid) - c for p, c in zip(procs, cpu0, strict=True)]
+            outcome.cpu_s = [_cpu_s(_pid(p)) - c for p, c in zip(procs, cpu0, strict=True)]
             outcome.bench_cpu_s = _cpu_s(os.getpid()) - self0
             outcome.busy = (busy1 - busy0) / max(1, total1 - total0)
             outcome.machine_cpu_s = (busy1 - busy0) / os.sysconf("SC_CLK_TCK")
@@ -199,27 +198,12 @@ async def _run(
         outcome.p99_ms = _percentile(latencies, 0.99) * 1000
         print(f"N={n}: {outcome.binds} binds, {outcome.rate:.0f} decisions/s")
     finally:
-        for proc in procs:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, 15)
-        for proc in procs:
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, 9)
+        stop_all(procs, timeout_s=20.0)
         if not keep_schema:
             admin = await asyncpg.connect(database_url)
             await admin.execute(f'DROP SCHEMA "{schema}" CASCADE')
             await admin.close()
     return outcome
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 async def _register(producer: Any, run: str, names: list[str], nodes: int, gpus: int, secret: str) -> None:

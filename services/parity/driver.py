@@ -56,16 +56,17 @@ from schemas.topics import (
     TELEMETRY_TOPIC,
     WORKER_ACK_TOPIC,
 )
-from services.faults.processes import Supervised, _free_port
 from services.parity.barrier import Barrier
 from services.parity.compare import Diff, compare, live_lines, sim_lines
 from services.parity.observer import Observer
-from services.parity.startup import _joined, _ready, _start_groups_at_end, _until
+from services.parity.startup import _joined, _ready, _until
 from services.platform.kafka.producer import EnvelopeProducer
 from services.platform.migrations import migrated_schema
 from services.platform.settings import REPO_ROOT, PlatformSettings
 from services.simulator.traces.gfs_format import load_gfs_trace
 from services.simulator.traces.records import Trace, TraceJob
+from services.toolkit.consumer_groups import start_groups_at_end
+from services.toolkit.processes import ServiceProcess, free_port, kill_agent_workers
 
 log = logging.getLogger(__name__)
 
@@ -162,8 +163,8 @@ async def run_live(options: ParityOptions, trace: Trace) -> LiveRun:
         f"parity-router-{run}": ROUTER_TOPICS, f"parity-quota-{run}": QUOTA_TOPICS,
         f"parity-forecast-{run}": (*FORECAST_SOURCES, CLOCK_TOPIC),
     }  # fmt: skip
-    await _start_groups_at_end(settings.bootstrap_servers, groups)
-    ports = {name: _free_port() for name in ("quota", "preemption", "forecast")}
+    await start_groups_at_end(settings.bootstrap_servers, groups)
+    ports = {name: free_port() for name in ("quota", "preemption", "forecast")}
     clock = f"parity-{run}"  # the run's own clock: another replay on the broker never moves it
     workdir = options.workdir / run
     workdir.mkdir(parents=True, exist_ok=True)
@@ -173,30 +174,30 @@ async def run_live(options: ParityOptions, trace: Trace) -> LiveRun:
         "OTEL_EXPORTER_OTLP_ENDPOINT": "",
     }  # fmt: skip
     services = [
-        Supervised("forecast", ["serve", "forecast"], base | {
+        ServiceProcess("forecast", ["serve", "forecast"], base | {
             "FORECAST_APP_ID": f"parity-forecast-{run}", "FORECAST_STORE": "memory://",
             "FORECAST_ARTIFACT": "",
             # The simulator's demand series start at trace t = 0 for every pool.
             "FORECAST_HISTORY_ORIGIN": datetime.fromtimestamp(BASE_S, UTC).isoformat(),
             "FORECAST_DATADIR": str(workdir / "faust"), "FORECAST_WEB_PORT": str(ports["forecast"]),
             "FORECAST_CLOCK": "topic", "FORECAST_CLOCK_NAME": clock}, workdir / "forecast.log"),
-        Supervised("quota", ["serve", "quota"], base | {
+        ServiceProcess("quota", ["serve", "quota"], base | {
             "QUOTA_GROUP": f"parity-quota-{run}", "QUOTA_API_PORT": str(ports["quota"]),
             "QUOTA_POOLS": ",".join(result.pools),
             "QUOTA_REFRESH_S": f"{options.quota_period_s:g}", "QUOTA_CLOCK": "topic",
             "QUOTA_FENCE_KEY": str(uuid.uuid4().int % 2**48)}, workdir / "quota.log"),
-        Supervised("preemption", ["serve", "preemption"], base | {
+        ServiceProcess("preemption", ["serve", "preemption"], base | {
             "PREEMPTION_GROUP": f"parity-pre-{run}", "PREEMPTION_ROUTER_GROUP": f"parity-router-{run}",
             "PREEMPTION_INBOX_TOPIC": f"parity-inbox-{run}", "PREEMPTION_POOLS": ",".join(result.pools),
             "PREEMPTION_API_PORT": str(ports["preemption"]), "PREEMPTION_CLOCK": "topic",
             "PREEMPTION_CLOCK_NAME": clock,
             "PREEMPTION_INSTANCE": f"parity-{run}"}, workdir / "preemption.log"),
     ]  # fmt: skip
-    agents: list[Supervised] = []
+    agents: list[ServiceProcess] = []
     checkpoints = workdir / "checkpoints"
     for node in trace.nodes:
         name = f"{node.name}-{run}"
-        agents.append(Supervised(name, [
+        agents.append(ServiceProcess(name, [
             "serve", "node-agent", "--node", name, "--gpu-model", live_pool[node.gpu_model],
             "--gpus", str(node.gpus), "--fake-gpus", "--telemetry-s", "86400",
             "--state-dir", str(workdir / name)],
@@ -255,9 +256,7 @@ async def run_live(options: ParityOptions, trace: Trace) -> LiveRun:
             await observer.stop()
         for s in [*agents, *services]:
             s.stop()
-        from services.faults.processes import _kill_workers
-
-        _kill_workers(workdir, list(result.nodes))
+        kill_agent_workers(workdir / agent / "journal.json" for agent in result.nodes)
         if not options.keep_schema:
             with contextlib.suppress(Exception):
                 admin = await asyncpg.connect(settings.database_url)

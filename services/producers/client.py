@@ -30,6 +30,10 @@ What a producer sees:
   outcome of that one record is then *unknown*: the producer may still deliver it (exactly once,
   being idempotent) until the client is closed. Check `status(task_id)` before submitting again;
   a second submission of the same id is rejected by the scheduler as DUPLICATE_TASK_ID.
+
+Parts (each importable alone; this module re-exports their public names, the one import a producer
+needs): `errors.py`, what the client raises; `task_state.py`, a task's state read off its lifecycle
+events; `partitioning.py`, which partition a task id's key lands on.
 """
 
 from __future__ import annotations
@@ -40,7 +44,6 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import aclosing
 from datetime import UTC, datetime, timedelta
-from enum import StrEnum
 from types import TracebackType
 from typing import Any, Protocol, Self
 
@@ -60,22 +63,34 @@ from opentelemetry.trace import SpanKind, TracerProvider
 from pydantic import ValidationError
 
 from schemas.envelope import Envelope, wrap
-from schemas.tasks import (
-    SurvivalQuote,
-    TaskAccepted,
-    TaskCancelled,
-    TaskEvicted,
-    TaskFinished,
-    TaskRejected,
-    TaskStarted,
-    TaskSubmitted,
-    TaskWithdrawn,
-)
+from schemas.tasks import SurvivalQuote, TaskAccepted, TaskCancelled, TaskSubmitted
 from schemas.topics import TASK_LIFECYCLE_TOPIC, TASK_SUBMIT_TOPIC, decode, key_of, topic
 from services.platform.kafka.producer import EnvelopeProducer
 from services.platform.kafka_security import PLAINTEXT, KafkaSecurity, announce
 from services.platform.tracing import inject_headers
+from services.producers.errors import (
+    ClientNotStartedError,
+    GfsClientError,
+    KafkaAccessDeniedError,
+    KafkaUnavailableError,
+)
 from services.producers.partitioning import partition_for_key
+from services.producers.task_state import TERMINAL_STATES, TaskState, is_terminal, state_after, survival_of
+
+# The client's public surface, one import for a producer (docs/services.md): the errors it raises
+# (services/producers/errors.py) and the task states it reports (task_state.py) come with it.
+__all__ = [
+    "TERMINAL_STATES",
+    "ClientNotStartedError",
+    "GfsClient",
+    "GfsClientError",
+    "KafkaAccessDeniedError",
+    "KafkaUnavailableError",
+    "TaskState",
+    "is_terminal",
+    "state_after",
+    "survival_of",
+]
 
 log = logging.getLogger(__name__)
 
@@ -88,19 +103,6 @@ TRACER_NAME = "gfs.producers"
 CLOCK_SKEW_MARGIN = timedelta(seconds=60)
 
 
-class GfsClientError(RuntimeError):
-    """Base class of the client's own errors."""
-
-
-class KafkaUnavailableError(GfsClientError):
-    """The broker could not be reached, or did not acknowledge a record in time."""
-
-
-class KafkaAccessDeniedError(KafkaUnavailableError):
-    """The broker refused this client's principal (wrong password, or an ACL that does not let it
-    write/read the topic): retrying will not help; the credentials or the ACLs must change."""
-
-
 # A refusal for who the client is, not an outage: raised as KafkaAccessDeniedError.
 _DENIED = (
     TopicAuthorizationFailedError,
@@ -109,58 +111,6 @@ _DENIED = (
     SaslAuthenticationFailed,
     AuthenticationFailedError,
 )
-
-
-class ClientNotStartedError(GfsClientError):
-    """A method that needs the broker was called outside `async with GfsClient(...)`."""
-
-
-class TaskState(StrEnum):
-    """A task's state as the lifecycle topic tells it (what `status` returns)."""
-
-    UNKNOWN = "UNKNOWN"  # nothing on the lifecycle topic, and not submitted by this client
-    SUBMITTED = "SUBMITTED"  # submitted by this client; the scheduler has not answered yet
-    QUEUED = "QUEUED"  # accepted, or evicted and requeued: waiting for GPUs
-    RUNNING = "RUNNING"
-    FINISHED = "FINISHED"  # terminal: ended by itself (see the exit code)
-    REJECTED = "REJECTED"  # terminal: the scheduler refused it
-    EVICTED = "EVICTED"  # terminal: evicted and not requeued (e.g. cancelled while running)
-    WITHDRAWN = "WITHDRAWN"  # terminal: cancelled while queued, left the queue
-
-
-TERMINAL_STATES = frozenset({TaskState.FINISHED, TaskState.REJECTED, TaskState.EVICTED, TaskState.WITHDRAWN})
-
-
-def state_after(envelope: Envelope[Any]) -> TaskState | None:
-    """The task's state once `envelope` happened; None for events that do not change it
-    (GuaranteePeriodClosed)."""
-    payload = envelope.payload
-    if isinstance(payload, TaskAccepted):
-        return TaskState.QUEUED
-    if isinstance(payload, TaskStarted):
-        return TaskState.RUNNING
-    if isinstance(payload, TaskFinished):
-        return TaskState.FINISHED
-    if isinstance(payload, TaskRejected):
-        return TaskState.REJECTED
-    if isinstance(payload, TaskEvicted):
-        return TaskState.QUEUED if payload.requeued else TaskState.EVICTED
-    if isinstance(payload, TaskWithdrawn):
-        return TaskState.WITHDRAWN
-    return None
-
-
-def survival_of(envelope: Envelope[Any]) -> SurvivalQuote | None:
-    """The survival probability a TaskAccepted quoted (spot tasks, issue 27); None for any other
-    event, an HP task, or a pool without a forecast."""
-    payload = envelope.payload
-    return payload.survival if isinstance(payload, TaskAccepted) else None
-
-
-def is_terminal(envelope: Envelope[Any]) -> bool:
-    """TaskFinished, TaskRejected, TaskWithdrawn, or TaskEvicted with requeued=False: nothing
-    follows for the task."""
-    return state_after(envelope) in TERMINAL_STATES
 
 
 class EnvelopeSender(Protocol):

@@ -265,7 +265,8 @@ async def _publish(plan: ReplayPlan, console: Console) -> ReplayStats:
 
     from services.platform.settings import PlatformSettings
     from services.platform.tracing import build_tracer_provider
-    from services.producers.client import GfsClient, KafkaUnavailableError
+    from services.producers.client import GfsClient
+    from services.producers.errors import KafkaUnavailableError
 
     settings = PlatformSettings()
     provider = build_tracer_provider(settings)

@@ -23,7 +23,7 @@ from services.core.policies.registry import build_policy
 from services.core.runtime import PassResult, PoolRuntime, Stopped
 from services.core.task import TaskClass
 from services.core.tenant_budget import TenantBudget
-from services.core.victims import GfsVictims
+from services.core.victims_gfs import GfsVictims
 from services.simulator.engine import SimSettings, Simulation
 from services.simulator.evaluate_config import EvaluateConfig, resolve_nodes
 from services.simulator.evaluate_trace import cell_trace, scaled_nodes

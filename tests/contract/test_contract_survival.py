@@ -1,6 +1,6 @@
 """The survival quote on the wire (issue 27 item 1): TaskAccepted.survival and SpotQuota.hp_demand
 are optional, so messages written before them still decode; what is there is checked; the
-client's `survival_of` reads it off a TaskAccepted."""
+client's `survival_of` (services/producers/task_state.py) reads it off a TaskAccepted."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from schemas.envelope import wrap
 from schemas.quota import HpDemandHour
 from schemas.tasks import SurvivalQuote, TaskAccepted, TaskClass
 from schemas.topics import QUOTAS_TOPIC, TASK_LIFECYCLE_TOPIC, decode, encode
-from services.producers.client import survival_of
+from services.producers.task_state import survival_of
 
 GOLDEN = Path(__file__).parent / "golden" / "v1"
 QUOTE = {"guarantee_hours": 2, "guarantee": 0.5, "hours_1": 0.691, "hours_2": 0.5, "hours_4": 0.159}

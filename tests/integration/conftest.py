@@ -10,9 +10,11 @@ Where they come from, in order:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from typing import TYPE_CHECKING
 
 import asyncpg
 import pytest
@@ -21,6 +23,9 @@ from aiokafka.errors import KafkaConnectionError
 
 from schemas.topics import TOPICS
 from services.platform.kafka.topic_admin import TopicsReport, ensure_topics
+
+if TYPE_CHECKING:
+    from secure_broker import SecureBroker
 
 HOW_TO_START = (
     "no Kafka/Postgres for the integration tests: {what} is not set and no Docker engine answers. "
@@ -113,3 +118,19 @@ async def scratch_schema(database_url: str) -> AsyncIterator[str]:
     finally:
         await connection.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
         await connection.close()
+
+
+@pytest.fixture(scope="session")
+def secure_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureBroker]:
+    """The secured broker of `infra/kafka/secure.sh` (secure_broker.py): started once for the
+    session's Kafka security tests (test_kafka_security_acls.py and test_kafka_security_clients.py
+    share it: a JVM broker takes a minute to start), stopped and wiped at the end."""
+    from secure_broker import SecureBroker, free_port_pair
+
+    broker = SecureBroker(tmp_path_factory.mktemp("kafka-secure"), free_port_pair())
+    try:
+        broker.script("up")
+        yield broker
+    finally:
+        with contextlib.suppress(Exception):
+            broker.script("reset")

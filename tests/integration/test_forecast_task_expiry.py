@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.partitioner import DefaultPartitioner
-from test_forecast_stream import SOURCES, _caught_up, _consuming, _send_in_order, _submit, _worker
+from forecast_worker import SOURCES, _caught_up, _consuming, _send_in_order, _submit, _worker
 
 from schemas.tasks import TaskAccepted, TaskClass, TaskFinished
 from services.platform.kafka.producer import EnvelopeProducer

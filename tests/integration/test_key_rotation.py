@@ -34,8 +34,8 @@ from pathlib import Path
 
 import pytest
 import pytest_asyncio
+from live_cluster import TAPPED, Live, _fake, _kill_fake_task, _pools_ready, _until
 from live_harness import ServiceProcess, Tap
-from test_live_cluster import TAPPED, Live, _fake, _kill_fake_task, _pools_ready, _until
 from test_quota_service import _free_port, _migrated
 
 from schemas.commands import BindCommand, EvictAck, EvictOutcome

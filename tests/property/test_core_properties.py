@@ -15,7 +15,8 @@ from services.core.pool import PoolState, RunningTask
 from services.core.queues import BucketQueue
 from services.core.quota import ForecastQuota, QuotaInputs
 from services.core.task import TaskClass, TaskSpec
-from services.core.victims import GfsVictims, PreemptionContext
+from services.core.victims import PreemptionContext
+from services.core.victims_gfs import GfsVictims
 
 NODE_SIZES = st.lists(st.sampled_from([1, 2, 4, 8]), min_size=1, max_size=6)
 TASK = st.tuples(

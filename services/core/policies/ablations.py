@@ -27,7 +27,7 @@ from collections.abc import Callable
 from services.core.policies.gfs import build_gfs
 from services.core.policies.protocols import SchedulingPolicy
 from services.core.quota import ForecastQuota, QuotaSettings, ReactiveQuota
-from services.core.victims import FirstNodeVictims
+from services.core.victims_first_node import FirstNodeVictims
 
 
 def build_gfs_no_forecast(settings: QuotaSettings | None = None) -> SchedulingPolicy:

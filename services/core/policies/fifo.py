@@ -8,7 +8,7 @@ from services.core.placement import FirstFit
 from services.core.policies.protocols import SchedulingPolicy
 from services.core.queues import Fifo
 from services.core.quota import QuotaSettings, ReactiveQuota
-from services.core.victims import FirstNodeVictims
+from services.core.victims_first_node import FirstNodeVictims
 
 
 def build_fifo(settings: QuotaSettings | None = None) -> SchedulingPolicy:

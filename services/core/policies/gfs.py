@@ -8,7 +8,7 @@ from services.core.placement import BestFit
 from services.core.policies.protocols import SchedulingPolicy
 from services.core.queues import LargestFirst, LargestFirstFewWorkers
 from services.core.quota import ForecastQuota, QuotaSettings
-from services.core.victims import GfsVictims
+from services.core.victims_gfs import GfsVictims
 
 # An hour: longer than a normal backfill gap (a finishing HP task frees its GPUs within minutes of
 # a pass), short next to the days a starved wide gang waited (docs/quality-findings.md).

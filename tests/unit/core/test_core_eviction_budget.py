@@ -1,5 +1,5 @@
 """The eviction cap planned inside the core: a per-pass budget the victim search respects
-(services/core/cycle.py, victims.py) and the runtime's window of recent evictions (runtime.py)."""
+(services/core/cycle.py, victims_gfs.py) and the runtime's window of recent evictions (runtime.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ from services.core.queues import BucketQueue
 from services.core.reasons import Unschedulable
 from services.core.runtime import PoolRuntime, RuntimeSettings, Started, Stopped
 from services.core.task import TaskClass, TaskSpec
-from services.core.victims import GfsVictims, PreemptionContext
+from services.core.victims import PreemptionContext
+from services.core.victims_gfs import GfsVictims
 
 T_WIN = 31 * 86400.0
 

@@ -1,5 +1,5 @@
 """Per-tenant eviction budgets in the victim choice (issue 27 item 3): core/tenant_budget.py, the
-GFS selector (victims.py), the pass (cycle.py) and the runtime's windows (runtime.py).
+GFS selector (victims_gfs.py), the pass (cycle.py) and the runtime's windows (runtime.py).
 
 Every expectation is worked by hand from the node cost (spec 5.2): with no failed or succeeded
 periods yet, one victim gives the rate term 1/1 on every node, so the lost-GPU-time term
@@ -20,7 +20,8 @@ from services.core.queues import BucketQueue
 from services.core.runtime import PoolRuntime, RuntimeSettings, Stopped
 from services.core.task import TaskSpec
 from services.core.tenant_budget import DAY_S, BudgetWindow, TenantBudget, TenantEvictions
-from services.core.victims import GfsVictims, PreemptionContext, PreemptionPlan
+from services.core.victims import PreemptionContext, PreemptionPlan
+from services.core.victims_gfs import GfsVictims
 
 T_WIN = 31 * 86400.0
 X, Y = TenantId("x"), TenantId("y")

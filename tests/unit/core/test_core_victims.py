@@ -8,14 +8,10 @@ import pytest
 from builders import a_pool, a_spot, a_task, run_fraction, run_on
 
 from services.core.ids import TaskId
-from services.core.victims import (
-    FirstNodeVictims,
-    GfsVictims,
-    PreemptionContext,
-    fraction_two_pointer,
-    node_cost,
-    two_pointer,
-)
+from services.core.two_pointer import fraction_two_pointer, two_pointer
+from services.core.victims import PreemptionContext, node_cost
+from services.core.victims_first_node import FirstNodeVictims
+from services.core.victims_gfs import GfsVictims
 
 
 @dataclass(frozen=True)

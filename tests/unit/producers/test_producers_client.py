@@ -33,14 +33,9 @@ from schemas.tasks import (
 )
 from schemas.topics import key_of
 from services.platform.tracing import extract_context
-from services.producers.client import (
-    ClientNotStartedError,
-    GfsClient,
-    KafkaUnavailableError,
-    TaskState,
-    is_terminal,
-    state_after,
-)
+from services.producers.client import GfsClient
+from services.producers.errors import ClientNotStartedError, KafkaUnavailableError
+from services.producers.task_state import TaskState, is_terminal, state_after
 
 NOW = datetime(2024, 3, 1, 12, 0, tzinfo=UTC)
 FIELDS: dict[str, Any] = {

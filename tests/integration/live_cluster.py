@@ -1,0 +1,192 @@
+"""The live cluster the end-to-end tests drive (test_live_cluster.py, and the scale-out, key
+rotation, command security, bad input, Kafka security and Jaeger tests that reuse its pieces):
+`Live` starts real `gfs serve preemption` and `gfs serve node-agent` processes (fake GPUs) with
+groups, inbox and signing secret of their own, publishes quotas and signs as an agent would; the
+waits, probes and the cleanup of the agents' workers go with it."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from live_harness import ServiceProcess, Tap
+
+from schemas.envelope import wrap
+from schemas.quota import GuaranteeQuota, SpotQuota
+from services.platform.kafka.producer import EnvelopeProducer
+from services.platform.signing import SignedCommand, node_key, sign
+
+TAPPED = (
+    "gfs.tasks.submit",
+    "gfs.commands.bind",
+    "gfs.commands.evict",
+    "gfs.commands.evict-ack",
+    "gfs.tasks.lifecycle",
+    "gfs.commands.worker-ack",
+)
+
+
+def _fake(*args: str) -> tuple[str, ...]:
+    return (sys.executable, "-m", "services.node_agent.fake_task", *args)
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+async def _until(check: Callable[[], Any], timeout: float = 40.0, what: str = "a condition") -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        result = check()
+        if asyncio.iscoroutine(result):
+            result = await result
+        if result:
+            return result
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+async def _get(port: int, path: str) -> Any:
+    try:
+        async with aiohttp.ClientSession() as http, http.get(f"http://127.0.0.1:{port}{path}") as response:
+            return await response.json()
+    except (aiohttp.ClientError, OSError):
+        return None
+
+
+class Live:
+    def __init__(self, dsn: str, kafka: str, tmp: Path, tap: Tap, producer: EnvelopeProducer) -> None:
+        self.run = uuid.uuid4().hex[:6]
+        self.tmp = tmp
+        self.tap = tap
+        self.producer = producer
+        self.secret = "e2e-" + uuid.uuid4().hex
+        self.procs: list[ServiceProcess] = []
+        self.base = os.environ | {
+            "DATABASE_URL": dsn,
+            "KAFKA_BOOTSTRAP_SERVERS": kafka,
+            "GFS_COMMAND_SECRET": self.secret,
+            "PREEMPTION_GROUP": f"e2e-pre-{self.run}",
+            "PREEMPTION_ROUTER_GROUP": f"e2e-router-{self.run}",
+            "PREEMPTION_INBOX_TOPIC": f"e2e-inbox-{self.run}",
+            "PREEMPTION_INBOX_PARTITIONS": "2",
+            "PREEMPTION_TICK_S": "0.2",
+            "PREEMPTION_GRACE_S": "2",
+            "PREEMPTION_ACK_MARGIN_S": "3",
+            "PREEMPTION_NODE_TIMEOUT_S": "4",
+            "PREEMPTION_STATUS_S": "5",
+            "PREEMPTION_SESSION_TIMEOUT_MS": "6000",
+            "PYTHONUNBUFFERED": "1",
+        }
+
+    def signed(self, message: SignedCommand) -> SignedCommand:
+        """An agent's message signed with its node's key, as the agent signs it."""
+        return sign(message, key=node_key(self.secret.encode(), message.node))
+
+    def preemption(self, name: str, port: int, pools: list[str], **env: str) -> ServiceProcess:
+        extra = {
+            "PREEMPTION_API_PORT": str(port),
+            "PREEMPTION_INSTANCE": name,
+            "PREEMPTION_POOLS": ",".join(pools),
+        }
+        proc = ServiceProcess(
+            ["serve", "preemption"], self.base | extra | env, self.tmp / f"{name}.log"
+        ).start()
+        self.procs.append(proc)
+        return proc
+
+    def agent(self, node: str, pool: str, gpus: int = 2) -> ServiceProcess:
+        args = [
+            "serve",
+            "node-agent",
+            "--node",
+            node,
+            "--gpu-model",
+            pool,
+            "--gpus",
+            str(gpus),
+            "--fake-gpus",
+            "--telemetry-s",
+            "0.5",
+            "--state-dir",
+            str(self.tmp / node),
+        ]
+        proc = ServiceProcess(args, self.base, self.tmp / f"agent-{node}.log").start()
+        self.procs.append(proc)
+        return proc
+
+    async def quota(self, pool: str, gpus: float, capacity: int) -> None:
+        q = SpotQuota(
+            pool=pool,
+            quotas=tuple(GuaranteeQuota(guarantee_hours=h, quota_gpus=gpus) for h in (1, 2, 4)),
+            eta=1.0,
+            capacity_gpus=capacity,
+            valid_from=_now(),
+            valid_until=_now() + timedelta(hours=1),
+            forecast_version="e2e:1",
+        )
+        await self.producer.send("gfs.quotas", wrap(q, producer="e2e"))
+
+    def worker_log(self, node: str, task: str) -> str:
+        return "".join(p.read_text(errors="replace") for p in (self.tmp / node).rglob(f"{task}.*.log"))
+
+    def logs(self) -> str:
+        return "\n".join(f"--- {p.log.name}\n{p.tail(25)}" for p in self.procs)
+
+    def stop_all(self) -> None:
+        for proc in self.procs:
+            proc.stop()
+
+
+def _pools_ready(port: int, want: dict[str, int]) -> Callable[[], Any]:
+    async def check() -> bool:
+        body = await _get(port, "/pools")
+        if not body:
+            return False
+        pools = body["pools"]
+        return all(
+            p in pools and pools[p]["nodes"] == n and pools[p]["quota_version"] for p, n in want.items()
+        )
+
+    return check
+
+
+def _kill_fake_task(pid: int) -> None:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+            if b"fake_task" not in cmdline.read():
+                return  # the pid was reused by something else
+        os.killpg(pid, signal.SIGKILL)
+    except (OSError, ProcessLookupError):
+        pass
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(") ")[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+async def _pool_has(port: int, pool: str, check: Callable[[dict[str, Any]], bool]) -> bool:
+    body = await _get(port, "/pools")
+    return bool(body) and pool in body["pools"] and check(body["pools"][pool])
+
+
+async def _owned(port: int) -> set[str]:
+    body = await _get(port, "/pools")
+    return set(body["pools"]) if body else set()
