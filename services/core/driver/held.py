@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import Generic, TypeVar
 
 from services.core.ids import TaskId
@@ -185,10 +186,14 @@ class HeldStarts(Generic[C]):
 
     def due(self, now: float, still_running: Callable[[C], bool] = lambda _: False) -> list[TaskId]:
         """The held starts released by their deadline at `now`, in the order they were held; one
-        waiting for an eviction whose node still reports the attempt (`still_running`) stays."""
+        waiting for an eviction whose node still reports the attempt (`still_running`) stays. Its
+        own previous attempt counts the same: an agent never holds two runs of one task, so the
+        next run's binds wait while a node still reports the previous one."""
         released: list[TaskId] = []
         for held in list(self.held.values()):
-            if held.deadline <= now and not any(still_running(c) for c in held.waiting):
+            if held.deadline > now:
+                continue
+            if not any(still_running(c) for c in chain(held.waiting, held.own)):
                 del self.held[held.task_id]
                 released.append(held.task_id)
         return released
