@@ -82,6 +82,15 @@ class HeldStarts(Generic[C]):
             min((e.deadline for e in self.endings.values()), default=math.inf),
         )
 
+    def next_due_after(self, after: float) -> float:
+        """The earliest deadline later than `after` (math.inf: none): a shell that acted on every
+        deadline up to `after` skips the entries still waiting on a node past theirs."""
+        due = math.inf
+        for entry in (*self.held.values(), *self.endings.values()):
+            if after < entry.deadline < due:
+                due = entry.deadline
+        return due
+
     # ----- ending attempts -----------------------------------------------------------------------
     def ending(
         self, task_id: TaskId, commands: Mapping[C, str], gpus: Gpus, *, now: float, grace_s: float,
