@@ -86,9 +86,11 @@ class HeldStarts(Generic[C]):
         """The earliest deadline later than `after` (math.inf: none): a shell that acted on every
         deadline up to `after` skips the entries still waiting on a node past theirs."""
         due = math.inf
-        for entry in (*self.held.values(), *self.endings.values()):
-            if after < entry.deadline < due:
-                due = entry.deadline
+        for deadline in chain(
+            (h.deadline for h in self.held.values()), (e.deadline for e in self.endings.values())
+        ):
+            if after < deadline < due:
+                due = deadline
         return due
 
     # ----- ending attempts -----------------------------------------------------------------------
