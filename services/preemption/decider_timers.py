@@ -8,15 +8,19 @@ Part of the decider (service.py): a class over its transaction (decider_commit.p
 
 from __future__ import annotations
 
+import asyncio
+import math
 import uuid
+from collections.abc import Callable
 
 from opentelemetry import context as otel_context
 
 from schemas.envelope import wrap
 from schemas.topics import POOL_STATUS_TOPIC
 from services.platform.outbox import enqueue
+from services.platform.timer import FailureCounter
 from services.preemption import controls, liveness, store
-from services.preemption.controller import Effects
+from services.preemption.controller import Effects, PoolController
 from services.preemption.decider_base import (
     PRODUCER,
     PartitionState,
@@ -104,10 +108,7 @@ class Timers(Transaction):
                     rows.append((pool_name, down, None))
                     silent = now - state.last_seen[node]
                     log.warning("preemption: node %s silent for %.0fs: marked down", node, silent)
-                # Reconciliation acts only while the input is current: a lagging input holds acks
-                # and reports not read yet, so a command would look lost when it is not.
-                heard = self._heard(state)
-                current = heard is not None and now - heard <= self.settings.preemption_node_timeout_s
+                current = self._current(state, now)
                 for pool_name, controller in state.controllers.items():
                     entry = TickEntry(reconcile=current, at=now)
                     out = apply(controller, entry)
@@ -119,6 +120,43 @@ class Timers(Transaction):
             if now - self.last_status >= self.settings.preemption_status_s:
                 self.last_status = now
                 await self._publish_status(now)
+
+    def _current(self, state: PartitionState, now: float) -> bool:
+        """Whether reconciliation may act: only while the input is current, since a lagging input
+        holds acks and reports not read yet, so a command would look lost when it is not."""
+        heard = self._heard(state)
+        return heard is not None and now - heard <= self.settings.preemption_node_timeout_s
+
+    def next_due(self, after: float) -> float:
+        """The earliest time later than `after` at which an owned pool's timers have work (math.inf:
+        none); `_due_after` says why not just the driver's `next_due`."""
+        due = math.inf
+        for state in self.partitions.values():
+            for controller in state.controllers.values():
+                due = min(due, _due_after(controller, after))
+        return due
+
+    async def wake(self, after: float) -> float:
+        """The tick's path (a TickEntry per pool, journaled and committed like the tick's) for
+        the pools whose driver has work due in (`after`, now]; returns that now. No controls, node
+        liveness or status: those stay the periodic tick's."""
+        async with self.lock:
+            now = self.clock.now()
+            for state in list(self.partitions.values()):
+                rows: list[tuple[str, Entry, uuid.UUID | None]] = []
+                effects: list[tuple[str, Effects, otel_context.Context | None]] = []
+                current = self._current(state, now)
+                for pool_name, controller in state.controllers.items():
+                    if _due_after(controller, after) > now:
+                        continue
+                    entry = TickEntry(reconcile=current, at=now)
+                    out = apply(controller, entry)
+                    if out:
+                        effects.append((pool_name, out, None))
+                        rows.append((pool_name, entry, None))
+                if rows:
+                    await self._commit(state, rows, effects, next_offset=None)
+            return now
 
     async def _publish_status(self, now: float) -> None:
         for state in list(self.partitions.values()):
@@ -137,3 +175,83 @@ class Timers(Transaction):
             except store.FencedError:
                 await self._fenced(state)
         self.on_committed()
+
+
+def _due_after(controller: PoolController, after: float) -> float:
+    """The driver's `next_due` (core/driver/pool_driver.py) taken part by part, each later than
+    `after`, the time up to which everything due was acted on: a part acted on and still due (a held
+    start or an ending waiting on a node that still reports its attempt; a quota an SRE freeze
+    keeps from expiring) must not hide the pool's later due times, nor wake the decider again."""
+    driver = controller.driver
+    due = driver.held.next_due_after(after)
+    if (period := driver.periods.next_due) > after:
+        due = min(due, period)
+    until = driver.quota_valid_until
+    expires = not driver.quota_frozen and controller.controls.quota_mode is None  # controller.tick's rule
+    if until is not None and until > after and expires:
+        due = min(due, until)
+    return due
+
+
+class DueWake:
+    """Wakes the decider at its pools' `next_due` (wall clock only: on the controllable clock the
+    ticks drive time). One timer for all owned pools, armed at the earliest due time and moved
+    when a commit (it is the decider's `on_committed`: every committed batch or tick) may have
+    moved it; when it fires, `Timers.wake` runs the tick's path for the pools due, so a held
+    start's or an ending's deadline, a guarantee period's end or the quota's expiry is acted on
+    at its time, not up to `preemption_tick_s` later. The periodic tick stays the safety net (node
+    liveness, reconciliation, controls, status, and whatever waits on a node past its due time)."""
+
+    # Fire this much after the due time: the wall clock read at firing is then past it (the
+    # quota's expiry is strict: `now > valid_until`).
+    SLACK_S = 0.002
+
+    def __init__(
+        self, decider: Timers, *, then: Callable[[], None] = lambda: None,
+        failures: FailureCounter | None = None,
+    ) -> None:  # fmt: skip
+        self.decider = decider
+        self.then = then  # the decider's commit hook before the wake (the outbox relay's wake)
+        self.failures = failures
+        self.acted = -math.inf  # every due time up to this one was acted on (a wake or a tick)
+        self.changed = asyncio.Event()
+        self.wakes = 0
+
+    def __call__(self) -> None:
+        """The decider's commit hook (`on_committed`): something was committed, so the earliest
+        due time may have moved."""
+        self.changed.set()
+        self.then()
+
+    async def tick(self) -> None:
+        """The periodic tick: it acts on every pool, so what was due before it started is done."""
+        started = self.decider.clock.now()
+        await self.decider.tick()
+        self.acted = max(self.acted, started)
+        self.changed.set()
+
+    async def run(self) -> None:
+        """Until cancelled (the service cancels its jobs when it stops)."""
+        while True:
+            self.changed.clear()
+            due = self.decider.next_due(self.acted)
+            wait = due + self.SLACK_S - self.decider.clock.now()
+            if wait > 0:
+                try:
+                    # None when nothing is due: sleep until a commit arms something.
+                    timeout = None if math.isinf(wait) else wait
+                    await asyncio.wait_for(self.changed.wait(), timeout)
+                    continue  # a commit: the earliest due time may be earlier now
+                except TimeoutError:
+                    pass
+            try:
+                self.acted = await self.decider.wake(self.acted)
+                self.wakes += 1
+            except Exception:
+                # As the periodic timer does (platform/timer.py): logged, counted, and the next
+                # tick retries; this wake does not retry the same due time in a loop.
+                log.exception("preemption: the wake at a due time failed; the next tick retries")
+                if self.failures is not None:
+                    self.failures.add(1, {"timer": "preemption.wake"})
+                self.acted = max(self.acted, due)
+                await asyncio.sleep(0)

@@ -15,6 +15,8 @@ Shape (docs/services.md, "Preemption service"):
   After a batch failed with an error a record may cause (`poison.py`), the records up to that
   batch's end are decided one per transaction; the one that fails alone is dead-lettered with the
   error and its offset stored, so one record never stops a partition (issue 22).
+- On the wall clock, a timer armed at the owned pools' earliest `next_due` (decider_timers.DueWake)
+  runs the tick's path for the pools due, so deadlines and period ends are acted on at their time.
 - A timer (every `preemption_tick_s`) runs the controllers' periodic work (guarantee periods,
   held binds past their deadline, an expired quota, a scheduling pass) and marks nodes whose
   heartbeat stopped as down (by the rules of liveness.py: silence counts only while the service
@@ -59,7 +61,7 @@ from services.preemption import store
 from services.preemption.api import build_api
 from services.preemption.decider_base import PRODUCER, TRACER, Stats
 from services.preemption.decider_inbox import Inbox
-from services.preemption.decider_timers import Timers
+from services.preemption.decider_timers import DueWake, Timers
 from services.preemption.handoff import Handoff
 from services.preemption.metrics import register_metrics
 from services.preemption.report_auth import ReportAuth
@@ -232,10 +234,15 @@ async def run_preemption_service(
             ]
             timer_failures = failure_counter(metrics.meter(TRACER))
             if not settings.topic_clock:  # on the controllable clock, ticks drive the timers
+                # The pools' due times wake the decider at once; the periodic tick is the safety
+                # net (DueWake). Every commit may move the earliest due time.
+                wake = DueWake(decider, then=relay.wake, failures=timer_failures)
+                decider.on_committed = wake
                 jobs.append(asyncio.create_task(every(
-                    settings.preemption_tick_s, stop, decider.tick, name="preemption.tick",
+                    settings.preemption_tick_s, stop, wake.tick, name="preemption.tick",
                     failures=timer_failures,
                 )))  # fmt: skip
+                jobs.append(asyncio.create_task(wake.run()))
             # History older than the window goes (services/platform/retention.py).
             pruned = pruning(pool, (*PREEMPTION_RULES, OUTBOX_RULE), settings, clock.now, stop,
                              name="preemption.retention", failures=timer_failures)  # fmt: skip

@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import Generic, TypeVar
 
 from services.core.ids import TaskId
@@ -80,6 +81,17 @@ class HeldStarts(Generic[C]):
             min((h.deadline for h in self.held.values()), default=math.inf),
             min((e.deadline for e in self.endings.values()), default=math.inf),
         )
+
+    def next_due_after(self, after: float) -> float:
+        """The earliest deadline later than `after` (math.inf: none): a shell that acted on every
+        deadline up to `after` skips the entries still waiting on a node past theirs."""
+        due = math.inf
+        for deadline in chain(
+            (h.deadline for h in self.held.values()), (e.deadline for e in self.endings.values())
+        ):
+            if after < deadline < due:
+                due = deadline
+        return due
 
     # ----- ending attempts -----------------------------------------------------------------------
     def ending(
@@ -185,10 +197,14 @@ class HeldStarts(Generic[C]):
 
     def due(self, now: float, still_running: Callable[[C], bool] = lambda _: False) -> list[TaskId]:
         """The held starts released by their deadline at `now`, in the order they were held; one
-        waiting for an eviction whose node still reports the attempt (`still_running`) stays."""
+        waiting for an eviction whose node still reports the attempt (`still_running`) stays. Its
+        own previous attempt counts the same: an agent never holds two runs of one task, so the
+        next run's binds wait while a node still reports the previous one."""
         released: list[TaskId] = []
         for held in list(self.held.values()):
-            if held.deadline <= now and not any(still_running(c) for c in held.waiting):
+            if held.deadline > now:
+                continue
+            if not any(still_running(c) for c in chain(held.waiting, held.own)):
                 del self.held[held.task_id]
                 released.append(held.task_id)
         return released
