@@ -48,10 +48,19 @@ class PoolStatus(BaseModel):
         default=None,
         ge=0,
         allow_inf_nan=False,
-        description="HP running plus the queued HP the pool could place now (on GPUs HP does not "
-        "hold, outside a reservation's nodes) plus the growth a reservation brings when its task "
-        "starts: the HP usage the spot quota protects at least (issue 21). None: not computed; "
-        "the quota then floors at hp_running + hp_queued.",
+        description="The pool's servable HP demand now (issue 35): HP running plus the GPUs the "
+        "queued HP that can start within the guarantee period takes beyond what HP holds (on GPUs "
+        "HP does not hold, outside a reservation's nodes, and on the GPUs HP freed in the last "
+        "period): the HP usage the spot quota protects at least. None: not computed; the quota "
+        "then floors at hp_running + hp_queued.",
+    )
+    spot_smallest_gpus: float | None = Field(
+        default=None,
+        gt=0,
+        allow_inf_nan=False,
+        description="GPUs (g x w) of the smallest task at the head of a spot bucket (None: no spot "
+        "waits). With no spot running, the quota admits at least that much if the forecast's "
+        "spare holds it (issue 35: an idle pool with queued spot never stalls).",
     )
     reserved_task_id: TaskId | None = Field(
         default=None,

@@ -20,6 +20,7 @@ from schemas.commands import BindCommand, EvictAck, EvictCommand, WarnCommand
 from schemas.dead_letter import DeadLetter
 from schemas.envelope import SUPPORTED_SCHEMA_VERSIONS, Envelope, envelope_type
 from schemas.forecast import DemandForecast, PoolDemandForecast
+from schemas.pool_demand import PoolDemandLevel
 from schemas.pool_status import PoolStatus
 from schemas.quota import SpotQuota
 from schemas.tasks import (
@@ -45,6 +46,7 @@ __all__ = [
     "EVICT_ACK_TOPIC",
     "EVICT_TOPIC",
     "FORECASTS_TOPIC",
+    "POOL_DEMAND_TOPIC",
     "POOL_STATUS_TOPIC",
     "QUOTAS_TOPIC",
     "TASK_LIFECYCLE_TOPIC",
@@ -75,6 +77,7 @@ TASK_LIFECYCLE_TOPIC = "gfs.tasks.lifecycle"
 TELEMETRY_TOPIC = "gfs.nodes.telemetry"
 FORECASTS_TOPIC = "gfs.forecasts"
 POOL_STATUS_TOPIC = "gfs.pools.status"
+POOL_DEMAND_TOPIC = "gfs.pools.demand"
 QUOTAS_TOPIC = "gfs.quotas"
 BIND_TOPIC = "gfs.commands.bind"
 EVICT_TOPIC = "gfs.commands.evict"
@@ -184,6 +187,18 @@ TOPICS: tuple[TopicSpec, ...] = (
         retention_ms=None,
         compacted=True,
         description="Per-pool scheduler status for the quota (compacted: the latest per pool).",
+    ),
+    TopicSpec(
+        name=POOL_DEMAND_TOPIC,
+        key_field="pool",
+        payload_types=(PoolDemandLevel,),
+        partitions=3,
+        # As the task topics: a forecast stream rebuilt without its changelogs reads its history
+        # here (the servable series is the preemption service's, not derivable from task events).
+        retention_ms=TASK_RETENTION_MS,
+        compacted=False,
+        description="Per-pool servable HP demand per tenant after each pass that changed it (the "
+        "series the forecast stream forecasts).",
     ),
     TopicSpec(
         name=QUOTAS_TOPIC,

@@ -14,9 +14,11 @@ Steps (spec 5.3, 5.2):
    sets over them when it can, but (unlike the cap) never refuses a preemption for them.
 5. Reservation (`CycleContext.reservation`, core/reservation.py): its holder is tried before
    anything else; if it cannot start, the reserved nodes' idle GPUs are held and preemption skips
-   those nodes for the rest of the pass, so backfill (HP and spot) goes on elsewhere only. The
-   waiting holder neither blocks its bucket nor lowers the threshold (EASY: the head has its
-   reservation, so every task behind it may start on what is left).
+   those nodes for the rest of the pass, so HP backfill goes on elsewhere only. The waiting holder
+   neither blocks its bucket nor lowers the threshold (EASY: the head has its reservation, so
+   every task behind it may start on what is left). Spot that fits nowhere else may borrow the
+   held GPUs (the policy's `lend_reserved`, issue 35): the holder, tried first on the next pass,
+   evicts it when the HP work on its nodes has ended.
 
 The pass works on the pool under a journal and rolls it back, so the caller's state is unchanged;
 the caller applies the returned decisions (decide/do split).
@@ -38,7 +40,8 @@ from services.core.policies.protocols import SchedulingPolicy
 from services.core.pool import PoolState, RunningTask
 from services.core.queues import Blocked, BucketQueue, SortKey
 from services.core.reasons import Unschedulable
-from services.core.reservation import Reservation, hold_reserved
+from services.core.reservation import Reservation, hold_id, hold_reserved
+from services.core.servable import claimed_spec, plan_servable
 from services.core.task import TaskClass, TaskSpec
 from services.core.victims import PreemptionContext, PreemptionPlan, preemptible
 
@@ -54,6 +57,9 @@ class CycleContext(NamedTuple):
     version: int  # the pool's capacity version (bumped whenever GPUs are freed or quota changes)
     eviction_budget: int | None = None  # evictions this pass may commit to (None: no cap)
     reservation: Reservation | None = None  # the pool's head-of-queue reservation, if any
+    # GPU chunks HP finishes freed in the last guarantee period: the soon-freed estimate of the
+    # servable demand (core/servable.py), whose claims spot is kept off.
+    freed: tuple[float, ...] = ()
 
 
 class CycleOutcome(NamedTuple):
@@ -93,7 +99,8 @@ def schedule_pool(
                 held = hold_reserved(pool, res, ctx.now)
                 ctx = ctx._replace(preemption=ctx.preemption._replace(excluded=frozenset(res.nodes)))
         _hp_pass(pool, hp_queue, policy, ctx, decisions, blocked, skipped, budget, first)
-        _spot_pass(pool, spot_queue, policy, ctx, decisions, blocked, skipped, held)
+        room = _spot_room(pool, hp_queue, spot_queue, policy, ctx, decisions, held)
+        _spot_pass(pool, spot_queue, policy, ctx, decisions, blocked, skipped, room)
     finally:
         pool.rollback()
     return CycleOutcome(tuple(decisions), tuple(blocked), tuple(skipped))
@@ -111,6 +118,7 @@ class _Attempt(enum.Enum):
     EVICTION_BUDGET = "eviction-budget"  # a plan exists but exceeds the eviction cap: as NO_FIT
     OVER_QUOTA = "over-quota"  # stops the bucket but leaves the threshold alone
     RESERVED = "reserved"  # as NO_FIT, but it would have fit on the GPUs a reservation holds
+    CLAIMED = "claimed"  # as NO_FIT, but it would have fit on GPUs the servable HP queue claims
     # The reservation's holder did not start: its nodes are held for it, so (EASY backfill) it
     # neither blocks its bucket nor lowers the threshold; the tasks behind it may start elsewhere.
     HOLDS_RESERVATION = "holds-reservation"
@@ -122,6 +130,7 @@ _REASON = {
     _Attempt.EVICTION_BUDGET: Unschedulable.EVICTION_BUDGET,
     _Attempt.OVER_QUOTA: Unschedulable.OVER_QUOTA,
     _Attempt.RESERVED: Unschedulable.RESERVED,
+    _Attempt.CLAIMED: Unschedulable.CLAIMED,
     _Attempt.HOLDS_RESERVATION: Unschedulable.NO_PREEMPTION_PLAN,
 }
 
@@ -332,7 +341,7 @@ def _spot_pass(
     decisions: list[Decision],
     blocked: list[tuple[TaskClass, SortKey, Blocked]],
     skipped: list[tuple[TaskClass, SortKey]],
-    held: np.ndarray | None = None,
+    room: _SpotRoom | None = None,
 ) -> None:
     def try_start(spec: TaskSpec) -> _Attempt:
         if ctx.quota_enabled:
@@ -341,14 +350,137 @@ def _spot_pass(
                 # Over quota: skip without raising the threshold (spec 5.3). Tasks behind it in
                 # this bucket ask for at least as many GPUs, so the bucket is done.
                 return _Attempt.OVER_QUOTA
-        placements = place_task(pool, spec, policy.placement)
-        if placements is None:
-            fits_unheld = held is not None and fit_workers((pool.free + held).astype(float), spec)
-            if fits_unheld and not spec.is_fractional:
-                return _Attempt.RESERVED
-            return _Attempt.NO_FIT
-        pool.add_task(RunningTask(spec, ctx.now, placements))
+        if room is None:
+            placements = place_task(pool, spec, policy.placement)
+            if placements is None:
+                return _Attempt.NO_FIT
+            pool.add_task(RunningTask(spec, ctx.now, placements))
+        else:
+            placed, attempt = room.place(spec, policy)
+            if placed is None:
+                return attempt
+            placements = placed
         decisions.append(StartTask(spec.task_id, placements))
         return _Attempt.STARTED
 
     _queue_pass(queue, TaskClass.SPOT, ctx, try_start, blocked, skipped)
+
+
+def _spot_room(
+    pool: PoolState,
+    hp_queue: BucketQueue,
+    spot_queue: BucketQueue,
+    policy: SchedulingPolicy,
+    ctx: CycleContext,
+    decisions: list[Decision],
+    held: np.ndarray | None,
+) -> _SpotRoom | None:
+    """What spot may use in this pass beyond the idle GPUs nobody holds: the reservation's held
+    GPUs (lent while its holder cannot start within the period) and the GPUs the servable HP
+    queue is expected to take (kept off while anything else fits). None: nothing is held."""
+    res = ctx.reservation if held is not None else None
+    if not spot_queue.index or (res is None and policy.spot_claims == "off"):
+        return None
+    plan = None
+    if policy.spot_claims != "off" or (res is not None and policy.lend_reserved):
+        started = {d.task_id for d in decisions if isinstance(d, StartTask)}
+        plan = plan_servable(pool, hp_queue, res, ctx.freed, skip=started, held=held)
+    lend = res is not None and policy.lend_reserved and plan is not None and not plan.holder_servable
+    claims = None
+    if plan is not None and policy.spot_claims != "off":
+        claims = plan.claims.copy()
+        if res is not None:
+            claims[list(res.nodes)] = 0.0  # the reservation's own holds cover its nodes
+    return _SpotRoom(pool, res, ctx.now, lend=lend, claims=claims, hard=policy.spot_claims == "hard")
+
+
+class _SpotRoom:
+    """Spot placement around holds, in layers: first on GPUs nobody holds; then, if the
+    reservation is lent, also on its held GPUs; then, if claims are soft, also on the GPUs the
+    servable HP queue claims. A layer is lifted for one placement and put back on what is still
+    idle, so the next spot task again tries the unheld GPUs first."""
+
+    __slots__ = ("claims", "hard", "lend", "now", "pool", "reservation")
+
+    def __init__(
+        self,
+        pool: PoolState,
+        reservation: Reservation | None,
+        now: float,
+        *,
+        lend: bool,
+        claims: np.ndarray | None,
+        hard: bool,
+    ) -> None:
+        self.pool = pool
+        self.reservation = reservation
+        self.now = now
+        self.lend = lend
+        self.claims = claims
+        self.hard = hard
+        self._hold_claims()
+
+    def place(
+        self, spec: TaskSpec, policy: SchedulingPolicy
+    ) -> tuple[tuple[WorkerPlacement, ...] | None, _Attempt]:
+        pool = self.pool
+        placements = place_task(pool, spec, policy.placement)
+        if placements is not None:
+            pool.add_task(RunningTask(spec, self.now, placements))
+            return placements, _Attempt.STARTED
+        if spec.is_fractional:
+            return None, _Attempt.NO_FIT
+        stages: list[tuple[bool, bool]] = []  # (lift the reservation's holds, lift the claims)
+        if self.lend:
+            stages.append((True, False))
+        if self.claims is not None and not self.hard:
+            stages.append((self.lend, True))
+        for lift_res, lift_claims in stages:
+            self._lift(reservation=lift_res, claims=lift_claims)
+            placements = place_task(pool, spec, policy.placement)
+            if placements is not None:
+                pool.add_task(RunningTask(spec, self.now, placements))
+            self._restore(reservation=lift_res, claims=lift_claims)
+            if placements is not None:
+                return placements, _Attempt.STARTED
+        # Would it fit without the reservation's holds, or without any hold? Then the holds kept
+        # it out (the threshold rises as for NO_FIT: larger tasks of its class need as much).
+        attempt = _Attempt.NO_FIT
+        for lift_claims, why in ((False, _Attempt.RESERVED), (True, _Attempt.CLAIMED)):
+            self._lift(reservation=self.reservation is not None, claims=lift_claims)
+            fits = fit_workers(pool.free.astype(float), spec)
+            self._restore(reservation=self.reservation is not None, claims=lift_claims)
+            if fits:
+                attempt = why
+                break
+        return None, attempt
+
+    def _lift(self, *, reservation: bool, claims: bool) -> None:
+        pool = self.pool
+        if reservation and self.reservation is not None:
+            for node in self.reservation.nodes:
+                hold = hold_id(self.reservation, node)
+                if hold in pool.running:
+                    pool.remove_task(hold)
+        if claims and self.claims is not None:
+            for node in np.flatnonzero(self.claims > _EPS).tolist():
+                hold = claimed_spec(pool, node, 0, self.now).task_id
+                if hold in pool.running:
+                    pool.remove_task(hold)
+
+    def _restore(self, *, reservation: bool, claims: bool) -> None:
+        if reservation and self.reservation is not None:
+            hold_reserved(self.pool, self.reservation, self.now)
+        if claims:
+            self._hold_claims()
+
+    def _hold_claims(self) -> None:
+        if self.claims is None:
+            return
+        pool = self.pool
+        for node in np.flatnonzero(self.claims > _EPS).tolist():
+            want = min(int(pool.free[node]), int(np.floor(self.claims[node] + _EPS)))
+            if want <= 0:
+                continue
+            spec = claimed_spec(pool, node, want, self.now)
+            pool.add_task(RunningTask(spec, self.now, (WorkerPlacement(node, want),)))

@@ -17,7 +17,7 @@ held over them, so the cost is per event plus per hour crossed, never per simula
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -40,6 +40,10 @@ class ObservedDemand:
         self.pools = tuple(sorted({pool for pool, _ in self.keys}))
         self._series = {k: i for i, k in enumerate(self.keys)}
         pool_index = {p: j for j, p in enumerate(self.pools)}
+        self._pool_index = pool_index
+        self._tenants_of: dict[str, dict[str, int]] = {p: {} for p in self.pools}
+        for i, (pool, tenant) in enumerate(self.keys):
+            self._tenants_of[pool][tenant] = i
         self._pool_of = [pool_index[pool] for pool, _ in self.keys]
         self.level = np.zeros(len(self.keys))
         self.pool_level = np.zeros(len(self.pools))
@@ -93,3 +97,24 @@ class ObservedDemand:
         self.advance(t)
         self.level[i] += delta
         self.pool_level[self._pool_of[i]] += delta
+
+    def set_levels(self, t: float, pool: str, levels: Mapping[str, float]) -> None:
+        """Pool `pool`'s levels from `t` on, per tenant (tenants left out are at 0): the servable
+        series (core/servable.py) is a function of the pool's state, set after each instant
+        instead of changed by task events. A pool without tracked series is ignored. `t` may be
+        before the tracker's time when no minute boundary in between was sampled (a driver that
+        takes a level only once a boundary needs it)."""
+        tenants = self._tenants_of.get(pool)
+        if tenants is None:
+            return
+        unknown = set(levels) - set(tenants)
+        if unknown:
+            raise KeyError(f"series {sorted((pool, u) for u in unknown)} are not tracked")
+        self.advance(max(t, self._now))
+        total = 0.0
+        level = self.level
+        for tenant, i in tenants.items():
+            v = levels.get(tenant, 0.0)
+            level[i] = v
+            total += v
+        self.pool_level[self._pool_index[pool]] = total

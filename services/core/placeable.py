@@ -17,7 +17,7 @@ estimate, not a placement: it answers "could this task start now if spot gave wa
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 import numpy as np
 
@@ -51,6 +51,15 @@ def fit_workers(cap: np.ndarray, spec: TaskSpec) -> bool:
         cap[:] = trial
         return True
     k = spec.whole_gpus_per_worker
+    if spec.workers == 1:
+        # One worker: the node with the least capacity that holds it, the lowest index on a tie
+        # (what the general fill below gives; most queued tasks have one worker).
+        fits = cap + _EPS >= k
+        if not fits.any():
+            return False
+        node = int(np.argmin(np.where(fits, cap, np.inf)))
+        cap[node] -= k
+        return True
     slots = np.floor((cap + _EPS) / k).astype(np.int64)
     if int(slots.sum()) < spec.workers:
         return False
@@ -66,31 +75,39 @@ def fit_workers(cap: np.ndarray, spec: TaskSpec) -> bool:
     return True
 
 
-def placeable_gpus(cap: np.ndarray, groups: Iterable[Iterable[TaskSpec]], *, uniform: bool = False) -> float:
-    """GPUs (g x w) of the queued tasks, taken in the order given (groups in order, tasks in order
-    inside each), that fit on `cap` together with those before them that fit (`cap` is consumed).
-    A task that does not fit is skipped, not a barrier: a smaller task behind it may still fit, as
-    the scheduler's backfill would start it. `uniform`: every task of a group asks the same GPUs
-    per worker (the largest-first queues' buckets), so a group whose size cannot take even one
-    worker is passed over whole."""
-    total = 0.0
+def placeable_tasks(
+    cap: np.ndarray, groups: Iterable[Iterable[TaskSpec]], *, uniform: bool = False
+) -> Iterator[TaskSpec]:
+    """The queued tasks, taken in the order given (groups in order, tasks in order inside each),
+    that fit on `cap` together with those before them that fit (`cap` is consumed as they are
+    yielded). A task that does not fit is skipped, not a barrier: a smaller task behind it may
+    still fit, as the scheduler's backfill would start it. `uniform`: every task of a group asks
+    the same GPUs per worker (the largest-first queues' buckets), so a group whose size cannot take
+    even one worker is passed over whole."""
     # Per GPUs-per-worker, the fewest workers that failed to fit since `cap` last changed: a task
     # of that shape with at least as many workers fails too (long queues repeat a few shapes).
     failed: dict[float, int] = {}
+    left = float(cap.sum())
     for group in groups:
-        it = iter(group)
-        for spec in it:
+        if left <= _EPS:
+            return  # nothing left to place on: an overloaded pool's long queue is not walked
+        for spec in group:
             g = spec.gpus_per_worker
             if uniform and failed.get(g) == 1:
                 break  # not one worker of this size fits: neither does any task of the group
             if spec.workers >= failed.get(g, spec.workers + 1):
                 continue
             if fit_workers(cap, spec):
-                total += spec.total_gpus
+                left = float(cap.sum())
                 failed.clear()
+                yield spec
             else:
                 failed[g] = spec.workers
-    return total
+
+
+def placeable_gpus(cap: np.ndarray, groups: Iterable[Iterable[TaskSpec]], *, uniform: bool = False) -> float:
+    """GPUs (g x w) of `placeable_tasks`."""
+    return sum((spec.total_gpus for spec in placeable_tasks(cap, groups, uniform=uniform)), 0.0)
 
 
 def reservation_growth(pool: PoolState, spec: TaskSpec, nodes: Iterable[int]) -> float:

@@ -19,7 +19,7 @@ from typing import NamedTuple
 import numpy as np
 
 from services.core.decisions import WorkerPlacement
-from services.core.ids import PoolId, TaskId
+from services.core.ids import PoolId, TaskId, TenantId
 from services.core.task import TaskClass, TaskSpec
 
 _EPS = 1e-9
@@ -54,6 +54,9 @@ class PoolState:
         # has no free GPUs and nothing preemptible, so neither placement nor preemption picks it.
         self.online_cap = self.node_cap.copy()
         self.online_capacity = self.capacity  # GPUs on nodes that are up (`capacity`: installed)
+        # Bumped by every change of what runs where or of the nodes (a pass's journaled changes
+        # too): derived views (core/servable.py's plan) are memoised on it.
+        self.mutations = 0
         self._empty()
         self._journal: list[tuple[str, RunningTask]] | None = None
 
@@ -78,6 +81,9 @@ class PoolState:
         self.running: dict[TaskId, RunningTask] = {}
         self.spot_in_use = 0.0  # S_v: GPUs held by running spot tasks (g x w)
         self.hp_in_use = 0.0
+        # HP GPUs running per tenant (g x w): the running part of the servable demand series
+        # (core/servable.py). A tenant whose last HP task left has no entry.
+        self.hp_by_tenant: dict[TenantId, float] = {}
 
     def release_all(self, keep: frozenset[TaskId] = frozenset()) -> list[RunningTask]:
         """Remove every running task except `keep` and return the removed ones (in task-id order).
@@ -89,6 +95,7 @@ class PoolState:
         if self._journal is not None:
             raise RuntimeError("release_all inside a journaled pass")
         running = self.running
+        self.mutations += 1
         self._empty()
         released = []
         for tid in sorted(running):
@@ -110,6 +117,7 @@ class PoolState:
             raise ValueError(f"node {name} is already in pool {self.pool}")
         index = len(self.node_cap)
         n = index + 1
+        self.mutations += 1
         self.node_names = (*self.node_names, name)
         self.node_cap = np.append(self.node_cap, np.int64(gpus))
         self.node_offset = np.append(self.node_offset[:index], np.int64(self.capacity))
@@ -218,6 +226,7 @@ class PoolState:
         if int(self.free[node]) != int(self.online_cap[node]) or self.shared_on_node[node]:
             raise ValueError(f"node {self.node_names[node]} still holds tasks")
         delta = cap if online else -cap
+        self.mutations += 1
         self.online_cap[node] = cap if online else 0
         self.online_capacity += delta
         self.free[node] += delta
@@ -326,6 +335,7 @@ class PoolState:
         return rt
 
     def _add(self, rt: RunningTask) -> None:
+        self.mutations += 1
         spec = rt.spec
         cls = spec.task_class
         for p in rt.placements:
@@ -344,8 +354,11 @@ class PoolState:
             self.spot_in_use += spec.total_gpus
         else:
             self.hp_in_use += spec.total_gpus
+            tenants = self.hp_by_tenant
+            tenants[spec.tenant] = tenants.get(spec.tenant, 0.0) + spec.total_gpus
 
     def _remove(self, task_id: TaskId) -> RunningTask:
+        self.mutations += 1
         rt = self.running.pop(task_id)
         spec = rt.spec
         cls = spec.task_class
@@ -370,4 +383,10 @@ class PoolState:
             self.spot_in_use -= spec.total_gpus
         else:
             self.hp_in_use -= spec.total_gpus
+            tenants = self.hp_by_tenant
+            left = tenants[spec.tenant] - spec.total_gpus
+            if left > _EPS:
+                tenants[spec.tenant] = left
+            else:
+                del tenants[spec.tenant]
         return rt

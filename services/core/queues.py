@@ -58,6 +58,7 @@ class BucketQueue:
         # order: the reservation's candidates, so finding the longest-waiting one reads only them.
         self.gangs: dict[TaskId, float] = {}
         self.gpus = 0.0  # g x w summed over the queued tasks (observed demand, quota inputs)
+        self.mutations = 0  # bumped by every push and remove (memo keys of derived views)
 
     def __len__(self) -> int:
         return len(self.index)
@@ -66,6 +67,7 @@ class BucketQueue:
         return task_id in self.index
 
     def push(self, spec: TaskSpec, now: float) -> None:
+        self.mutations += 1
         bucket = self.order.bucket(spec)
         key = self.order.key(spec, now)
         entries = self._buckets.get(bucket)
@@ -81,6 +83,7 @@ class BucketQueue:
         self.gpus += spec.total_gpus
 
     def remove(self, task_id: TaskId) -> TaskSpec:
+        self.mutations += 1
         bucket, key = self.index.pop(task_id)
         entries = self._buckets[bucket]
         i = bisect.bisect_left(entries, (key, task_id))
@@ -112,6 +115,13 @@ class BucketQueue:
         if not self._bucket_keys:
             return None
         return self._buckets[self._bucket_keys[0]][0][1]
+
+    def smallest_head_gpus(self) -> float | None:
+        """The GPUs (g x w) of the smallest task at the head of a bucket (None: empty queue)."""
+        if not self._bucket_keys:
+            return None
+        specs = self.specs
+        return min(specs[entries[0][1]].total_gpus for entries in self._buckets.values())
 
     def oldest_gang(self, now: float, after_s: float) -> TaskSpec | None:
         """The longest-waiting queued whole-GPU gang that has waited at least `after_s` (ties: the

@@ -31,7 +31,7 @@ from typing import Protocol
 
 import numpy as np
 
-DEMAND_SOURCES = ("observed", "running", "trace")
+DEMAND_SOURCES = ("servable", "observed", "running", "trace")
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,20 +47,34 @@ class QuotaSettings:
     head_wait_s: float = 3600.0  # grow only if the head spot task waited longer than this
     feedback_window_s: float = 4 * 3600.0
     max_guarantee_hours: int = 4
-    # Which HP-demand series the forecast is of: "observed" (running + queued HP, what a live
-    # forecaster sees), "running" (HP holding GPUs only: the released simulator's series, spec 3.2;
-    # the servable queue enters through the floor) or "trace" (every HP job as if started on
-    # submission, the paper's setting).
-    demand_source: str = "observed"
+    # Which HP-demand series the forecast is of: "servable" (issue 35: running HP plus the queued
+    # HP that can start now on GPUs HP does not hold, core/servable.py), "observed" (running + every
+    # queued HP GPU, issue 10), "running" (HP holding GPUs only: the released simulator's series,
+    # spec 3.2) or "trace" (every HP job as if started on submission, the paper's setting).
+    demand_source: str = "servable"
     observed_floor: bool = True  # HP usage per hour ahead >= running + queued HP now
     # Issue 21: the floor counts only the queued HP the pool could place now (core/placeable.py)
     # plus a reservation's growth; False: every queued HP GPU, as issue 10 had it.
     placeable_floor: bool = True
+    # Issue 21 also counted a reservation's growth (its GPUs beyond the HP running on its nodes)
+    # in the floor; issue 35 does not: the holder starts on GPUs HP frees, never on spot's alone
+    # (core/servable.py). True: issue 21's floor (ablation gfs-reservation-growth).
+    protect_reservation_growth: bool = False
     grow_only_when_quota_binds: bool = True  # False: grow whenever the queue head waited long
     # Issue 22: with fewer than `min_periods` outcomes, grow as if the missing ones had succeeded
     # (never shrink on them); False: eta waits for `min_periods` outcomes (ablation
     # gfs-no-eta-recovery), which stalls spot for good once the quota admits none of it.
     grow_without_evidence: bool = True
+    # Issue 35: eta shrinks only on failures logged since the previous refresh. The paper's rule
+    # shrinks at every refresh while the same failures stay in the 4-hour window (48 refreshes of
+    # 300 s): four evictions took a live pool's eta to its floor in minutes. False: every refresh
+    # (ablation gfs-eta-compounds).
+    shrink_on_new_failures: bool = True
+    # Issue 35: a pool running no spot admits at least the smallest queued spot task that the
+    # forecast's spare holds, whatever eta says: eta corrects the eviction rate of the spot that
+    # runs; with none running it can only stall the queue (a live pool waited with nothing running).
+    # False: eta alone (ablation gfs-no-progress-floor).
+    progress_floor: bool = True
 
     def __post_init__(self) -> None:
         if not 0.0 < self.guarantee_rate < 1.0:
@@ -98,6 +112,10 @@ class QuotaInputs:
     # (core/placeable.py); None: not known (a status from before issue 21), the floor uses
     # `hp_observed`.
     hp_placeable: float | None = None
+    # Failed periods logged since the previous refresh (None: not known; every refresh may shrink).
+    failed_new: int | None = None
+    # GPUs (g x w) of the smallest task at the head of a spot bucket (None: no spot queued).
+    spot_smallest_gpus: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,12 +172,13 @@ def next_eta(eta: float, inputs: QuotaInputs, s: QuotaSettings) -> float:
     eps = s.target
     rate = inputs.failed_recent / (s.min_periods if sparse else total)
     waited = inputs.quota_held_wait_s if s.grow_only_when_quota_binds else inputs.head_wait_s
-    if not sparse and rate >= s.shrink_at * eps:
+    fresh = not s.shrink_on_new_failures or inputs.failed_new is None or inputs.failed_new > 0
+    if not sparse and rate >= s.shrink_at * eps and fresh:
         eta = eta * eps / rate
     elif rate <= s.grow_at * eps and waited is not None and waited > s.head_wait_s:
         eta = eta * (1.5 - rate / eps)
-    elif sparse:
-        return eta  # nothing to go on: unchanged, not even clamped (as before issue 22)
+    elif sparse or (rate >= s.shrink_at * eps and not fresh):
+        return eta  # nothing new to go on: unchanged, not even clamped (as before issue 22)
     return min(s.eta_max, max(s.eta_min, eta))
 
 
@@ -198,7 +217,24 @@ class ForecastQuota:
         spare = spare_from_quantile(
             hp_usage_ahead(inputs.hp_quantile, inputs, self.settings), inputs.capacity
         )
-        return QuotaOutcome(quota_per_hours(spare, eta, self.settings.max_guarantee_hours), eta)
+        quota = quota_per_hours(spare, eta, self.settings.max_guarantee_hours)
+        if self.settings.progress_floor:
+            quota = with_progress(quota, spare, inputs)
+        return QuotaOutcome(quota, eta)
+
+
+def with_progress(quota: dict[int, float], spare: np.ndarray, inputs: QuotaInputs) -> dict[int, float]:
+    """The progress floor (QuotaSettings.progress_floor): with no spot running, Q_v(H) is at least
+    the smallest queued spot task if the spare over H (before eta) holds it."""
+    need = inputs.spot_smallest_gpus
+    if need is None or inputs.spot_in_use > 1e-9:
+        return quota
+    out = dict(quota)
+    for hours in out:
+        window = spare[: min(hours, len(spare))]
+        if len(window) and need <= float(window.min()) + 1e-9:
+            out[hours] = max(out[hours], float(need))
+    return out
 
 
 def reactive_quota(inputs: QuotaInputs, max_hours: int) -> dict[int, float]:

@@ -24,6 +24,9 @@ class Unschedulable(enum.Enum):
     EVICTION_BUDGET = "preempting would exceed the pool's eviction cap for this interval"
     OVER_QUOTA = "admitting the spot task would exceed the pool's spot quota"
     RESERVED = "it would fit only on GPUs held for a waiting HP task's reservation"
+    CLAIMED = (
+        "it would fit only on GPUs that queued HP tasks are expected to take within the guarantee period"
+    )
     THRESHOLD = "a task of this size already failed in this pass (spec 5.3 `failed` threshold)"
     HEAD_OF_LINE = "a task ahead in the queue is blocked"
     NOT_YET_CONSIDERED = "queued after the pool's last scheduling pass"

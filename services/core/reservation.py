@@ -106,7 +106,7 @@ def hold_reserved(pool: PoolState, reservation: Reservation, now: float) -> np.n
         if free <= 0:
             continue
         spec = TaskSpec(
-            task_id=TaskId(f"{HOLD_PREFIX}{reservation.task_id}:{node}"),
+            task_id=hold_id(reservation, node),
             tenant=TenantId("reservation"),
             pool=pool.pool,
             task_class=TaskClass.HP,
@@ -118,6 +118,11 @@ def hold_reserved(pool: PoolState, reservation: Reservation, now: float) -> np.n
         pool.add_task(RunningTask(spec, now, (WorkerPlacement(node, free),)))
         held[node] = free
     return held
+
+
+def hold_id(reservation: Reservation, node: int) -> TaskId:
+    """The placeholder that holds a reserved node's idle GPUs inside a pass."""
+    return TaskId(f"{HOLD_PREFIX}{reservation.task_id}:{node}")
 
 
 class RecentWaits:

@@ -92,6 +92,9 @@ class PoolRuntime(Stopping):
                 self._logged.pop(task_id, None)
             self._forget(task_id)
             return None
+        running = self.state.running.get(task_id)
+        if running is not None:
+            self.hp_releases.note(now, running)
         stop = self._stop(task_id, now, -1, EvictionReason.CANCELLED, None, void_partial=True, requeue=False)
         self._forget(task_id)
         self.version += 1
@@ -103,6 +106,7 @@ class PoolRuntime(Stopping):
             self._at(now)
         self.now = now
         running = self.state.remove_task(task_id)
+        self.hp_releases.note(now, running)
         if self._track_devices:
             self.devices.release(task_id)
         run_s = now - running.start_s
@@ -184,6 +188,7 @@ class PoolRuntime(Stopping):
             version=self.version,
             eviction_budget=budget,
             reservation=self.reservation,
+            freed=self.hp_releases.chunks(now),
         )
         outcome = schedule_pool(self.state, self.hp, self.spot, self.policy, ctx)
         outcomes: list[Outcome] = []

@@ -9,6 +9,7 @@ from collections import deque
 from services.core.devices import DeviceAllocator
 from services.core.eviction_log import DAY_S, EvictionLog
 from services.core.feasibility import PoolFeasibility
+from services.core.guarantee import GUARANTEE_PERIOD_S
 from services.core.guarantee_ledger import GuaranteeLedger
 from services.core.ids import TaskId
 from services.core.outcomes import RuntimeSettings
@@ -18,9 +19,11 @@ from services.core.queues import BucketQueue
 from services.core.quota import QuotaInputs
 from services.core.reasons import EvictionReason, Rejection
 from services.core.reservation import RecentWaits, Reservation
+from services.core.servable import HpReleases, ServablePlan
 from services.core.task import TaskClass, TaskSpec
 from services.core.tenant_budget import TenantEvictions
 from services.core.victims import PreemptionPlan
+from services.core.work_conservation import QuotaBasis
 
 
 class RuntimeBase:
@@ -49,7 +52,16 @@ class RuntimeBase:
         self.reservation: Reservation | None = None  # the head-of-queue reservation (reservation.py)
         self._next_holder_scan = -math.inf
         self._hp_waits = RecentWaits(DAY_S)  # waits of the HP tasks that started in the last day
+        # What HP finishes freed in the last guarantee period: the servable demand's soon-freed
+        # estimate (core/servable.py).
+        self.hp_releases = HpReleases(GUARANTEE_PERIOD_S)
         self.last_quota_inputs: QuotaInputs | None = None  # what the last `refresh_quota` saw
+        # What the quota in force was computed from (names what held spot back: work_conservation.py)
+        self.quota_basis = QuotaBasis()
+        self._failed_at_refresh = 0  # failed periods logged by the last `refresh_quota` (eta's new ones)
+        # Memos of derived views, keyed on the counters of what they read (runtime_limits.py).
+        self._plan_memo: tuple[tuple[object, ...], ServablePlan] | None = None
+        self._idle_fit_memo: tuple[tuple[object, ...], dict[str, float]] | None = None
         self.eviction_cap: tuple[int, float] | None = None  # (max evictions, interval seconds)
         self._budget: int | None = None  # the budget of the last pass
         self.tenant_evictions = TenantEvictions()  # per-tenant eviction budgets and their usage

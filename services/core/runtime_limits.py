@@ -10,13 +10,14 @@ import numpy as np
 
 from services.core.eviction_log import DAY_S
 from services.core.ids import TenantId
-from services.core.placeable import placeable_gpus, preemptible_capacity, reservation_growth
-from services.core.queues import LargestFirst
-from services.core.quota import QuotaInputs
+from services.core.placeable import reservation_growth
+from services.core.quota import QuotaInputs, hp_floor
 from services.core.reasons import Unschedulable
 from services.core.reservation import Reservation, choose_nodes, nodes_online, pick_holder
 from services.core.runtime_explain import Explaining
+from services.core.servable import ServablePlan, plan_servable, servable_levels, servable_total
 from services.core.tenant_budget import TenantBudget
+from services.core.work_conservation import QuotaBasis, idle_while_work_fits
 
 HOLDER_SCAN_S = 60.0  # after a scan found no reservation holder, the next scan waits this long
 RESERVE_RELATIVE_WAIT = 2.0  # a reservation needs a wait of this many times the recent HP mean
@@ -59,20 +60,54 @@ class Limits(Explaining):
         self.version += 1
 
     def hp_placeable(self) -> float:
-        """HP running, plus the queued HP that fits now on the GPUs HP does not hold outside the
-        reservation's nodes, plus the reservation's growth (placeable.py): the HP usage the quota
-        protects at least (issue 21)."""
+        """The servable HP demand now (core/servable.py: HP running plus the queued HP that fits
+        now on the GPUs HP does not hold outside the reservation's nodes), plus the reservation's
+        growth where the quota settings protect it (issue 21's floor): the HP usage the quota
+        protects at least."""
         res = self.reservation
-        excluded = () if res is None else res.nodes
-        cap = preemptible_capacity(self.state, excluded)
-        holder = None if res is None else res.task_id
-        specs = self.hp.specs
-        groups = ((specs[tid] for _, tid in entries if tid != holder) for _, entries in self.hp.buckets())
-        uniform = isinstance(self.hp.order, LargestFirst)  # buckets share g per worker
-        total = self.state.hp_in_use + placeable_gpus(cap, groups, uniform=uniform)
-        if res is not None and res.task_id in self.hp:
+        plan = self.servable_plan()
+        total = servable_total(self.state, plan)
+        protect = self.policy.quota.settings.protect_reservation_growth
+        if protect and res is not None and res.task_id in self.hp and not plan.holder_servable:
             total += reservation_growth(self.state, self.hp.specs[res.task_id], res.nodes)
         return float(total)
+
+    def servable_plan(self) -> ServablePlan:
+        """The servable demand's plan now (core/servable.py), memoised on what it reads: what runs
+        where, the HP queue, the reservation and the chunks freed in the last period."""
+        chunks = self.hp_releases.chunks(self.now)
+        key = (self.state.mutations, self.hp.mutations, self.reservation, self.hp_releases.version)
+        memo = self._plan_memo
+        if memo is not None and memo[0] == key:
+            return memo[1]
+        plan = plan_servable(self.state, self.hp, self.reservation, chunks)
+        self._plan_memo = (key, plan)
+        return plan
+
+    def idle_while_work_fits(self, *, quota_enabled: bool = True) -> dict[str, float]:
+        """GPUs idle now while queued work would fit on them, per reason (core/work_conservation.py)."""
+        claims = None
+        if self.policy.spot_claims != "off" and self.hp.index and self.spot.index:
+            claims = self.servable_plan().claims
+        quota = self.quota if quota_enabled else None
+        key = (
+            self.state.mutations, self.hp.mutations, self.spot.mutations, self.reservation,
+            self.hp_releases.version, None if quota is None else tuple(sorted(quota.items())),
+            self.quota_basis,
+        )  # fmt: skip
+        memo = self._idle_fit_memo
+        if memo is not None and memo[0] == key:
+            return dict(memo[1])
+        found = idle_while_work_fits(
+            self.state, self.hp, self.spot, reservation=self.reservation, claims=claims, quota=quota,
+            basis=self.quota_basis,
+        )  # fmt: skip
+        self._idle_fit_memo = (key, found)
+        return dict(found)
+
+    def servable_levels(self) -> dict[TenantId, float]:
+        """The servable HP demand per tenant now (core/servable.py): the forecast's target series."""
+        return servable_levels(self.state, self.servable_plan())
 
     # ----- eviction cap ---------------------------------------------------------------------------
     def set_eviction_cap(self, max_evictions: int | None, interval_s: float = 3600.0) -> None:
@@ -126,6 +161,8 @@ class Limits(Explaining):
             hp_placeable=self.hp_placeable() if self.policy.quota.settings.placeable_floor else None,
             # Eta grows only on this: the longest wait of a spot task the quota held back.
             quota_held_wait_s=self.spot.longest_blocked_wait(now, Unschedulable.OVER_QUOTA),
+            failed_new=max(0, self.ledger.failed_total - self._failed_at_refresh),
+            spot_smallest_gpus=self.spot.smallest_head_gpus(),
         )
 
     @property
@@ -147,7 +184,11 @@ class Limits(Explaining):
         the quota changed."""
         inputs = self.quota_inputs(now, hp_quantile)
         self.last_quota_inputs = inputs
+        self._failed_at_refresh = self.ledger.failed_total
         out = self.policy.quota.refresh(inputs)
+        settings = self.policy.quota.settings
+        forecast = None if hp_quantile is None or len(hp_quantile) == 0 else float(hp_quantile[0])
+        self.quota_basis = QuotaBasis(out.eta, hp_floor(inputs, settings), forecast)
         changed = self.update_quota(out.quota, out.eta)
         if self.policy.use_eviction_scores:
             self.refresh_eviction_scores(now)

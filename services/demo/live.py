@@ -64,7 +64,7 @@ import asyncpg
 from rich.console import Console
 from rich.live import Live
 
-from schemas.topics import CLOCK_TOPIC, TASK_LIFECYCLE_TOPIC, TASK_SUBMIT_TOPIC
+from schemas.topics import CLOCK_TOPIC, POOL_DEMAND_TOPIC, TASK_LIFECYCLE_TOPIC, TASK_SUBMIT_TOPIC
 from services.demo.accelerated import BASE_S, clock_env, drive_clock
 from services.demo.clock import ClockState
 from services.demo.final_report import (
@@ -91,7 +91,11 @@ DEMO_DIR = REPO_ROOT / "demo"
 SAMPLE = DEMO_DIR / "sample"
 PORTS = {"quota": 8081, "preemption": 8082, "forecast": 6066}
 AGENT_METRICS = 9101  # Prometheus scrapes agents on 9101-9110
-FORECAST_SOURCES = (TASK_SUBMIT_TOPIC, TASK_LIFECYCLE_TOPIC)  # the forecast stream's inputs
+FORECAST_SOURCES = (
+    TASK_SUBMIT_TOPIC,
+    TASK_LIFECYCLE_TOPIC,
+    POOL_DEMAND_TOPIC,
+)  # the forecast stream's inputs
 
 
 async def run_demo(

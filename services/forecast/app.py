@@ -2,11 +2,17 @@
 
 Topology (docs/live-pipeline.md; every state change goes through a changelogged table):
 
-    gfs.tasks.submit + gfs.tasks.lifecycle   (raw bytes, co-partitioned by task id, 6 partitions)
+    gfs.pools.demand (the default series, "servable", issue 35)
+      -> agent `levels`: decode (bad records to gfs.deadletter with the reason), the pool's
+         servable levels per tenant as the preemption service published them
+      -> internal topic `<app id>-demand-by-pool` (keyed by pool)
+    gfs.tasks.submit + gfs.tasks.lifecycle   (raw bytes, co-partitioned by task id, 6 partitions;
+                                              the "observed" series only)
       -> agent `tasks`: decode with the registry (bad records to gfs.deadletter with the reason),
          table `tasks` (by task id): size, tenant, whether its GPUs are counted
       -> internal topic `<app id>-demand-by-pool` (re-keyed by pool, 6 partitions, as the sources)
-      -> agent `demand`: table `pool-demand` (by pool): running + queued HP per tenant, sampled at
+    internal topic `<app id>-demand-by-pool`
+      -> agent `demand`: table `pool-demand` (by pool): HP levels per tenant, sampled at
          minute boundaries; table `pool-history` (by pool): completed hourly peaks
       -> on every completed hour: DemandForecast per tenant and PoolDemandForecast per pool on
          gfs.forecasts, from the shipped LSTM (persistence when it fails, flagged); on a pool's
@@ -50,6 +56,7 @@ from schemas.topics import (
     CLOCK_TOPIC,
     DEAD_LETTER_TOPIC,
     FORECASTS_TOPIC,
+    POOL_DEMAND_TOPIC,
     TASK_LIFECYCLE_TOPIC,
     TASK_SUBMIT_TOPIC,
     decode,
@@ -73,6 +80,7 @@ from services.platform.tracing import extract_context, inject_headers
 log = logging.getLogger(__name__)
 
 SOURCES = (TASK_SUBMIT_TOPIC, TASK_LIFECYCLE_TOPIC)
+LEVELS = POOL_DEMAND_TOPIC
 FORECASTS = FORECASTS_TOPIC
 HOUR_S = HOUR.total_seconds()
 PRODUCER = "gfs-forecast"
@@ -120,6 +128,7 @@ def make_app(settings: ForecastServiceSettings, forecaster: StreamForecaster | N
     forecasts = raw(FORECASTS)
     dead = raw(DEAD_LETTER_TOPIC)
     tasks = app.Table("tasks", partitions=settings.forecast_partitions, key_type=str)
+    servable = settings.forecast_demand_source == "servable"
     demand = app.Table("pool-demand", partitions=settings.forecast_partitions, key_type=str)
     history = app.Table("pool-history", partitions=settings.forecast_partitions, key_type=str)
     known_pools: set[str] = set()
@@ -154,7 +163,9 @@ def make_app(settings: ForecastServiceSettings, forecaster: StreamForecaster | N
             await forecasts.send(key=key_of(envelope), value=encode(envelope), headers=headers)
         counters["forecasts"] += 1
 
-    async def first_forecast(pool: str, tenant: str, at_s: float, context: otel_context.Context) -> None:
+    async def first_forecast(
+        pool: str, tenants: list[str], at_s: float, context: otel_context.Context
+    ) -> None:
         """Before a pool's first hour completes, its quota would have no forecast and fall back to
         the idle GPUs, where the simulator's persistence forecasts zeros from the empty history
         (so its quota counts the HP running and queued from the first hour): send those zeros once,
@@ -164,7 +175,7 @@ def make_app(settings: ForecastServiceSettings, forecaster: StreamForecaster | N
             with tracer.start_as_current_span(
                 "forecast.predict", context=context, attributes={"gfs.pool": pool, "gfs.first_hour": True}
             ):
-                await publish(forecaster.first_hour_forecast(pool, [tenant], int(at_s // HOUR_S)), at_s)
+                await publish(forecaster.first_hour_forecast(pool, tenants, int(at_s // HOUR_S)), at_s)
             # Marked after the send: a crash in between sends it again (same origin; harmless).
             hist.empty_forecast_sent = True
             history[pool] = hist.to_json()
@@ -229,9 +240,29 @@ def make_app(settings: ForecastServiceSettings, forecaster: StreamForecaster | N
                 counters["tasks_forgotten"] += delete_due(
                     tasks, ended_tasks, partition, now_s, settings.forecast_partitions
                 )
-                if delta is not None:
+                if delta is not None and not servable:
                     value = {"tenant": delta.tenant, "gpus": delta.gpus, "at": delta.at_s}
                     await by_pool.send(key=delta.pool.encode(), value=value, headers=inject_headers(()))
+
+    @app.agent(raw(LEVELS))
+    async def on_levels(stream: faust.StreamT[bytes]) -> None:
+        """The servable series (issue 35): forwarded to the pool's demand agent as published."""
+        async for event in stream.events():
+            try:
+                envelope = decode(LEVELS, event.value or b"")
+                if not settings.topic_clock:
+                    pipeline.check_not_ahead(envelope.payload.at.timestamp(), time.time(),
+                                             settings.forecast_max_ahead_s)  # fmt: skip
+            except ValueError as exc:  # a FutureEventError is one too
+                await dead_letter(LEVELS, event, exc)
+                continue
+            if not servable:
+                counters["skipped"] += 1  # the observed series is counted from task events
+                continue
+            level = envelope.payload
+            value = {"levels": dict(level.levels), "at": level.at.timestamp()}
+            headers = list(event.message.headers or ())
+            await by_pool.send(key=level.pool.encode(), value=value, headers=headers)
 
     @app.agent(by_pool)
     async def on_pool_demand(stream: faust.StreamT[Any]) -> None:
@@ -245,13 +276,19 @@ def make_app(settings: ForecastServiceSettings, forecaster: StreamForecaster | N
             at_s = float(value["at"])
             if value.get("tick"):
                 closed = state.advance(at_s)
+                tenants: list[str] = []
+            elif "levels" in value:
+                last_context[pool] = parent
+                tenants = sorted(value["levels"])
+                closed = state.set_levels({t: float(v) for t, v in value["levels"].items()}, at_s)
             else:
                 last_context[pool] = parent
+                tenants = [value["tenant"]]
                 closed = state.apply(Delta(pool, value["tenant"], float(value["gpus"]), at_s))
             demand[pool] = state.to_json()
             if not closed:
                 if not value.get("tick") and pool not in first_forecast_done:
-                    await first_forecast(pool, value["tenant"], at_s, parent)
+                    await first_forecast(pool, tenants, at_s, parent)
                 continue
             log.info("pool %s: hours %s closed", pool, [h.hour for h in closed])
             hist = load_history(pool)

@@ -1,11 +1,15 @@
 """The forecast stream's pure steps: task events -> HP demand deltas -> per-minute samples ->
 completed hourly peaks per (pool, tenant) and per pool. No Faust, no Kafka, no clock.
 
-The definition is the one the simulator forecasts (`services/core/observed_demand.py`, issue 10):
-running plus queued HP GPUs (g x w), counted from the task's acceptance until it finishes, is
-rejected or cancelled, or is evicted without requeue; a sample at each minute boundary after that
-instant's events; each hour keeps the peak of its samples, per tenant and of the pool's total.
-A test feeds the same events to both and checks the series agree.
+Two series, as the simulator forecasts them (`FORECAST_DEMAND_SOURCE`):
+- "servable" (the default, issue 35, `services/core/servable.py`): the levels the preemption
+  service publishes on gfs.pools.demand after each pass that changed them (`PoolDemand.set_levels`);
+- "observed" (issue 10, `services/core/observed_demand.py`): running plus queued HP GPUs (g x w),
+  counted from the task's acceptance until it finishes, is rejected or cancelled, or is evicted
+  without requeue (`apply_task_event` -> `PoolDemand.apply`).
+Either way a sample at each minute boundary after that instant's changes; each hour keeps the peak
+of its samples, per tenant and of the pool's total. Tests feed the same events to both and check
+the series agree.
 
 State is plain data (`to_json` / `from_json`) because it lives in Faust tables whose changelog is
 the durable copy.
@@ -189,6 +193,14 @@ class PoolDemand:
                 self.peaks = {t: 0.0 for t in self.peaks}
                 self.pool_peak = 0.0
             self.next_minute = upto + 1
+        return closed
+
+    def set_levels(self, levels: dict[str, float], at_s: float) -> list[CompletedHour]:
+        """Close the minutes before `at_s`, then put the pool's servable levels in force (issue 35:
+        the preemption service publishes them; tenants left out are at 0)."""
+        closed = self.advance(at_s)
+        self.levels = {t: 0.0 for t in self.levels}
+        self.levels.update({t: float(v) for t, v in levels.items()})
         return closed
 
     def apply(self, delta: Delta) -> list[CompletedHour]:

@@ -62,6 +62,10 @@ class ForecastServiceSettings(PlatformSettings):
     # An ended task's record is deleted this long after the stream processed its ending
     # (task_expiry.py): the redelivery window it protects. Env FORECAST_TASK_KEEP_S.
     forecast_task_keep_s: float = Field(default=DEFAULT_KEEP_S, ge=0)
+    # The series forecast (pipeline.py): "servable", the levels the preemption service publishes
+    # on gfs.pools.demand (issue 35, the core's default), or "observed", running plus queued HP
+    # counted from the task events (issue 10). It must be the quota policy's `demand_source`.
+    forecast_demand_source: Literal["servable", "observed"] = "servable"
 
     @field_validator("forecast_artifact", mode="before")
     @classmethod

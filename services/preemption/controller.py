@@ -88,9 +88,11 @@ from services.preemption.controller_types import (
     id_salt,
     utc,
 )
+from services.preemption.demand_levels import DemandLevels
 from services.preemption.reclaim_warnings import ReclaimWarnings
 from services.preemption.survival_quote import survival_on_accept
 from services.preemption.tenant_budgets import apply_tenant_budgets
+from services.preemption.work_conservation import IdleWhileWorkFits
 
 # The names other modules and tests import from here (moved to controller_types.py).
 __all__ = [
@@ -113,6 +115,8 @@ class PoolController(Acks, Reconciliation, Binds):
     def __init__(self, pool: str, settings: ControllerSettings | None = None) -> None:
         super().__init__(pool, settings)
         self.warnings = ReclaimWarnings()  # early reclaim warnings (reclaim_warnings.py, issue 27)
+        self.demand = DemandLevels()  # the servable demand last published (demand_levels.py)
+        self.idle_fit = IdleWhileWorkFits()  # idle GPUs queued work would fit on (work_conservation.py)
 
     # ----- nodes ------------------------------------------------------------------------------
     def node_seen(self, name: str, gpus: int, now: float) -> Effects:
@@ -314,6 +318,9 @@ class PoolController(Acks, Reconciliation, Binds):
             else:
                 out.extend(self._started(outcome, now, victims.get(outcome.task_id, [])))
         self.decided += len(result.outcomes)
+        level = self.demand.after_pass(self.pool, self.runtime, self._now(now))
+        if level is not None:
+            out.events.append(level)
         return out
 
     def clock(self, phase: str, sequence: int, at: float) -> Effects:
@@ -335,6 +342,7 @@ class PoolController(Acks, Reconciliation, Binds):
         """The pool's status for the quota service: what `PoolRuntime.quota_inputs` sees at `now`."""
         rt = self.runtime
         inputs = rt.quota_inputs(self._now(now), None)
+        self.idle_fit.observe(rt, self._now(now))
         return PoolStatus(
             pool=self.pool,
             observed_at=utc(now),
@@ -346,6 +354,7 @@ class PoolController(Acks, Reconciliation, Binds):
             spot_head_wait_s=None if inputs.head_wait_s is None else max(0.0, inputs.head_wait_s),
             quota_held_wait_s=None if (held := inputs.quota_held_wait_s) is None else max(0.0, held),
             hp_placeable_gpus=None if inputs.hp_placeable is None else max(0.0, inputs.hp_placeable),
+            spot_smallest_gpus=inputs.spot_smallest_gpus,
             reserved_task_id=None if (res := rt.reservation) is None else str(res.task_id),
             reserved_nodes=0 if res is None else len(res.nodes),
             spot_head_held_by=None if (why := rt.spot_head_reason()) is None else why.name,

@@ -166,6 +166,7 @@ async def dashboard_data(
             "pending_binds": len(c.pending),
             **c.running_and_queued(),
             "why_spot_waits": why_spot_waits(c.runtime),
+            "idle_while_work_fits": idle_fit(c),
             "tenant_budgets": budgets_view(c.runtime, decider.clock.now()),
         }
     async with decider.pool.acquire() as connection:
@@ -220,6 +221,16 @@ def why_spot_waits(rt: PoolRuntime) -> dict[str, Any]:
     }
 
 
+def idle_fit(controller: Any) -> dict[str, Any]:
+    """Idle GPUs queued work would fit on at the pool's last status, and GPU-hours since start, by
+    reason (issue 35; services/preemption/work_conservation.py)."""
+    reading = controller.idle_fit
+    return {
+        "gpus": {r: g for r, g in reading.gpus.items() if g},
+        "gpu_hours": {r: s / 3600.0 for r, s in reading.gpu_seconds.items() if s},
+    }
+
+
 # ----- the page -----------------------------------------------------------------------------------
 def _e(value: Any) -> str:
     return html.escape(str(value), quote=True)
@@ -242,6 +253,17 @@ def _budget_rows(pools: dict[str, Any]) -> str:
                 + _cell(f"{k}:used", b["used"]) + _cell(f"{k}:left", b["left"]) + "</tr>"
             )  # fmt: skip
     return "".join(rows)
+
+
+def _idle_text(reading: dict[str, Any] | None) -> str:
+    """'12 GPUs (quota:floor 8, order 4); 40.5 GPU-h' or '-'."""
+    if not reading:
+        return "-"
+    gpus = reading["gpus"]
+    hours = sum(reading["gpu_hours"].values())
+    parts = ", ".join(f"{r} {g:g}" for r, g in gpus.items())
+    now = f"{sum(gpus.values()):g} GPUs ({parts})" if gpus else "0"
+    return f"{now}; {hours:.1f} GPU-h"
 
 
 def render_page(data: dict[str, Any], query: str = "") -> str:
@@ -284,6 +306,7 @@ def render_page(data: dict[str, Any], query: str = "") -> str:
             + _cell(f"{k}:hp_floor", f"{why['hp_placeable_gpus']:g}")
             + _cell(f"{k}:spot_head_held_by", why["spot_head_held_by"] or "-")
             + _cell(f"{k}:reservation", reservation)
+            + _cell(f"{k}:idle_fit", _idle_text(p.get("idle_while_work_fits")))
             + "</tr>"
         )
     decisions = []
@@ -335,7 +358,8 @@ traces: <a href="{_e(data["jaeger_ui_url"])}">Jaeger</a></div>
 <th>quota version</th><th>HP forecast</th><th>spare before eta (GPUs)</th><th>eta</th>\
 <th>HP running</th><th>HP queued</th>\
 <th>spot running</th><th>spot queued</th>
-<th>nodes down</th><th>HP floor (GPUs)</th><th>spot head held by</th><th>reservation</th></tr>
+<th>nodes down</th><th>HP floor (GPUs)</th><th>spot head held by</th><th>reservation</th>
+<th>idle while work fits</th></tr>
 {"".join(rows) or '<tr><td colspan="14">no pool owned by this instance</td></tr>'}
 </table>
 <div class="plots">

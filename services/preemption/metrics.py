@@ -69,6 +69,31 @@ def register_metrics(meter: Meter, decider: Decider) -> None:
     def inbox_partitions(_: CallbackOptions) -> list[Observation]:
         return [Observation(decider.settings.preemption_inbox_partitions, {"topic": topic})]
 
+    def idle_fit(_: CallbackOptions) -> list[Observation]:
+        return [
+            Observation(gpus, {"pool": name, "reason": reason})
+            for name, c in decider.owned_pools().items()
+            for reason, gpus in c.idle_fit.gpus.items()
+        ]
+
+    def idle_fit_seconds(_: CallbackOptions) -> list[Observation]:
+        return [
+            Observation(seconds, {"pool": name, "reason": reason})
+            for name, c in decider.owned_pools().items()
+            for reason, seconds in c.idle_fit.gpu_seconds.items()
+        ]
+
+    meter.create_observable_gauge(
+        "gfs_preemption_idle_while_work_fits_gpus", callbacks=[idle_fit],
+        description="Idle GPUs a queued task would fit on, at the pool's last status, by the reason "
+        "that held the work (reservation, claimed, quota:eta|floor|forecast, order, no-fit)",
+    )  # fmt: skip
+    meter.create_observable_counter(
+        "gfs_preemption_idle_while_work_fits_gpu_seconds", callbacks=[idle_fit_seconds],
+        description="GPU-seconds idle while a queued task would fit, by pool and reason, since the "
+        "process started (integrated over the pool's statuses)",
+    )  # fmt: skip
+
     def quota(_: CallbackOptions) -> list[Observation]:
         return [
             Observation(q, {"pool": name, "guarantee_hours": str(h)})

@@ -50,6 +50,7 @@ class StatusView:
     hp_placeable: float | None = None
     reserved_task_id: str | None = None
     spot_head_held_by: str | None = None
+    spot_smallest_gpus: float | None = None  # issue 35's progress floor
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +97,8 @@ class QuotaComputation:
     hp_floor: float | None = None
     reserved_task_id: str | None = None
     spot_head_held_by: str | None = None
+    # The book's failed outcomes recorded when this was computed (eta's new failures start after).
+    failed_seen: int = 0
 
     @property
     def eviction_rate(self) -> float | None:
@@ -118,6 +121,10 @@ class PoolBook:
     settings: QuotaSettings = field(default_factory=QuotaSettings)
     eta: float = 1.0
     version: int = 0
+    # Failed outcomes recorded since the book was built, and that count when the quota in force
+    # was committed (None: none since): eta shrinks only on failures recorded after it.
+    failed_seen: int = 0
+    failed_at_commit: int | None = None
     status: StatusView | None = None
     forecast: ForecastView | None = None
     # (task id, period start) -> (period end, succeeded)
@@ -138,7 +145,11 @@ class PoolBook:
         if forecast is not None and 0 <= status.observed_s - forecast.origin_s <= self.max_forecast_age_s:
             predicted = forecast.quantile(self.settings.guarantee_rate, status.observed_s)
             if len(predicted):
-                realised = status.hp_running + status.hp_queued
+                # The forecast is of the servable demand (issue 35), which the status carries as
+                # its floor; a status without it: running + queued, as before.
+                realised = status.hp_placeable
+                if realised is None:
+                    realised = status.hp_running + status.hp_queued
                 self.coverage_samples.append((status.observed_s, realised, float(predicted[0])))
         return True
 
@@ -164,6 +175,7 @@ class PoolBook:
         if key in self.outcomes:
             return False
         self.outcomes[key] = (end_s, succeeded)
+        self.failed_seen += not succeeded
         return True
 
     def recent(self, now_s: float) -> tuple[int, int]:
@@ -204,6 +216,9 @@ class PoolBook:
             hp_observed=status.hp_running + status.hp_queued,
             quota_held_wait_s=status.quota_held_wait_s,
             hp_placeable=status.hp_placeable,
+            # None before the first commit: a restarted service may shrink once on what it reloaded.
+            failed_new=None if self.failed_at_commit is None else self.failed_seen - self.failed_at_commit,
+            spot_smallest_gpus=status.spot_smallest_gpus,
         )
         out = ForecastQuota(settings=self.settings, feedback=feedback).refresh(inputs)
         offered = {h: float(out.quota[h]) for h in OFFERED_GUARANTEE_HOURS if h in out.quota}
@@ -225,6 +240,7 @@ class PoolBook:
             min_free=min_free,
             failed_recent=failed,
             succeeded_recent=succeeded,
+            failed_seen=self.failed_seen,
             hp_floor=hp_floor(inputs, self.settings),
             reserved_task_id=status.reserved_task_id,
             spot_head_held_by=status.spot_head_held_by,
@@ -235,4 +251,5 @@ class PoolBook:
         if not math.isfinite(computed.eta):
             raise ValueError(f"eta must be finite, got {computed.eta}")
         self.eta = computed.eta
+        self.failed_at_commit = computed.failed_seen
         self.version += 1

@@ -20,6 +20,7 @@ def status_view(status: PoolStatus) -> StatusView:
         head_wait_s=status.spot_head_wait_s,
         quota_held_wait_s=status.quota_held_wait_s,
         hp_placeable=status.hp_placeable_gpus,
+        spot_smallest_gpus=status.spot_smallest_gpus,
         reserved_task_id=status.reserved_task_id,
         spot_head_held_by=status.spot_head_held_by,
     )

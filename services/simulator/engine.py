@@ -70,6 +70,10 @@ class Simulation(Actuation):
             self.push(cancel_s, CANCEL, tid)
         next_progress = 0
         t = 0.0
+        changed: set[PoolId] = set()  # pools whose state an instant changed (their servable level)
+        # Pools whose servable level changed at the instant given and is not taken yet: it is
+        # computed only when a minute boundary samples it (no later change came first).
+        stale: dict[PoolId, float] = {}
         while True:
             t_heap = self.heap[0][0] if self.heap else math.inf
             t_arr = tasks[ai].submit_s if ai < n_tasks else math.inf
@@ -80,6 +84,8 @@ class Simulation(Actuation):
                 self.stop_s = self.now  # every window task is done: the drain ends early
                 break
             self.now = t
+            if stale:
+                self._flush_servable(t, stale)
             sample = False
             while True:
                 while ai < n_tasks and tasks[ai].submit_s == t:
@@ -94,8 +100,13 @@ class Simulation(Actuation):
                     break
                 for pool_id in dirty:
                     self._schedule(pool_id)
+                changed.update(dirty)
                 if not (self.heap and self.heap[0][0] == t):
                     break
+            if changed and self.count_servable:
+                for pool_id in changed:
+                    stale[pool_id] = t  # the level after this instant holds from t on
+                changed.clear()
             if sample:
                 self.recorder.sample(self)
             if progress is not None and self.events >= next_progress:
@@ -136,6 +147,20 @@ class Simulation(Actuation):
             self._renew_leases()
         return False
 
+    def _flush_servable(self, now: float, stale: dict[PoolId, float]) -> None:
+        """Before anything happens at `now`: the servable level (core/servable.py) of every pool
+        whose level changed at an earlier instant and that a minute boundary before `now` samples,
+        taken from its state, unchanged since (a later change would have replaced it unsampled).
+        In the order of those instants, so the tracker's time never goes back."""
+        observed = self.observed
+        if observed is None:
+            stale.clear()
+            return
+        due = sorted((at, pool_id) for pool_id, at in stale.items() if math.ceil(at / 60.0) * 60.0 < now)
+        for at, pool_id in due:
+            observed.set_levels(at, pool_id, self.pools[pool_id].servable_levels())
+            del stale[pool_id]
+
     def _touch_all(self) -> None:
         for driver in self.drivers.values():
             driver.invalidate()  # preemption and the quota switch on or off: every memo is stale
@@ -169,7 +194,7 @@ class Simulation(Actuation):
             return
         spec = life.spec
         done = self.drivers[spec.pool].finish(tid, self.now)
-        if self.observed is not None and spec.task_class is TaskClass.HP:
+        if self.observed is not None and spec.task_class is TaskClass.HP and not self.count_servable:
             self.observed.remove(self.now, (spec.pool, spec.tenant), spec.total_gpus)
         life.end = self.now
         life.remaining = 0.0
@@ -210,7 +235,11 @@ class Simulation(Actuation):
             )
             self.useful_gpu_s[spec.pool] += spec.total_gpus * overlap(life.start, end, *self._window())
             self.cancelled_running += 1
-        if self.observed is not None and spec.task_class is TaskClass.HP and (self.count_queued or stop):
+        if (
+            self.observed is not None
+            and spec.task_class is TaskClass.HP
+            and (self.count_queued or (stop and self.count_running))
+        ):
             self.observed.remove(self.now, (spec.pool, spec.tenant), spec.total_gpus)
         life.cancelled = self.now
         self.cancelled.append(tid)

@@ -33,7 +33,7 @@ class Actuation(SimulationState):
             return  # the lease was renewed: same run, same events
         life = self.lives[o.task_id]
         spec = life.spec
-        if self.observed is not None and spec.task_class is TaskClass.HP and not self.count_queued:
+        if self.observed is not None and spec.task_class is TaskClass.HP and self.count_running:
             self.observed.add(self.now, (spec.pool, spec.tenant), spec.total_gpus)
         life.wait += self.now - life.entered
         if math.isnan(life.first_start):
@@ -46,7 +46,7 @@ class Actuation(SimulationState):
 
     def _stop_running_hp(self, spec: TaskSpec) -> None:
         """An HP run ended without finishing: it stops counting where only running HP counts."""
-        if self.observed is not None and spec.task_class is TaskClass.HP and not self.count_queued:
+        if self.observed is not None and spec.task_class is TaskClass.HP and self.count_running:
             self.observed.remove(self.now, (spec.pool, spec.tenant), spec.total_gpus)
 
     def _evict(self, o: Stopped) -> None:

@@ -92,9 +92,13 @@ class SimulationState:
         self.forecaster = forecaster
         self.demand = demand
         self.observed = demand.observed
-        # Which HP the observed series counts: running + queued ("observed", issue 10), or only
-        # running ("running", issue 21: the queue's servable part enters through the quota's floor).
-        self.count_queued = policy.quota.settings.demand_source != "running"
+        # Which HP the tracked series counts: the servable demand ("servable", issue 35: set from
+        # each pool's state after every instant that changed it, core/servable.py), running +
+        # queued ("observed", issue 10: counted from arrival to end), or only running ("running").
+        source = policy.quota.settings.demand_source
+        self.count_servable = source == "servable"
+        self.count_queued = source == "observed"
+        self.count_running = source == "running"
         self.quota_log: QuotaLog | None = None  # set by a driver that wants the hourly quota log
         self.settings = settings
         self.decision_sink = decision_sink

@@ -21,6 +21,7 @@ import numpy as np
 
 from services.core.policies.registry import build_policy
 from services.core.quota import QuotaSettings
+from services.core.work_conservation import REASONS as IDLE_FIT_REASONS
 from services.simulator.engine import Simulation
 from services.simulator.evaluate_config import EvaluateConfig, resolve_nodes
 from services.simulator.evaluate_trace import (
@@ -45,6 +46,8 @@ METRICS: tuple[str, ...] = (
     # The in-window measure (issue 10): periods that ended by the window's end, spot work finished by then.
     "lp_eviction_rate_in_window", "lp_evictions_per_kgpuh_in_window", "lp_gpu_hours_completed_in_window",
     "lp_guarantee_periods_in_window",
+    # Issue 35: GPU-hours idle in the window while queued work would fit (core/work_conservation.py).
+    "idle_fit_gpu_hours", *(f"idle_fit_gpu_hours:{r}" for r in IDLE_FIT_REASONS),
 )  # fmt: skip
 # Derived per cell at aggregation time (so reports of earlier runs can be rebuilt): evictions per
 # 1,000 completed spot GPU-hours. Why: the eviction rate per guarantee period rewards a policy that
@@ -61,6 +64,7 @@ POOL_METRICS: tuple[str, ...] = (
     "lp_queue_delay_mean_s",
     "gpu_allocation_rate",
     "hp_queue_delay_mean_s",
+    "idle_fit_gpu_hours",
 )
 MAX_JOB_SHARE = 0.5  # evaluate_trace.narrow_gangs
 

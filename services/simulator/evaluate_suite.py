@@ -24,7 +24,22 @@ SUITE_METRICS: tuple[tuple[str, str, float, str, str], ...] = (
     ("lp_queue_delay_mean_s", "LP queueing mean (h)", 1 / 3600, "{:.2f}", "lower"),
     ("lp_gpu_hours_completed_in_window", "spot GPU-h done (window)", 1.0, "{:,.0f}", "higher"),
     ("hp_queue_delay_mean_s", "HP queueing mean (h)", 1 / 3600, "{:.2f}", "lower"),
+    # Issue 35: GPU-hours idle in the window while queued work would fit (core/work_conservation.py).
+    ("idle_fit_gpu_hours", "idle while work fits (GPU-h)", 1.0, "{:,.0f}", "lower"),
 )
+# Issue 35's bars, on the reference / baseline ratio of the means: "never worse than FIFO for
+# anyone" (each metric's limit), and the paper's margins (LP eviction and LP queueing at once).
+NEVER_WORSE: tuple[tuple[str, str, float], ...] = (
+    ("lp_eviction_rate_in_window", "le", 1.0),
+    ("lp_queue_delay_mean_s", "le", 1.0),
+    ("lp_gpu_hours_completed_in_window", "ge", 0.95),
+    ("hp_queue_delay_mean_s", "le", 1.05),
+)
+PAPER_MARGINS: tuple[tuple[str, str, float], ...] = (
+    ("lp_eviction_rate_in_window", "le", 0.67),
+    ("lp_queue_delay_mean_s", "le", 0.56),
+)
+IDLE_BAR: tuple[str, str, float] = ("idle_fit_gpu_hours", "le", 1.0)
 WORKLOAD_FIELDS = ("hp_load_window", "spot_load_window", "gpus", "pools")
 
 
@@ -82,6 +97,21 @@ def suite_aggregate(cfg: EvaluateConfig, results: Sequence[dict[str, Any]], spli
         "regimes": regimes,
         "worst": _worst(cfg, regimes),
     }
+
+
+def _meets(ratios: dict[str, Any], bars: Sequence[tuple[str, str, float]]) -> bool | None:
+    """Does every bar hold on the ratio of the means? None when a ratio is missing. A ratio of
+    n/a (both 0) holds every bar; inf (only the baseline 0) fails a cost bar."""
+    ok = True
+    for metric, how, limit in bars:
+        r = ratios.get(metric)
+        if r is None:
+            return None
+        v = r["of_means"]
+        if math.isnan(v):
+            continue
+        ok &= v <= limit + 1e-9 if how == "le" else v >= limit - 1e-9
+    return ok
 
 
 def _worse(better: str, a: float, b: float) -> bool:
@@ -232,8 +262,38 @@ def suite_markdown(cfg: EvaluateConfig, report: dict[str, Any]) -> str:
             v = worst["ratio"].get(m)
             cells.append("n/a" if v is None else f"{_ratio_text(v['value'])} (`{v['regime']}`)")
         lines.append(f"| **{ref} / {base}** | " + " | ".join(cells) + " |")
+    lines += _targets(regimes, ref, base)
     lines += ["", "Plot: regimes.png (per regime, LP eviction rate in the window against LP queueing).", ""]
     return "\n".join(lines)
+
+
+def _targets(regimes: dict[str, Any], ref: str, base: str) -> list[str]:
+    """Issue 35's bars per regime, on the ratios of the means."""
+    rows = [(name, agg["ratio"]) for name, agg in regimes.items() if agg["ratio"]]
+    if not rows:
+        return []
+    never = "LP eviction <= 1.0, LP queueing <= 1.0, spot GPU-h >= 0.95, HP queueing <= 1.05"
+    lines = [
+        "",
+        f"## Against the targets ({ref} / {base}, ratio of the means)",
+        "",
+        f"- never worse for anyone: {never};",
+        "- the paper's margins: LP eviction <= 0.67 and LP queueing <= 0.56 at once;",
+        "- idle while work fits: <= 1.0.",
+        "",
+        "| regime | never worse | paper's margins | idle while work fits |",
+        "|---|---|---|---|",
+    ]
+    counts = [0, 0, 0]
+    for name, ratios in rows:
+        marks = [_meets(ratios, NEVER_WORSE), _meets(ratios, PAPER_MARGINS), _meets(ratios, (IDLE_BAR,))]
+        for i, m in enumerate(marks):
+            counts[i] += bool(m)
+        lines.append(f"| `{name}` | " + " | ".join("n/a" if m is None else ("yes" if m else "**no**")
+                                                   for m in marks) + " |")  # fmt: skip
+    n = len(rows)
+    lines.append(f"| **regimes meeting it** | {counts[0]} of {n} | {counts[1]} of {n} | {counts[2]} of {n} |")
+    return lines
 
 
 def plot_suite(out: Path, cfg: EvaluateConfig, report: dict[str, Any]) -> None:

@@ -123,7 +123,12 @@ def regime_trace(
     config = regime_generator(regime, seed)
     if isinstance(config, GeneratorConfig):
         return cell_trace(config, cluster, seed=seed, load=regime.load, max_job_share=max_job_share)
-    trace, narrowed = narrow_gangs(generate_mmpp(config, cluster).to_trace(), max_job_share)
+    # The mmpp generator caps its gangs itself; its giant gangs (issue 35) are meant to be wider
+    # than the cap, so they are narrowed only past the share they were drawn up to.
+    share = (
+        max(max_job_share, config.giant_gang_pool_share[1]) if config.giant_gang_share > 0 else max_job_share
+    )
+    trace, narrowed = narrow_gangs(generate_mmpp(config, cluster).to_trace(), share)
     return CellTrace(trace, config, narrowed, 0)
 
 

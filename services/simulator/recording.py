@@ -7,10 +7,15 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from services.core.ids import PoolId
+from services.core.runtime import PoolRuntime
+from services.core.work_conservation import REASONS
 from services.simulator.workload import Workload
 
 if TYPE_CHECKING:
     from services.simulator.engine import Simulation
+
+
+IDLE_FIT_EVERY = 5  # samples per idle-while-work-fits reading
 
 
 class Recorder:
@@ -22,6 +27,10 @@ class Recorder:
         self.eta: list[list[float]] = []
         self.spot_in_use: list[list[float]] = []
         self.hp_in_use: list[list[float]] = []
+        # GPU-hours idle while queued work would fit, per pool and reason (core/work_conservation.py),
+        # read at every IDLE_FIT_EVERY-th sample of the window and standing for that many sample
+        # periods (5 minutes, the quota's refresh: a reading walks the queues).
+        self.idle_fit: dict[PoolId, dict[str, float]] = {p: dict.fromkeys(REASONS, 0.0) for p in pools}
         self.forecasts = 0
         self.forecast_fallbacks = 0
         self.wall_s = 0.0
@@ -36,6 +45,8 @@ class Recorder:
             rt = sim.pools[pool_id]
             st = rt.state
             alloc.append(st.capacity - int(st.free.sum()))
+            if len(self.times) % IDLE_FIT_EVERY == 1:
+                self._note_idle_fit(pool_id, rt, IDLE_FIT_EVERY * sim.settings.sample_period_s / 3600.0)
             quota.append(min(float(st.capacity), rt.quota.get(1, 0.0)))
             eta.append(rt.eta)
             spot.append(st.spot_in_use)
@@ -45,6 +56,13 @@ class Recorder:
         self.eta.append(eta)
         self.spot_in_use.append(spot)
         self.hp_in_use.append(hp)
+
+    def _note_idle_fit(self, pool_id: PoolId, rt: PoolRuntime, hours: float) -> None:
+        # The runtime memoises the reading on what it reads: most samples of a quiet pool are free.
+        totals = self.idle_fit[pool_id]
+        for reason, gpus in rt.idle_while_work_fits(quota_enabled=True).items():
+            if gpus:
+                totals[reason] += gpus * hours
 
     def matrix(self, rows: list[list[float]] | list[list[int]]) -> np.ndarray:
         if not rows:

@@ -130,6 +130,16 @@ def hp_wait_max_by_width(sim: Simulation) -> dict[str, float | None]:
     return out
 
 
+IDLE_FIT = "idle_fit_gpu_hours"  # the metrics' prefix: the total, then `<prefix>:<reason>` each
+
+
+def _idle_fit(by_reason: dict[str, float]) -> dict[str, float]:
+    """GPU-hours idle while queued work would fit (core/work_conservation.py), in the window."""
+    out = {f"{IDLE_FIT}:{reason}": hours for reason, hours in by_reason.items()}
+    out[IDLE_FIT] = sum(by_reason.values())
+    return out
+
+
 def build_policy_result(sim: Simulation) -> PolicyResult:
     rec = sim.recorder
     pools = tuple(str(p) for p in rec.pools)
@@ -146,7 +156,7 @@ def build_policy_result(sim: Simulation) -> PolicyResult:
             int(caps[i]),
             window_s,
         )
-        per_pool[pool] = _with_cancellations(block, sim, pool)
+        per_pool[pool] = _with_cancellations(block, sim, pool) | _idle_fit(rec.idle_fit[rec.pools[i]])
     hp_all = _outcomes(sim, TaskClass.HP, None)
     spot_all = _outcomes(sim, TaskClass.SPOT, None)
     cluster = _with_cancellations(
@@ -163,6 +173,10 @@ def build_policy_result(sim: Simulation) -> PolicyResult:
     )
     fc = sim.forecaster
     metrics: dict[str, Any] = dict(cluster)
+    for pool_metrics in per_pool.values():  # the cluster's idle-while-work-fits: the pools' sum
+        for key, value in pool_metrics.items():
+            if key.startswith(IDLE_FIT):
+                metrics[key] = metrics.get(key, 0.0) + value
     metrics.update(
         pools=per_pool,
         forecast={

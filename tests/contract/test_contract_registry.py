@@ -30,6 +30,7 @@ EXPECTED: dict[str, tuple[str, frozenset[str], int]] = {
     "gfs.nodes.telemetry": ("node", frozenset({"NodeTelemetry"}), 6),
     "gfs.forecasts": ("pool", frozenset({"DemandForecast", "PoolDemandForecast"}), 3),
     "gfs.pools.status": ("pool", frozenset({"PoolStatus"}), 3),
+    "gfs.pools.demand": ("pool", frozenset({"PoolDemandLevel"}), 3),
     "gfs.quotas": ("pool", frozenset({"SpotQuota"}), 3),
     "gfs.commands.bind": ("node", frozenset({"BindCommand"}), 6),
     "gfs.commands.evict": ("node", frozenset({"EvictCommand", "WarnCommand"}), 6),

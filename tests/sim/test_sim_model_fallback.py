@@ -73,10 +73,11 @@ class RecordingModel:
         return self.inner.predict(keys, hourly, end_hour, horizon)
 
 
-def test_model_path_reads_the_observed_series(tmp_path: Path) -> None:
+def test_model_path_reads_the_tracked_series(tmp_path: Path) -> None:
     # HP h (8 GPUs) runs [0, 3 h); HP q (4 GPUs, submit 600) waits for it, runs [3 h, 4 h).
-    # Observed: hours 0-2 peak 12 (h + queued q), hour 3: 4. The trace-defined series would give
-    # hour 0 12 and then 8 (q "ran" [600, 4200) there). The model sees the observed array, and
+    # Servable (issue 35, gfs's series): q cannot start within a period while h fills the node
+    # and nothing was freed, so hours 0-2 peak 8, hour 3: 4. The trace-defined series would give
+    # hour 0 12 and then 8 (q "ran" [600, 4200) there). The model sees the tracked array, and
     # only completed hours of it.
     trace = a_trace(
         [a_node("n0", gpus=8)],
@@ -94,9 +95,9 @@ def test_model_path_reads_the_observed_series(tmp_path: Path) -> None:
     assert {ident for _, ident, _ in model.seen} == {id(demand.observed.hourly)}
     last_hour, _, rows = max(model.seen, key=lambda s: s[0])
     assert last_hour == 4
-    assert rows[:, 0].tolist() == [12.0, 12.0, 12.0, 4.0]
+    assert rows[:, 0].tolist() == [8.0, 8.0, 8.0, 4.0]
     # The same series, written for `gfs forecast train --series`.
     write_observed_csv(demand.observed, tmp_path / "gfs.csv")
     back = read_canonical_csv(tmp_path / "gfs.csv")
     assert back.keys == demand.observed.keys
-    assert back.hourly[:4, 0].tolist() == [12.0, 12.0, 12.0, 4.0]
+    assert back.hourly[:4, 0].tolist() == [8.0, 8.0, 8.0, 4.0]

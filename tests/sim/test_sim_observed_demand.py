@@ -1,5 +1,6 @@
-"""The simulator's forecasts read observed HP demand (issue 10): queued HP counts, a rejected
-task never does, and the series differs from the trace-defined one exactly where HP waits."""
+"""The simulator's forecasts read the HP demand the policy names: the servable demand (issue 35,
+gfs), or the observed one (issue 10, gfs-observed-demand: queued HP counts, a rejected task never
+does, and the series differs from the trace-defined one exactly where HP waits)."""
 
 from __future__ import annotations
 
@@ -37,9 +38,17 @@ def _run(policy_name: str) -> tuple[list[float], list[float]]:
 
 
 def test_observed_counts_queued_hp_and_not_rejected_tasks() -> None:
-    observed, trace_defined = _run("gfs")
+    observed, trace_defined = _run("gfs-observed-demand")
     assert observed == [12.0, 12.0, 4.0, 0.0]
     assert trace_defined == [28.0, 12.0, 0.0, 0.0]
+
+
+def test_servable_counts_only_the_queued_hp_that_can_start() -> None:
+    """gfs (issue 35, core/servable.py): h2 waits on a node h1 fills, and nothing HP held was freed
+    in the last period, so it cannot start within it and does not count: hour 0: h1's 8; hour 1: 8;
+    hour 2: h1 ends at 7200 = minute 120 and h2 starts then, sampled after both: 4; hour 3: 0."""
+    servable, _ = _run("gfs")
+    assert servable == [8.0, 8.0, 4.0, 0.0]
 
 
 def test_trace_demand_ablation_forecasts_the_trace_series() -> None:

@@ -53,7 +53,7 @@ def test_suite_runs_reports_every_regime_and_rebuilds_from_cells(tmp_path: Path)
         assert set(regime["table"]) == {"gfs", "fifo"}
         assert set(regime["ratio"]) == {
             "lp_eviction_rate_in_window", "lp_queue_delay_mean_s", "lp_gpu_hours_completed_in_window",
-            "hp_queue_delay_mean_s",
+            "hp_queue_delay_mean_s", "idle_fit_gpu_hours",
         }  # fmt: skip
         assert regime["workload"]["hp_load_window"]["mean"] > 0
     gang = suite["regimes"]["mmpp-gang-storm"]["workload"]
@@ -65,6 +65,7 @@ def test_suite_runs_reports_every_regime_and_rebuilds_from_cells(tmp_path: Path)
         "## Regime `mmpp-gang-storm`",
         "## Worst case over regimes",
         "gfs / fifo",
+        "## Against the targets (gfs / fifo, ratio of the means)",
     ):
         assert needle in text
     assert (out / "regimes.png").stat().st_size > 0

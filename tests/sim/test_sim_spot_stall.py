@@ -16,16 +16,25 @@ demand; feedback window 4 h, min_periods 20, head_wait_s 3600.
   the quota (over quota since 600).
 - The 23 failures leave the window at 600 + 4 h = 15000; until then ER = 1 keeps eta at the floor.
 
-With the rule (gfs): at 15000 the window is empty (sparse), the quota held b1 for 14400 s > 3600,
-ER_lo = 0: eta x 1.5 each refresh while a b waits.
-  15000: eta 0.15,   Q = 4.8  -> b1 (4 <= 4.8) starts; b2 would make 8 > 4.8.
+Issue 35's progress floor (gfs): a pool running no spot admits at least the smallest queued spot
+task the forecast's spare holds. From the refresh at 10800 nothing runs and the spare is 32: Q =
+max(3.2, 4) = 4 and b1 starts at 10800. It runs 10800 - 600 + 600 (lost since its checkpoint) + 40
+= 10840 s, to 21640; while it runs the floor is off (spot runs) and Q = 3.2 holds b2 and b3.
+(Eta shrank once, at 900, on the 23 new failures; issue 35 keeps it there rather than shrinking
+again at every refresh on the same ones: it is at the floor either way.)
+
+Eta's recovery (issue 22): at 15000 the window is empty (sparse), the quota held b2 for 14400 s >
+3600, ER_lo = 0: eta x 1.5 each refresh while a b waits, b1's 4 GPUs running.
+  15000: eta 0.15,   Q = 4.8  -> 4 + 4 > 4.8, nothing.
   15300: eta 0.225,  Q = 7.2  -> 8 > 7.2, nothing.
   15600: eta 0.3375, Q = 10.8 -> b2 (8 <= 10.8) starts; b3 would make 12 > 10.8.
   15900: eta 0.50625, Q = 16.2 -> b3 starts.
-The bound: every b starts within 4 h (the window) + 3 refreshes of the last eviction.
-Without it (gfs-no-eta-recovery): the window holds fewer than 20 outcomes from 15000 on and no spot
-task can run to log one, so eta stays 0.1, Q = 3.2 < 4: the b tasks start only when the window
-ends at 172800 (quota checks off in the drain), with 32 GPUs idle for the 47 hours between.
+Without the floor (gfs-no-progress-floor) b1 waits for the same recovery: 15000 (Q = 4.8), and b2
+and b3 as above.
+Without the recovery (gfs-no-eta-recovery): the window holds fewer than 20 outcomes from 15000 on,
+so eta stays 0.1 and only the floor moves spot: b2 at the first refresh after b1 ends (21900), b3
+after b2 (21900 + 10840 = 32740: 33000). Before issue 35 (no floor either) the b tasks started only
+when the window ended at 172800, with 32 GPUs idle for the 47 hours between.
 """
 
 from __future__ import annotations
@@ -75,8 +84,9 @@ def _starts(policy: str) -> dict[str, list[float]]:
 @pytest.mark.parametrize(
     ("policy", "b_starts"),
     [
-        ("gfs", {"b1": 15000.0, "b2": 15600.0, "b3": 15900.0}),
-        ("gfs-no-eta-recovery", {"b1": HORIZON, "b2": HORIZON, "b3": HORIZON}),
+        ("gfs", {"b1": 10800.0, "b2": 15600.0, "b3": 15900.0}),
+        ("gfs-no-progress-floor", {"b1": 15000.0, "b2": 15600.0, "b3": 15900.0}),
+        ("gfs-no-eta-recovery", {"b1": 10800.0, "b2": 21900.0, "b3": 33000.0}),
     ],
 )
 def test_spot_held_by_a_floor_quota_starts_once_the_evictions_leave_the_window(

@@ -17,6 +17,13 @@ Issue 21's changes, each switched back alone:
 
 Issue 22's change, switched back alone (and in gfs-paper, which predates it):
 - gfs-no-eta-recovery: eta waits for `min_periods` outcomes before it may grow again.
+
+Issue 35's changes, each switched back alone, and all three at once (gfs-issue21: the GFS of
+issue 21's defaults):
+- gfs-observed-demand: the forecast is of running + every queued HP GPU (issue 10), not of the
+  servable demand (core/servable.py);
+- gfs-reservation-growth: the floor protects a reservation's growth again;
+- gfs-hold-reserved: a reservation's idle GPUs stay empty while its holder waits (no spot there).
 """
 
 from __future__ import annotations
@@ -60,6 +67,15 @@ QUOTA_ABLATIONS: dict[str, dict[str, object]] = {
     "gfs-grow-on-wait": {"grow_only_when_quota_binds": False},
     # Issue 22: eta waits for evidence again (the spot stall once the quota admits no spot task).
     "gfs-no-eta-recovery": {"grow_without_evidence": False},
+    # Issue 35's series and floor, each switched back alone.
+    "gfs-observed-demand": {"demand_source": "observed"},
+    "gfs-reservation-growth": {"protect_reservation_growth": True},
+    # Issue 35's trade-off curve: the quota's confidence p (the guarantee rate) above 0.9.
+    "gfs-p95": {"guarantee_rate": 0.95},
+    "gfs-p99": {"guarantee_rate": 0.99},
+    # Issue 35's eta changes, each switched back alone.
+    "gfs-eta-compounds": {"shrink_on_new_failures": False},
+    "gfs-no-progress-floor": {"progress_floor": False},
     "gfs-paper": {
         "demand_source": "trace",
         "observed_floor": False,
@@ -72,6 +88,27 @@ QUOTA_ABLATIONS: dict[str, dict[str, object]] = {
 
 def build_quota_ablations() -> dict[str, Callable[[QuotaSettings | None], SchedulingPolicy]]:
     return {name: _quota_variant(name, **changes) for name, changes in QUOTA_ABLATIONS.items()}
+
+
+def build_gfs_hold_reserved(settings: QuotaSettings | None = None) -> SchedulingPolicy:
+    """Issue 35's lending switched off: a reservation's idle GPUs stay empty while its holder waits."""
+    return dataclasses.replace(build_gfs(settings), name="gfs-hold-reserved", lend_reserved=False)
+
+
+def _claims_variant(name: str, claims: str) -> Callable[[QuotaSettings | None], SchedulingPolicy]:
+    def factory(settings: QuotaSettings | None = None) -> SchedulingPolicy:
+        return dataclasses.replace(build_gfs(settings), name=name, spot_claims=claims)
+
+    return factory
+
+
+def build_gfs_issue21(settings: QuotaSettings | None = None) -> SchedulingPolicy:
+    """Issue 21's defaults: the observed-demand series, the reservation's growth in the floor, and
+    no spot on a reservation's idle GPUs (all three of issue 35's changes reverted)."""
+    varied = dataclasses.replace(
+        settings or QuotaSettings(), demand_source="observed", protect_reservation_growth=True
+    )
+    return dataclasses.replace(build_gfs(varied), name="gfs-issue21", lend_reserved=False)
 
 
 def build_gfs_no_reservation(settings: QuotaSettings | None = None) -> SchedulingPolicy:

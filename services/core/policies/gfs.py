@@ -13,6 +13,7 @@ from services.core.victims_gfs import GfsVictims
 # An hour: longer than a normal backfill gap (a finishing HP task frees its GPUs within minutes of
 # a pass), short next to the days a starved wide gang waited (docs/quality-findings.md).
 RESERVE_AFTER_S = 3600.0
+SPOT_CLAIMS = "hard"
 
 
 def build_gfs(settings: QuotaSettings | None = None) -> SchedulingPolicy:
@@ -24,4 +25,5 @@ def build_gfs(settings: QuotaSettings | None = None) -> SchedulingPolicy:
         victims=GfsVictims(),
         quota=ForecastQuota(settings=settings or QuotaSettings()),
         reserve_after_s=RESERVE_AFTER_S,
+        spot_claims=SPOT_CLAIMS,
     )

@@ -34,6 +34,18 @@ class SchedulingPolicy:
     # Head-of-queue reservations (services/core/reservation.py): an HP task that has waited this
     # long gets nodes reserved for it. None: no reservations (head-of-line blocking queues need none).
     reserve_after_s: float | None = None
+    # Issue 35: while a reservation's holder waits for HP work on its nodes to end, spot may run on
+    # the reserved nodes' idle GPUs (only where it fits nowhere else); the holder, tried first on
+    # every pass, evicts it when it can start. False: the idle GPUs are held empty (issue 21).
+    lend_reserved: bool = True
+    # Issue 35: the GPUs the servable HP queue is expected to take within the period (core/
+    # servable.py's claims) are kept from spot: "hard" always, "soft" while spot fits anywhere
+    # else, "off" not at all.
+    spot_claims: str = "off"
+
+    def __post_init__(self) -> None:
+        if self.spot_claims not in ("hard", "soft", "off"):
+            raise ValueError(f"spot_claims must be hard, soft or off, got {self.spot_claims!r}")
 
 
 def with_gfs_quota(policy: SchedulingPolicy, settings: QuotaSettings | None = None) -> SchedulingPolicy:

@@ -6,7 +6,10 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 
 from services.core.policies.ablations import (
+    _claims_variant,
     build_gfs_fifo_victims,
+    build_gfs_hold_reserved,
+    build_gfs_issue21,
     build_gfs_no_feedback,
     build_gfs_no_forecast,
     build_gfs_no_reservation,
@@ -51,6 +54,11 @@ def build_registry() -> Mapping[str, PolicyFactory]:
         "gfs-no-feedback": build_gfs_no_feedback,
         "gfs-fifo-victims": build_gfs_fifo_victims,
         "gfs-no-reservation": build_gfs_no_reservation,
+        # Issue 35's lending switched back alone, and all three of its changes.
+        "gfs-hold-reserved": build_gfs_hold_reserved,
+        "gfs-issue21": build_gfs_issue21,
+        "gfs-claims-soft": _claims_variant("gfs-claims-soft", "soft"),
+        "gfs-claims-off": _claims_variant("gfs-claims-off", "off"),
         # Issue 10's quota changes, each reverted alone, and all of them (gfs-paper).
         **build_quota_ablations(),
     }

@@ -33,6 +33,7 @@ from schemas.topics import (
     EVICT_ACK_TOPIC,
     EVICT_TOPIC,
     FORECASTS_TOPIC,
+    POOL_DEMAND_TOPIC,
     POOL_STATUS_TOPIC,
     QUOTAS_TOPIC,
     TASK_LIFECYCLE_TOPIC,
@@ -86,7 +87,8 @@ def service_rules() -> tuple[Rule, ...]:
              (TASK_SUBMIT_TOPIC, QUOTAS_TOPIC, TELEMETRY_TOPIC, EVICT_ACK_TOPIC, WORKER_ACK_TOPIC,
               CLOCK_TOPIC)),
         Rule(("preemption",), ("Write",), "topic",
-             (TASK_LIFECYCLE_TOPIC, BIND_TOPIC, EVICT_TOPIC, POOL_STATUS_TOPIC, DEAD_LETTER_TOPIC)),
+             (TASK_LIFECYCLE_TOPIC, BIND_TOPIC, EVICT_TOPIC, POOL_STATUS_TOPIC, POOL_DEMAND_TOPIC,
+              DEAD_LETTER_TOPIC)),
         # The inbox: created by the service at start (its configs re-applied when it exists), written
         # by its router, read by its deciders.
         Rule(("preemption",), ("Read", "Write", "Create", "AlterConfigs"), "topic",
@@ -95,7 +97,8 @@ def service_rules() -> tuple[Rule, ...]:
         Rule(("quota",), ("Read",), "topic", (FORECASTS_TOPIC, POOL_STATUS_TOPIC, TASK_LIFECYCLE_TOPIC)),
         Rule(("quota",), ("Write",), "topic", (QUOTAS_TOPIC, DEAD_LETTER_TOPIC)),
         Rule(("quota",), ("Read",), "group", ("gfs-quota",), "prefixed"),
-        Rule(("forecast",), ("Read",), "topic", (TASK_SUBMIT_TOPIC, TASK_LIFECYCLE_TOPIC, CLOCK_TOPIC)),
+        Rule(("forecast",), ("Read",), "topic",
+             (TASK_SUBMIT_TOPIC, TASK_LIFECYCLE_TOPIC, POOL_DEMAND_TOPIC, CLOCK_TOPIC)),
         Rule(("forecast",), ("Write",), "topic", (FORECASTS_TOPIC, DEAD_LETTER_TOPIC)),
         Rule(("forecast",), ("All",), "topic", (FORECAST_PREFIX,), "prefixed"),
         Rule(("forecast",), ("Read",), "group", (FORECAST_PREFIX,), "prefixed"),

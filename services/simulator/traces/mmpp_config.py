@@ -46,6 +46,16 @@ class MmppConfig:
     # No gang asks for more than this share of the worker slots its pool has for its size (a
     # wider one could block a pool for the whole run, or never fit on a scaled-down pool).
     max_gang_share: float = 0.5
+    # Issue 35: extra share of HP jobs drawn as giant gangs, whole-node workers asking for a share
+    # of the pool's slots for that size drawn uniformly from `giant_gang_pool_share` (not capped by
+    # `max_gang_share`): the gangs that drain half a pool or more. Pools whose largest node has one
+    # GPU get none (a whole-node worker there is a single GPU, not a gang that drains nodes).
+    giant_gang_share: float = 0.0
+    giant_gang_pool_share: tuple[float, float] = (0.5, 0.75)
+    # Issue 35: extra share of HP jobs whose duration is drawn log-uniformly from `long_hp_days`
+    # (long-running HP on the nodes a gang waits for), instead of the published law.
+    long_hp_share: float = 0.0
+    long_hp_days: tuple[float, float] = (2.0, 8.0)
     # Exponent on the modulators' log-levels: 0 = a plain Poisson process with the hour-of-day and
     # weekday profile, 1 = the calibrated burstiness, 2 = twice the log-amplitude. The levels are
     # renormalised to a stationary mean of 1, so the knob never changes the mean rate.
@@ -82,6 +92,17 @@ class MmppConfig:
             (self.wide_gang_min_workers >= 2, "wide_gang_min_workers must be >= 2"),
             (0 <= self.odd_size_share <= 1, "odd_size_share must be in [0, 1]"),
             (0 < self.max_gang_share <= 1, "max_gang_share must be in (0, 1]"),
+            (0 <= self.giant_gang_share <= 1, "giant_gang_share must be in [0, 1]"),
+            (
+                len(self.giant_gang_pool_share) == 2
+                and 0 < self.giant_gang_pool_share[0] <= self.giant_gang_pool_share[1] <= 1,
+                "giant_gang_pool_share must be (lo, hi) with 0 < lo <= hi <= 1",
+            ),
+            (0 <= self.long_hp_share <= 1, "long_hp_share must be in [0, 1]"),
+            (
+                len(self.long_hp_days) == 2 and 0 < self.long_hp_days[0] <= self.long_hp_days[1],
+                "long_hp_days must be (lo, hi) with 0 < lo <= hi",
+            ),
             (self.burstiness >= 0, "burstiness must be >= 0"),
             (self.burn_in_days >= 0, "burn_in_days must be >= 0"),
             (self.mean_batch >= 1, "mean_batch must be >= 1"),

@@ -188,4 +188,20 @@ def draw_marks(
     bucket = rng.choice(shares.size, size=n, p=shares / shares.sum())
     ratio = np.exp(rng.uniform(np.log(edges[bucket]), np.log(edges[bucket + 1])))
     cpu = np.clip(np.round(gpu * ratio), 1, max(1, pool.min_cpus)).astype(float)
+    # Issue 35's giant gangs and long HP runs draw last, and only when asked for, so the draws
+    # above (and every trace of a config without them) are unchanged.
+    if kind == "HP" and config.giant_gang_share > 0 and pool.largest > 1:
+        giant = rng.random(n) < config.giant_gang_share
+        slots = float(pool.slots(np.asarray([float(pool.largest)]))[0])
+        lo, hi = config.giant_gang_pool_share
+        want = np.ceil(rng.uniform(lo, hi, size=n) * slots)
+        workers = np.where(giant, np.clip(want, 2, slots), workers).astype(np.int64)
+        gpu = np.where(giant, float(pool.largest), gpu)
+        cpu = np.where(giant, float(max(1, pool.min_cpus)), cpu)
+        wide = wide | giant
+    if kind == "HP" and config.long_hp_share > 0:
+        long_run = rng.random(n) < config.long_hp_share
+        lo_d, hi_d = config.long_hp_days
+        days = np.exp(rng.uniform(math.log(lo_d), math.log(hi_d), size=n))
+        duration = np.where(long_run, days * 86400.0, duration)
     return {"gpu": gpu, "workers": workers, "duration": duration, "org": org, "cpu": cpu, "wide": wide}

@@ -177,3 +177,49 @@ def test_quota_never_negative_with_demand_over_capacity() -> None:
 
 def test_reactive_quota_never_binds() -> None:
     assert ReactiveQuota().refresh(_inputs()).quota[1] == 100.0
+
+
+# ----- issue 35: eta shrinks on new failures only; an idle pool's queue always moves ---------------
+def _spot_inputs(*, spot_in_use: float, smallest: float | None, quantile: float, eta: float) -> QuotaInputs:
+    return QuotaInputs(
+        capacity=32, idle_gpus=32, spot_in_use=spot_in_use, hp_quantile=np.full(4, quantile), eta=eta,
+        failed_recent=0, succeeded_recent=0, head_wait_s=None, spot_smallest_gpus=smallest,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("spot_in_use", "smallest", "quantile", "expected"),
+    [
+        # Nothing runs, the spare is 32: at least the smallest queued task (4) though eta says 3.2.
+        (0.0, 4.0, 0.0, 4.0),
+        # Spot runs: eta alone (0.1 x 32).
+        (4.0, 4.0, 0.0, 3.2),
+        # The spare (32 - 29 = 3) does not hold the smallest task: eta alone (0.3).
+        (0.0, 4.0, 29.0, 0.3),
+        # No spot queued: eta alone.
+        (0.0, None, 0.0, 3.2),
+    ],
+    ids=["idle-pool", "spot-running", "spare-too-small", "nothing-queued"],
+)
+def test_progress_floor(spot_in_use: float, smallest: float | None, quantile: float, expected: float) -> None:
+    out = ForecastQuota(feedback=False).refresh(
+        _spot_inputs(spot_in_use=spot_in_use, smallest=smallest, quantile=quantile, eta=0.1)
+    )
+    assert out.quota[1] == pytest.approx(expected)
+    off = ForecastQuota(settings=QuotaSettings(progress_floor=False), feedback=False).refresh(
+        _spot_inputs(spot_in_use=spot_in_use, smallest=smallest, quantile=quantile, eta=0.1)
+    )
+    assert off.quota[1] == pytest.approx(0.1 * (32 - quantile))
+
+
+@pytest.mark.parametrize(("failed_new", "expected"), [(0, 1.0), (1, 1.0 * 0.1 / 0.3), (None, 1.0 * 0.1 / 0.3)])
+def test_eta_shrinks_only_on_failures_since_the_last_refresh(failed_new: int | None, expected: float) -> None:
+    """6 of 20 failed in the window (ER 0.3 >= 1.5 x 0.1): the paper shrinks eta by 0.1 / 0.3 at
+    every refresh; issue 35 only when one of them is new (None: not known, as before)."""
+    inputs = QuotaInputs(
+        capacity=100, idle_gpus=0, spot_in_use=0.0, hp_quantile=None, eta=1.0, failed_recent=6,
+        succeeded_recent=14, head_wait_s=None, failed_new=failed_new,
+    )  # fmt: skip
+    assert next_eta(1.0, inputs, QuotaSettings()) == pytest.approx(expected)
+    compounding = QuotaSettings(shrink_on_new_failures=False)
+    assert next_eta(1.0, inputs, compounding) == pytest.approx(1.0 / 3)

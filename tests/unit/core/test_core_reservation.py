@@ -61,7 +61,9 @@ def test_without_a_reservation_backfill_starves_the_gang() -> None:
 
 
 def test_the_reservation_holds_its_nodes_until_the_gang_starts() -> None:
-    rt = _world("gfs")
+    # Issue 21's rule (gfs-hold-reserved): nothing else on the reserved nodes. gfs lends their idle
+    # GPUs to spot only while the holder cannot start within the period (test_core_spot_room.py).
+    rt = _world("gfs-hold-reserved")
     shared, busy = _node_of(rt, "S1"), _node_of(rt, "B")
     (idle,) = {0, 1, 2} - {shared, busy}
     started = _after_a_finishes(rt)

@@ -133,6 +133,31 @@ def test_stream_series_equals_the_simulators_observed_series() -> None:
         assert h.pool == sim.pool_hourly[h.hour, 0]
 
 
+def test_stream_series_equals_the_simulators_servable_series() -> None:
+    # Issue 35: the preemption service publishes a pool's servable levels after each pass that
+    # changed them; the stream (PoolDemand.set_levels) and the simulator (ObservedDemand.set_levels)
+    # sample the same step function: random level sets of 3 tenants over 6 hours, some at minute
+    # boundaries, some at one instant, tenants dropping out (back to 0).
+    rng = random.Random(11)
+    tenants = ["a", "b", "c"]
+    times = sorted(rng.choice([rng.uniform(0, 6 * 3600), 60.0 * rng.randrange(360)]) for _ in range(300))
+    sim = ObservedDemand([("P", t) for t in tenants], 6)
+    stream = PoolDemand()
+    closed = stream.set_levels({}, 0.0)
+    sim.set_levels(0.0, "P", {})
+    for at in times:
+        levels = {t: rng.choice([0.5, 1.0, 4.0, 8.0, 24.0]) for t in tenants if rng.random() < 0.6}
+        sim.set_levels(at, "P", levels)
+        closed += stream.set_levels(levels, at)
+    sim.advance(6 * 3600.0)
+    closed += stream.advance(6 * 3600.0)
+    assert [h.hour for h in closed] == [0, 1, 2, 3, 4, 5]
+    for h in closed:
+        assert [h.tenants.get(t, 0.0) for t in tenants] == sim.hourly[h.hour].tolist()
+        assert h.pool == sim.pool_hourly[h.hour, 0]
+    assert max(float(sim.pool_hourly[:, 0].max()), 0.0) > 0.0  # the levels were sampled at all
+
+
 def test_state_round_trips_through_json() -> None:
     demand = PoolDemand()
     demand.apply(Delta("P", "a", 3.0, 10.0))

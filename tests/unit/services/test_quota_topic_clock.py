@@ -158,11 +158,21 @@ async def test_a_redelivered_or_older_status_is_not_quoted_again() -> None:
     assert service.books[POOL].eta == pytest.approx(1 / 3) and db.versions[POOL] == 1
     await _send(service, _status(T - timedelta(minutes=5), capacity_gpus=70), "gfs.pools.status")
     assert len(db.outbox) == 1 and published == [1, 1]
-    # The next instant is quoted with the eta in force: the same 20 outcomes, eta 1/3 x 1/3.
+    # The next instant is quoted with the eta in force: the same 20 outcomes and no failure since
+    # the last quota, so eta stays 1/3 (issue 35: it shrinks only on new failures; the paper's rule
+    # took it to 1/9 here, and to its floor within minutes on a live pool).
     await _send(service, _status(T + timedelta(minutes=5)), "gfs.pools.status")
     assert len(db.outbox) == 2 and published == [1, 1, 2] and db.versions[POOL] == 2
     later = db.outbox[1].payload
-    assert later.valid_from == T + timedelta(minutes=5) and later.eta == pytest.approx(1 / 9)
+    assert later.valid_from == T + timedelta(minutes=5) and later.eta == pytest.approx(1 / 3)
+    # A failure after that quota is new evidence: 7 failed of 21, ER 1/3, eta 1/3 x 0.1 / (1/3) = 0.1.
+    fresh = GuaranteePeriodClosed(
+        task_id="new", pool=POOL, period_start=T - timedelta(minutes=50),
+        period_end=T + timedelta(minutes=7), outcome=GuaranteeOutcome.FAILED,
+    )  # fmt: skip
+    await _send(service, fresh, "gfs.tasks.lifecycle")
+    await _send(service, _status(T + timedelta(minutes=10)), "gfs.pools.status")
+    assert db.outbox[-1].payload.eta == pytest.approx(0.1)
     # No forecast: the idle-capacity fallback, 10 + 30 = 40 GPUs (eta does not scale it).
     assert _quotas(db.outbox[1]) == {1: 40.0, 2: 40.0, 4: 40.0}
 
