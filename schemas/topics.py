@@ -7,18 +7,17 @@ infrastructure files against it.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
-from pydantic_core import InitErrorDetails, PydanticCustomError
+from pydantic import BaseModel
 
 from schemas.clock import ClockAck, ClockTick
 from schemas.commands import BindCommand, EvictAck, EvictCommand, WarnCommand
 from schemas.dead_letter import DeadLetter
-from schemas.envelope import SUPPORTED_SCHEMA_VERSIONS, Envelope, envelope_type
+from schemas.decoding import decode_for
+from schemas.envelope import Envelope
 from schemas.forecast import DemandForecast, PoolDemandForecast
 from schemas.pool_demand import PoolDemandLevel
 from schemas.pool_status import PoolStatus
@@ -311,101 +310,12 @@ def key_of(env: Envelope[Any]) -> bytes:
     return str(getattr(env.payload, spec.key_field)).encode("utf-8")
 
 
-class _Head(BaseModel):
-    """The two envelope fields that choose the payload type, read before the whole record."""
-
-    model_config = ConfigDict(extra="ignore")
-    event_type: object = None
-    schema_version: object = None
-
-
 def decode(topic_name: str, raw: bytes) -> Envelope[Any]:
-    """Parse and validate a record value read from `topic_name`.
+    """Parse and validate a record value read from `topic_name` (schemas/decoding.py has how).
 
     The envelope is validated against the payload type its `event_type` names, which must be one
     of the topic's payload types. Raises `json.JSONDecodeError`/`UnicodeDecodeError` (both
     ValueError) for bytes that are not JSON text, and `pydantic.ValidationError` for anything
     else; every validation error's location names the offending field (e.g. payload.workers).
-
-    A well-formed record is parsed and validated in one pass by pydantic-core
-    (`model_validate_json`: about half the time of json.loads then model_validate, and faster
-    than orjson or msgspec then model_validate; `services/platform/kafka/codec_bench.py`, issue 23).
-    A record that pass refuses is decoded again the reference way (`_decode_checked`), which
-    raises the errors, with the reasons dead letters carry, that it always raised.
     """
-    found = _decode_fast(topic_name, raw)
-    return found if found is not None else _decode_checked(topic_name, raw)
-
-
-def _decode_fast(topic_name: str, raw: bytes) -> Envelope[Any] | None:
-    """The record validated straight from its bytes, or None when anything is off (the checked
-    path then says what). Accepts only what `_decode_checked` accepts: the same models validate,
-    and the event type and version are checked the same way."""
-    try:
-        models = _envelope_models(topic_name)
-        if len(models) == 1:
-            (model,) = models.values()  # a wrong event_type fails the envelope's own check
-        else:
-            head = _Head.model_validate_json(raw)
-            if not isinstance(head.event_type, str):
-                return None
-            model = models[head.event_type]
-        envelope = model.model_validate_json(raw)
-    except (ValueError, KeyError):  # pydantic's ValidationError is a ValueError
-        return None
-    if envelope.schema_version not in SUPPORTED_SCHEMA_VERSIONS:
-        return None
-    return envelope
-
-
-@cache
-def _envelope_models(topic_name: str) -> dict[str, type[Envelope[Any]]]:
-    """Event type -> its envelope model, for the topic's payload types (KeyError: no such topic).
-    Cached: looking up a parametrised generic model costs as much as a small record's parse."""
-    return {t.__name__: envelope_type(t) for t in topic(topic_name).payload_types}
-
-
-def _decode_checked(topic_name: str, raw: bytes) -> Envelope[Any]:
-    """`decode` step by step (the reference, and the path of every refused record)."""
-    spec = topic(topic_name)
-    # Decode UTF-8 explicitly: json.loads(bytes) would also sniff UTF-16/32, which the contract
-    # (UTF-8 JSON) does not allow.
-    data = json.loads(raw.decode("utf-8"))
-    if not isinstance(data, dict):
-        raise _validation_error((), "envelope_type", "the message must be a JSON object", data)
-    event_type = data.get("event_type")
-    if not isinstance(event_type, str):
-        raise _validation_error(
-            ("event_type",), "missing_event_type", "event_type must be present and a string", event_type
-        )
-    try:
-        payload_type = spec.payload_type(event_type)
-    except KeyError:
-        raise _validation_error(
-            ("event_type",),
-            "unknown_event_type",
-            f"event_type {event_type[:100]!r} is not carried by topic {spec.name!r} "
-            f"(expected one of {list(spec.event_types())})",
-            event_type,
-        ) from None
-    version = data.get("schema_version")
-    # Only a well-formed version (an int >= 1) is checked here; anything else fails validation.
-    if type(version) is int and version >= 1 and version not in SUPPORTED_SCHEMA_VERSIONS:
-        raise _validation_error(
-            ("schema_version",),
-            "unsupported_schema_version",
-            f"schema_version {version} is not supported by this consumer "
-            f"(it reads {sorted(SUPPORTED_SCHEMA_VERSIONS)}): upgrade the consumer, then replay "
-            "this record from the dead-letter topic",
-            version,
-        )
-    return envelope_type(payload_type).model_validate(data)
-
-
-def _validation_error(loc: tuple[str, ...], kind: str, message: str, given: object) -> ValidationError:
-    # A real ValidationError (not a bare ValueError) so consumers and the dead-letter path handle
-    # envelope-level and field-level failures the same way.
-    # Without a context dict pydantic-core does not format the template, so braces in user data
-    # are shown as they are.
-    detail: InitErrorDetails = {"type": PydanticCustomError(kind, message), "loc": loc, "input": given}
-    return ValidationError.from_exception_data(title="Envelope", line_errors=[detail])
+    return decode_for(topic(topic_name), raw)

@@ -77,7 +77,8 @@ def quota(
 @app.command("forecast")
 def forecast() -> None:
     """The forecast stream (Faust): task events in, per-tenant and per-pool forecasts out."""
-    from services.forecast.app import ForecastServiceSettings, run_forecast_worker
+    from services.forecast.settings import ForecastServiceSettings
+    from services.forecast.worker import run_forecast_worker
     from services.platform.memory_trace import install
     from services.platform.tracing import configure_tracing
 

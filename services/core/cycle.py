@@ -34,14 +34,13 @@ import numpy as np
 
 from services.core.decisions import Decision, EvictTask, StartTask, WorkerPlacement
 from services.core.ids import TenantId
-from services.core.placeable import fit_workers
 from services.core.placement import place_task, place_worker, release, reserve
 from services.core.policies.protocols import SchedulingPolicy
 from services.core.pool import PoolState, RunningTask
 from services.core.queues import Blocked, BucketQueue, SortKey
 from services.core.reasons import Unschedulable
-from services.core.reservation import Reservation, hold_id, hold_reserved
-from services.core.servable import claimed_spec, plan_servable
+from services.core.reservation import Reservation, hold_reserved
+from services.core.spot_room import Held, SpotRoom, spot_room
 from services.core.task import TaskClass, TaskSpec
 from services.core.victims import PreemptionContext, PreemptionPlan, preemptible
 
@@ -99,7 +98,9 @@ def schedule_pool(
                 held = hold_reserved(pool, res, ctx.now)
                 ctx = ctx._replace(preemption=ctx.preemption._replace(excluded=frozenset(res.nodes)))
         _hp_pass(pool, hp_queue, policy, ctx, decisions, blocked, skipped, budget, first)
-        room = _spot_room(pool, hp_queue, spot_queue, policy, ctx, decisions, held)
+        started = {d.task_id for d in decisions if isinstance(d, StartTask)}
+        reserved = ctx.reservation if held is not None else None
+        room = spot_room(pool, hp_queue, spot_queue, policy, reserved, ctx.freed, ctx.now, started, held)
         _spot_pass(pool, spot_queue, policy, ctx, decisions, blocked, skipped, room)
     finally:
         pool.rollback()
@@ -134,6 +135,9 @@ _REASON = {
     _Attempt.HOLDS_RESERVATION: Unschedulable.NO_PREEMPTION_PLAN,
 }
 
+
+# What kept a spot task out of the spot room (spot_room.py), as this pass's attempts.
+_HELD_BY = {Held.NO_FIT: _Attempt.NO_FIT, Held.RESERVED: _Attempt.RESERVED, Held.CLAIMED: _Attempt.CLAIMED}
 
 _TryStart = Callable[[TaskSpec], _Attempt]
 
@@ -341,7 +345,7 @@ def _spot_pass(
     decisions: list[Decision],
     blocked: list[tuple[TaskClass, SortKey, Blocked]],
     skipped: list[tuple[TaskClass, SortKey]],
-    room: _SpotRoom | None = None,
+    room: SpotRoom | None = None,
 ) -> None:
     def try_start(spec: TaskSpec) -> _Attempt:
         if ctx.quota_enabled:
@@ -356,131 +360,11 @@ def _spot_pass(
                 return _Attempt.NO_FIT
             pool.add_task(RunningTask(spec, ctx.now, placements))
         else:
-            placed, attempt = room.place(spec, policy)
+            placed, held_by = room.place(spec, policy)
             if placed is None:
-                return attempt
+                return _HELD_BY[held_by]
             placements = placed
         decisions.append(StartTask(spec.task_id, placements))
         return _Attempt.STARTED
 
     _queue_pass(queue, TaskClass.SPOT, ctx, try_start, blocked, skipped)
-
-
-def _spot_room(
-    pool: PoolState,
-    hp_queue: BucketQueue,
-    spot_queue: BucketQueue,
-    policy: SchedulingPolicy,
-    ctx: CycleContext,
-    decisions: list[Decision],
-    held: np.ndarray | None,
-) -> _SpotRoom | None:
-    """What spot may use in this pass beyond the idle GPUs nobody holds: the reservation's held
-    GPUs (lent while its holder cannot start within the period) and the GPUs the servable HP
-    queue is expected to take (kept off while anything else fits). None: nothing is held."""
-    res = ctx.reservation if held is not None else None
-    if not spot_queue.index or (res is None and policy.spot_claims == "off"):
-        return None
-    plan = None
-    if policy.spot_claims != "off" or (res is not None and policy.lend_reserved):
-        started = {d.task_id for d in decisions if isinstance(d, StartTask)}
-        plan = plan_servable(pool, hp_queue, res, ctx.freed, skip=started, held=held)
-    lend = res is not None and policy.lend_reserved and plan is not None and not plan.holder_servable
-    claims = None
-    if plan is not None and policy.spot_claims != "off":
-        claims = plan.claims.copy()
-        if res is not None:
-            claims[list(res.nodes)] = 0.0  # the reservation's own holds cover its nodes
-    return _SpotRoom(pool, res, ctx.now, lend=lend, claims=claims, hard=policy.spot_claims == "hard")
-
-
-class _SpotRoom:
-    """Spot placement around holds, in layers: first on GPUs nobody holds; then, if the
-    reservation is lent, also on its held GPUs; then, if claims are soft, also on the GPUs the
-    servable HP queue claims. A layer is lifted for one placement and put back on what is still
-    idle, so the next spot task again tries the unheld GPUs first."""
-
-    __slots__ = ("claims", "hard", "lend", "now", "pool", "reservation")
-
-    def __init__(
-        self,
-        pool: PoolState,
-        reservation: Reservation | None,
-        now: float,
-        *,
-        lend: bool,
-        claims: np.ndarray | None,
-        hard: bool,
-    ) -> None:
-        self.pool = pool
-        self.reservation = reservation
-        self.now = now
-        self.lend = lend
-        self.claims = claims
-        self.hard = hard
-        self._hold_claims()
-
-    def place(
-        self, spec: TaskSpec, policy: SchedulingPolicy
-    ) -> tuple[tuple[WorkerPlacement, ...] | None, _Attempt]:
-        pool = self.pool
-        placements = place_task(pool, spec, policy.placement)
-        if placements is not None:
-            pool.add_task(RunningTask(spec, self.now, placements))
-            return placements, _Attempt.STARTED
-        if spec.is_fractional:
-            return None, _Attempt.NO_FIT
-        stages: list[tuple[bool, bool]] = []  # (lift the reservation's holds, lift the claims)
-        if self.lend:
-            stages.append((True, False))
-        if self.claims is not None and not self.hard:
-            stages.append((self.lend, True))
-        for lift_res, lift_claims in stages:
-            self._lift(reservation=lift_res, claims=lift_claims)
-            placements = place_task(pool, spec, policy.placement)
-            if placements is not None:
-                pool.add_task(RunningTask(spec, self.now, placements))
-            self._restore(reservation=lift_res, claims=lift_claims)
-            if placements is not None:
-                return placements, _Attempt.STARTED
-        # Would it fit without the reservation's holds, or without any hold? Then the holds kept
-        # it out (the threshold rises as for NO_FIT: larger tasks of its class need as much).
-        attempt = _Attempt.NO_FIT
-        for lift_claims, why in ((False, _Attempt.RESERVED), (True, _Attempt.CLAIMED)):
-            self._lift(reservation=self.reservation is not None, claims=lift_claims)
-            fits = fit_workers(pool.free.astype(float), spec)
-            self._restore(reservation=self.reservation is not None, claims=lift_claims)
-            if fits:
-                attempt = why
-                break
-        return None, attempt
-
-    def _lift(self, *, reservation: bool, claims: bool) -> None:
-        pool = self.pool
-        if reservation and self.reservation is not None:
-            for node in self.reservation.nodes:
-                hold = hold_id(self.reservation, node)
-                if hold in pool.running:
-                    pool.remove_task(hold)
-        if claims and self.claims is not None:
-            for node in np.flatnonzero(self.claims > _EPS).tolist():
-                hold = claimed_spec(pool, node, 0, self.now).task_id
-                if hold in pool.running:
-                    pool.remove_task(hold)
-
-    def _restore(self, *, reservation: bool, claims: bool) -> None:
-        if reservation and self.reservation is not None:
-            hold_reserved(self.pool, self.reservation, self.now)
-        if claims:
-            self._hold_claims()
-
-    def _hold_claims(self) -> None:
-        if self.claims is None:
-            return
-        pool = self.pool
-        for node in np.flatnonzero(self.claims > _EPS).tolist():
-            want = min(int(pool.free[node]), int(np.floor(self.claims[node] + _EPS)))
-            if want <= 0:
-                continue
-            spec = claimed_spec(pool, node, want, self.now)
-            pool.add_task(RunningTask(spec, self.now, (WorkerPlacement(node, want),)))

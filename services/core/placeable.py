@@ -54,10 +54,10 @@ def fit_workers(cap: np.ndarray, spec: TaskSpec) -> bool:
     if spec.workers == 1:
         # One worker: the node with the least capacity that holds it, the lowest index on a tie
         # (what the general fill below gives; most queued tasks have one worker).
-        fits = cap + _EPS >= k
-        if not fits.any():
+        holds = cap + _EPS >= k
+        if not holds.any():
             return False
-        node = int(np.argmin(np.where(fits, cap, np.inf)))
+        node = int(np.argmin(np.where(holds, cap, np.inf)))
         cap[node] -= k
         return True
     slots = np.floor((cap + _EPS) / k).astype(np.int64)

@@ -89,6 +89,7 @@ from services.preemption.controller_types import (
     utc,
 )
 from services.preemption.demand_levels import DemandLevels
+from services.preemption.pool_views import pool_status
 from services.preemption.reclaim_warnings import ReclaimWarnings
 from services.preemption.survival_quote import survival_on_accept
 from services.preemption.tenant_budgets import apply_tenant_budgets
@@ -339,26 +340,11 @@ class PoolController(Acks, Reconciliation, Binds):
         raise ValueError(f"unknown clock phase {phase!r}")
 
     def status(self, now: float) -> PoolStatus:
-        """The pool's status for the quota service: what `PoolRuntime.quota_inputs` sees at `now`."""
-        rt = self.runtime
-        inputs = rt.quota_inputs(self._now(now), None)
-        self.idle_fit.observe(rt, self._now(now))
-        return PoolStatus(
-            pool=self.pool,
-            observed_at=utc(now),
-            capacity_gpus=int(inputs.capacity),
-            idle_gpus=int(inputs.idle_gpus),
-            spot_in_use_gpus=max(0.0, float(inputs.spot_in_use)),
-            hp_running_gpus=max(0.0, float(rt.state.hp_in_use)),
-            hp_queued_gpus=max(0.0, float(rt.hp.gpus)),
-            spot_head_wait_s=None if inputs.head_wait_s is None else max(0.0, inputs.head_wait_s),
-            quota_held_wait_s=None if (held := inputs.quota_held_wait_s) is None else max(0.0, held),
-            hp_placeable_gpus=None if inputs.hp_placeable is None else max(0.0, inputs.hp_placeable),
-            spot_smallest_gpus=inputs.spot_smallest_gpus,
-            reserved_task_id=None if (res := rt.reservation) is None else str(res.task_id),
-            reserved_nodes=0 if res is None else len(res.nodes),
-            spot_head_held_by=None if (why := rt.spot_head_reason()) is None else why.name,
-        )
+        """The pool's status for the quota service (pool_views.pool_status); the idle GPUs queued
+        work would fit on are read at the same instant (work_conservation.py)."""
+        at = self._now(now)
+        self.idle_fit.observe(self.runtime, at)
+        return pool_status(self.pool, self.runtime, at, observed_at=now)
 
     # ----- SRE controls -----------------------------------------------------------------------------
     def control(self, wanted: Controls, now: float, *, audit_id: int | None = None) -> Effects:

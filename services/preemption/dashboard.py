@@ -39,12 +39,12 @@ from services.preemption import store
 from services.preemption.api_spec import API
 from services.preemption.dashboard_plots import _locked, evictions_svg, queues_svg, quota_svg
 from services.preemption.decision_text import describe
+from services.preemption.pool_views import idle_fit, idle_text, why_spot_waits
 from services.preemption.tenant_budgets import budgets_view
 from services.preemption.trace_ids import trace_id_of
 from services.preemption.trace_view import register_trace_view
 
 if TYPE_CHECKING:
-    from services.core.runtime import PoolRuntime
     from services.preemption.view import DeciderView
 
 JAEGER_UI_URL = "http://127.0.0.1:16686"  # the stack's Jaeger (infra/jaeger); JAEGER_UI_URL overrides
@@ -202,35 +202,6 @@ async def dashboard_data(
     }
 
 
-def why_spot_waits(rt: PoolRuntime) -> dict[str, Any]:
-    """The quota's inputs the runtime knows and what held the spot head (issue 21): HP running,
-    queued and servable (running + the queued HP that fits now + a reservation's growth: the
-    quota's floor), idle GPUs, spot in use, eta, the reservation and the spot head's reason."""
-    why = rt.spot_head_reason()
-    res = rt.reservation
-    return {
-        "hp_running_gpus": float(rt.state.hp_in_use),
-        "hp_queued_gpus": float(rt.hp.gpus),
-        "hp_placeable_gpus": rt.hp_placeable(),
-        "idle_gpus": int(rt.state.free.sum()),
-        "spot_in_use_gpus": float(rt.state.spot_in_use),
-        "eta": rt.eta,
-        "spot_head_held_by": None if why is None else why.name,
-        "reserved_task_id": None if res is None else str(res.task_id),
-        "reserved_nodes": 0 if res is None else len(res.nodes),
-    }
-
-
-def idle_fit(controller: Any) -> dict[str, Any]:
-    """Idle GPUs queued work would fit on at the pool's last status, and GPU-hours since start, by
-    reason (issue 35; services/preemption/work_conservation.py)."""
-    reading = controller.idle_fit
-    return {
-        "gpus": {r: g for r, g in reading.gpus.items() if g},
-        "gpu_hours": {r: s / 3600.0 for r, s in reading.gpu_seconds.items() if s},
-    }
-
-
 # ----- the page -----------------------------------------------------------------------------------
 def _e(value: Any) -> str:
     return html.escape(str(value), quote=True)
@@ -253,17 +224,6 @@ def _budget_rows(pools: dict[str, Any]) -> str:
                 + _cell(f"{k}:used", b["used"]) + _cell(f"{k}:left", b["left"]) + "</tr>"
             )  # fmt: skip
     return "".join(rows)
-
-
-def _idle_text(reading: dict[str, Any] | None) -> str:
-    """'12 GPUs (quota:floor 8, order 4); 40.5 GPU-h' or '-'."""
-    if not reading:
-        return "-"
-    gpus = reading["gpus"]
-    hours = sum(reading["gpu_hours"].values())
-    parts = ", ".join(f"{r} {g:g}" for r, g in gpus.items())
-    now = f"{sum(gpus.values()):g} GPUs ({parts})" if gpus else "0"
-    return f"{now}; {hours:.1f} GPU-h"
 
 
 def render_page(data: dict[str, Any], query: str = "") -> str:
@@ -306,7 +266,7 @@ def render_page(data: dict[str, Any], query: str = "") -> str:
             + _cell(f"{k}:hp_floor", f"{why['hp_placeable_gpus']:g}")
             + _cell(f"{k}:spot_head_held_by", why["spot_head_held_by"] or "-")
             + _cell(f"{k}:reservation", reservation)
-            + _cell(f"{k}:idle_fit", _idle_text(p.get("idle_while_work_fits")))
+            + _cell(f"{k}:idle_fit", idle_text(p.get("idle_while_work_fits")))
             + "</tr>"
         )
     decisions = []

@@ -6,13 +6,25 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schemas.topics import _decode_checked, _decode_fast, decode, topic_for_event_type
+from schemas import decoding
+from schemas.envelope import Envelope
+from schemas.topics import decode, topic, topic_for_event_type
 from tests.contract.contract_goldens import golden_id, golden_message, golden_paths, to_bytes
+
+
+def _decode_fast(topic_name: str, raw: bytes) -> Envelope[Any] | None:
+    return decoding._decode_fast(topic(topic_name), raw)
+
+
+def _decode_checked(topic_name: str, raw: bytes) -> Envelope[Any]:
+    return decoding._decode_checked(topic(topic_name), raw)
+
 
 HOT = ("TaskSubmitted", "TaskCancelled", "NodeTelemetry", "EvictAck", "WorkerStarted", "WorkerExited")
 

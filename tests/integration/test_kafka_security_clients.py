@@ -47,7 +47,8 @@ from schemas.topics import (
     decode,
 )
 from schemas.workers import WorkerExited, WorkerStarted
-from services.forecast.app import ForecastServiceSettings, _declare_internal_topic
+from services.forecast.settings import ForecastServiceSettings
+from services.forecast.worker import declare_internal_topic
 from services.node_agent.service import AgentOptions, run_node_agent
 from services.node_agent.settings import NodeAgentSettings
 from services.platform.deadletter_cli import read_letters
@@ -251,7 +252,7 @@ async def test_the_forecast_stream_creates_its_internal_topic_as_forecast(
         **_settings_env(secure_broker, "forecast"),
         forecast_app_id=app_id, forecast_artifact=None, forecast_datadir=tmp_path,
     )  # fmt: skip
-    await asyncio.wait_for(_declare_internal_topic(settings), timeout=90)
+    await asyncio.wait_for(declare_internal_topic(settings), timeout=90)
     consumer = AIOKafkaConsumer(
         bootstrap_servers=secure_broker.bootstrap, **secure_broker.security("admin").client_kwargs()
     )

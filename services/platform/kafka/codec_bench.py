@@ -4,7 +4,7 @@
 contract's golden examples), each way to turn a record value into a validated payload:
 
 - `reference`: the step-by-step decode used before issue 23 (stdlib json.loads, then pydantic's
-  model_validate; now `schemas.topics._decode_checked`, the path of refused records);
+  model_validate; now `schemas.decoding._decode_checked`, the path of refused records);
 - `decode`: `schemas.topics.decode` as it is (the one-pass path for a well-formed record);
 - `validate_json`: pydantic's `model_validate_json` on the bytes (parsing in pydantic-core);
 - `orjson`: orjson.loads, then model_validate (only when orjson is importable);
@@ -35,8 +35,9 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
+from schemas.decoding import _decode_checked
 from schemas.envelope import envelope_type
-from schemas.topics import TASK_SUBMIT_TOPIC, _decode_checked, decode, encode, topic_for_event_type
+from schemas.topics import TASK_SUBMIT_TOPIC, decode, encode, topic_for_event_type
 
 GOLDEN = Path(__file__).resolve().parents[3] / "tests" / "contract" / "golden" / "v1"
 HOT = ("TaskSubmitted", "NodeTelemetry", "EvictAck", "WorkerStarted", "WorkerExited")
@@ -64,11 +65,12 @@ def golden_bytes(event_type: str) -> bytes:
 
 def cases(event_type: str) -> dict[str, Callable[[], object]]:
     raw = golden_bytes(event_type)
-    topic = topic_for_event_type(event_type).name
-    model = envelope_type(topic_for_event_type(event_type).payload_type(event_type))
+    spec = topic_for_event_type(event_type)
+    topic = spec.name
+    model = envelope_type(spec.payload_type(event_type))
     envelope = decode(topic, raw)
     found: dict[str, Callable[[], object]] = {
-        "reference": lambda: _decode_checked(topic, raw),
+        "reference": lambda: _decode_checked(spec, raw),
         "decode": lambda: decode(topic, raw),
         "validate_json": lambda: model.model_validate_json(raw),
     }

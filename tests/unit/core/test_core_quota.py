@@ -212,7 +212,9 @@ def test_progress_floor(spot_in_use: float, smallest: float | None, quantile: fl
     assert off.quota[1] == pytest.approx(0.1 * (32 - quantile))
 
 
-@pytest.mark.parametrize(("failed_new", "expected"), [(0, 1.0), (1, 1.0 * 0.1 / 0.3), (None, 1.0 * 0.1 / 0.3)])
+@pytest.mark.parametrize(
+    ("failed_new", "expected"), [(0, 1.0), (1, 1.0 * 0.1 / 0.3), (None, 1.0 * 0.1 / 0.3)]
+)
 def test_eta_shrinks_only_on_failures_since_the_last_refresh(failed_new: int | None, expected: float) -> None:
     """6 of 20 failed in the window (ER 0.3 >= 1.5 x 0.1): the paper shrinks eta by 0.1 / 0.3 at
     every refresh; issue 35 only when one of them is new (None: not known, as before)."""
