@@ -49,6 +49,9 @@ def _worker(
         "FORECAST_WEB_PORT": str(web_port),
         # Commit often: the tests' ordering barrier waits for commits (Faust's default is 2.8 s).
         "FORECAST_COMMIT_INTERVAL_S": "0.2",
+        # These workers are fed task events: the observed series (issue 10). The servable one, the
+        # default, comes from the preemption service (test_forecast_servable.py passes it).
+        "FORECAST_DEMAND_SOURCE": "observed",
         **extra_env,
     }
     log = log_path.open("w")
