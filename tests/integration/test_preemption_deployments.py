@@ -16,8 +16,8 @@ import asyncpg
 import pytest
 import pytest_asyncio
 from live_harness import Tap
+from quota_harness import _dsn, _migrated
 from test_preemption_service import TAPPED, Cluster, _registered, _service, _settings, _until
-from test_quota_service import _dsn, _migrated
 
 from schemas.tasks import TaskClass, TaskStarted
 from services.platform.kafka.producer import EnvelopeProducer

@@ -11,7 +11,7 @@ from typing import Any
 
 import asyncpg
 import pytest
-from test_quota_service import _migrated
+from quota_harness import _migrated
 
 from schemas.quota import GuaranteeQuota, SpotQuota
 from schemas.tasks import TaskClass, TaskSubmitted

@@ -12,8 +12,8 @@ from typing import Any
 import aiohttp
 import asyncpg
 import pytest
+from quota_harness import _free_port
 from test_preemption_service import Cluster, _registered, _service, _settings, _until, world  # noqa: F401
-from test_quota_service import _free_port
 
 from schemas.commands import BindCommand, EvictCommand
 from schemas.tasks import TaskClass, TaskStarted
