@@ -28,7 +28,7 @@ from test_quota_service import _free_port
 
 from schemas.commands import EvictCommand
 from schemas.tasks import EvictionReason, TaskClass, TaskEvicted, TaskStarted
-from services.preemption.service import Decider
+from services.preemption.decider import Decider
 
 pytestmark = pytest.mark.integration
 

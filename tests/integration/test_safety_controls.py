@@ -17,7 +17,7 @@ from test_quota_service import _free_port
 
 from schemas.commands import BindCommand, EvictCommand
 from schemas.tasks import TaskClass, TaskStarted
-from services.preemption.service import Decider
+from services.preemption.decider import Decider
 
 pytestmark = pytest.mark.integration
 
