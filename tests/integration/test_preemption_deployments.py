@@ -24,7 +24,8 @@ from services.platform.kafka.producer import EnvelopeProducer
 from services.platform.kafka.topic_admin import TopicsReport
 from services.platform.migrations import discover, migrate
 from services.preemption import store
-from services.preemption.service import Decider, run_preemption_service
+from services.preemption.decider import Decider
+from services.preemption.service import run_preemption_service
 
 pytestmark = pytest.mark.integration
 

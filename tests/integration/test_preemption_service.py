@@ -41,7 +41,8 @@ from schemas.workers import WorkerExited, WorkerStarted
 from services.platform.kafka.producer import EnvelopeProducer
 from services.platform.kafka.topic_admin import TopicsReport
 from services.platform.signing import SignatureCheck, SignedMessage, check_signature, node_key, sign
-from services.preemption.service import Decider, PreemptionSettings, run_preemption_service
+from services.preemption.decider import Decider
+from services.preemption.service import PreemptionSettings, run_preemption_service
 
 pytestmark = pytest.mark.integration
 

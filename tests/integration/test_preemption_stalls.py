@@ -28,7 +28,7 @@ from test_preemption_service import (
 
 from schemas.commands import EvictCommand
 from schemas.tasks import EvictionReason, TaskClass, TaskEvicted, TaskStarted
-from services.preemption.service import Decider
+from services.preemption.decider import Decider
 
 pytestmark = pytest.mark.integration
 

@@ -17,7 +17,7 @@ from test_preemption_service import Cluster, _registered, _service, _settings, _
 
 from schemas.commands import BindCommand, EvictCommand
 from schemas.tasks import TaskClass, TaskStarted
-from services.preemption.service import Decider
+from services.preemption.decider import Decider
 
 pytestmark = pytest.mark.integration
 
