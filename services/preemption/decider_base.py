@@ -29,7 +29,8 @@ from services.platform.clock import Clock
 from services.platform.kafka.producer import EnvelopeProducer
 from services.platform.signing import node_key
 from services.preemption import liveness, snapshots, store
-from services.preemption.controller import PoolController, id_salt
+from services.preemption.controller.ids import id_salt
+from services.preemption.controller.pool import PoolController
 from services.preemption.handoff import Handoff
 from services.preemption.inputs import apply
 from services.preemption.journal_entries import Entry, SubmitEntry, from_row

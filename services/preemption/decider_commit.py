@@ -26,7 +26,7 @@ from services.platform.outbox import outbox_values
 from services.platform.signing import sign
 from services.platform.tracing import inject_headers
 from services.preemption import route_expiry, snapshots, store
-from services.preemption.controller import Effects
+from services.preemption.controller.types import Effects
 from services.preemption.decider_base import (
     PRODUCER,
     TRACER,

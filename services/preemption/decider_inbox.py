@@ -27,7 +27,7 @@ from services.platform.clock import TickClock
 from services.platform.kafka.dead_letter import DeadLetterPublisher
 from services.platform.tracing import extract_context
 from services.preemption import liveness, reconcile, store
-from services.preemption.controller import Effects
+from services.preemption.controller.types import Effects
 from services.preemption.decider_base import (
     PRODUCER,
     UNMATCHED,

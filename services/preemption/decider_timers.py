@@ -20,7 +20,8 @@ from schemas.topics import POOL_STATUS_TOPIC
 from services.platform.outbox import enqueue
 from services.platform.timer import FailureCounter
 from services.preemption import controls, liveness, store
-from services.preemption.controller import Effects, PoolController
+from services.preemption.controller.pool import PoolController
+from services.preemption.controller.types import Effects
 from services.preemption.decider_base import (
     PRODUCER,
     PartitionState,

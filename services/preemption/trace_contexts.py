@@ -21,7 +21,7 @@ from collections.abc import Iterable
 
 from opentelemetry import context as otel_context
 
-from services.preemption.controller import PoolController
+from services.preemption.controller.pool import PoolController
 
 DEFAULT_CAP = 100_000  # several times the tasks a deployment holds queued and running at once
 
