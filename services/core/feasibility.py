@@ -19,6 +19,7 @@ class PoolFeasibility:
         self.node_gpus = node_gpus
         self._largest = max(node_gpus, default=0)
         self._slots: dict[int, int] = {}
+        self._verdicts: dict[tuple[float, int], Rejection | None] = {}  # by (gpus per worker, workers)
 
     def slots(self, k: int) -> int:
         """Workers of `k` whole GPUs the empty pool holds at once (k = 0: its GPU total, since
@@ -29,6 +30,15 @@ class PoolFeasibility:
         return n
 
     def check(self, gpus_per_worker: float, workers: int) -> Rejection | None:
+        """Why a task of this shape could never run on the pool (None: it can), memoised per shape."""
+        shape = (gpus_per_worker, workers)
+        try:
+            return self._verdicts[shape]
+        except KeyError:
+            verdict = self._verdicts[shape] = self._check(gpus_per_worker, workers)
+            return verdict
+
+    def _check(self, gpus_per_worker: float, workers: int) -> Rejection | None:
         if workers < 1 or not gpus_per_worker > 0 or not math.isfinite(gpus_per_worker):
             return Rejection.INVALID_REQUEST
         if gpus_per_worker < 1.0:

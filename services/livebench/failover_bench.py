@@ -36,7 +36,8 @@ from services.platform.clock import SystemClock
 from services.platform.migrations import discover, migrate
 from services.platform.postgres import open_pool
 from services.platform.settings import PlatformSettings
-from services.preemption.service import Decider, PreemptionSettings
+from services.preemption.decider import Decider, NodeKeys
+from services.preemption.service_settings import PreemptionSettings
 
 POOL = "A100"
 T0 = 1_800_000_000.0
@@ -85,7 +86,7 @@ async def _claim(
     The median, since the host is shared: one claim slowed by a neighbour is not the claim's cost."""
     times: list[float] = []
     for n in range(repeats):
-        decider = Decider(pool, settings, SystemClock(), f"{name}-{n}", SECRET.encode())
+        decider = Decider(pool, settings, SystemClock(), f"{name}-{n}", NodeKeys(SECRET.encode()))
         started = time.perf_counter()
         await decider.take(0)
         times.append(time.perf_counter() - started)

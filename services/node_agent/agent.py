@@ -18,42 +18,59 @@ Order of effects, and what a crash at any point leads to:
   workers' clock file, waits until each running worker exited or reported it saw `at`, reaps and
   publishes the exits, then answers with a ClockAck (services/node_agent/clock_ticks.py).
 
-The agent is split by concept, imports going one way (agent -> recovery -> eviction -> workers ->
-agent_base; telemetry -> agent_base; clock_ticks is a mixin): `agent` handles commands (verify,
-repeat, bind), `workers` starts and watches workers, `eviction` signals and acks, `recovery`
-resumes after a restart, `telemetry` samples the GPUs, `agent_base` holds the state and publishes.
+`NodeAgent` is the composition root of these parts: collaborators that each own their state and
+are handed what they need (imports go one way, from here down; the layers contract in
+pyproject.toml):
+1. `commands.CommandHandler`: verify, answer a repeat, dispatch (no state of its own);
+2. `binds.Binder`, `eviction.Evictor` (owns the evictions in flight), `reclaim_warning.ReclaimWarner`:
+   carry out bind, evict and warn commands;
+3. `recovery.recover`: after a restart (a function: it keeps nothing);
+4. `clock_ticks.ClockTicks`: the topic clock; `telemetry.Telemetry`: GPU samples, the heartbeat;
+5. `watcher.WorkerWatcher` (owns the poll lock): reap and report exits, publish pending acks;
+6. `workers.WorkerSupervisor` (owns the started processes), `publisher.AckPublisher` (the signed
+   voice), `agent_metrics.AgentMetrics`.
+All share one `Journal` (journal.py), which owns the durable state. The agent itself holds only
+its collaborators and is what the service (and the unit tests) drive.
 """
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Sequence
+import asyncio
+import os
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 from uuid import UUID
 
-from schemas.commands import BindCommand, EvictCommand, WarnCommand
+from opentelemetry import trace
+
+from schemas.clock import ClockAck, ClockTick
 from schemas.envelope import Envelope
-from schemas.topics import EVICT_ACK_TOPIC, WORKER_ACK_TOPIC
-from services.node_agent.agent_base import (
+from schemas.telemetry import NodeTelemetry
+from services.node_agent.agent_metrics import AgentMetrics
+from services.node_agent.binds import Binder
+from services.node_agent.clock_ticks import ClockTicks
+from services.node_agent.commands import CommandHandler
+from services.node_agent.eviction import Evictor
+from services.node_agent.gpu import GpuBackend
+from services.node_agent.journal import Journal
+from services.node_agent.publisher import PRODUCER, TRACER, AckPublisher, AckSink, utc_now
+from services.node_agent.reclaim_warning import ReclaimWarner
+from services.node_agent.recovery import recover
+from services.node_agent.security import CommandGuard, Rejection
+from services.node_agent.sim_clock import SimClock
+from services.node_agent.telemetry import Telemetry
+from services.node_agent.watcher import WorkerWatcher
+from services.node_agent.worker_env import worker_environment
+from services.node_agent.workers import (
     NOT_STARTED_EXIT_CODE,
-    PRODUCER,
     SIM_ENV,
-    TRACER,
     UNKNOWN_EXIT_CODE,
     UNKNOWN_EXIT_DETAIL,
     WORKER_MARKER,
-    AckSink,
-    AgentMetrics,
-    utc_now,
+    WorkerSupervisor,
 )
-from services.node_agent.clock_ticks import ClockTicks
-from services.node_agent.journal import CommandEntry, WorkerEntry
-from services.node_agent.paths import path_part
-from services.node_agent.reclaim_warning import ReclaimWarnings
-from services.node_agent.recovery import Recovery
-from services.node_agent.security import Rejection
-from services.node_agent.telemetry import Telemetry
 
 # The agent's public names, where its users (the service, tests) have always imported them from.
 __all__ = [
@@ -70,142 +87,116 @@ __all__ = [
     "utc_now",
 ]
 
-log = logging.getLogger(__name__)
 
+class NodeAgent:
+    """One node's agent: builds its collaborators (module doc) and is driven through them."""
 
-class NodeAgent(Recovery, ReclaimWarnings, Telemetry, ClockTicks):
-    """One node's agent: its parts are the classes it is made of (module doc)."""
+    def __init__(
+        self,
+        *,
+        node: str,
+        backend: GpuBackend,
+        gpu_model: str,
+        journal: Journal,
+        guard: CommandGuard,
+        sink: AckSink,
+        metrics: AgentMetrics,
+        log_dir: Path,
+        clock: Callable[[], datetime] = utc_now,
+        watch_s: float = 0.05,
+        kill_wait_s: float = 10.0,
+        worker_env: dict[str, str] | None = None,
+        tracer_provider: trace.TracerProvider | None = None,
+        wall_clock: Callable[[], datetime] | None = None,
+        sim_clock: SimClock | None = None,
+        checkpoint_root: Path | None = None,
+        clock_wait_s: float = 30.0,
+    ) -> None:
+        """`clock` is the agent's time (acks, command freshness): the sim clock's `now` in topic
+        mode. `wall_clock` (default: `clock`) stamps the heartbeats, which stay on real time.
+        `checkpoint_root`: workers get GFS_CHECKPOINT_DIR=<root>/<task>/<worker> (None: the
+        variable is left as the agent's environment has it). `worker_env`: the base environment
+        of workers (default: the allowed part of the agent's own, never a key or the database URL:
+        worker_env.py)."""
+        self.node = node
+        self.journal = journal
+        self.metrics = metrics
+        self.clock = clock
+        self.log_dir = log_dir
+        tracer = trace.get_tracer(TRACER, tracer_provider=tracer_provider)
+        self.publisher = AckPublisher(node=node, sink=sink, key=guard.key, clock=clock, tracer=tracer)
+        self.supervisor = WorkerSupervisor(
+            node=node,
+            gpu_count=backend.count,
+            journal=journal,
+            clock=clock,
+            worker_env=worker_environment(os.environ) if worker_env is None else dict(worker_env),
+            sim_clock=sim_clock,
+            checkpoint_root=checkpoint_root,
+        )
+        self.evictor = Evictor(
+            node=node, journal=journal, supervisor=self.supervisor, publisher=self.publisher,
+            metrics=metrics, tracer=tracer, clock=clock, kill_wait_s=kill_wait_s,
+        )  # fmt: skip
+        self.watcher = WorkerWatcher(
+            supervisor=self.supervisor, journal=journal, publisher=self.publisher,
+            evicting=self.evictor.is_in_flight, clock=clock,
+            retention=guard.max_age + guard.clock_skew, watch_s=watch_s,
+        )  # fmt: skip
+        self.commands = CommandHandler(
+            node=node, guard=guard, clock=clock, journal=journal, metrics=metrics, tracer=tracer,
+            publisher=self.publisher,
+            binder=Binder(
+                journal=journal, supervisor=self.supervisor, publisher=self.publisher, clock=clock,
+                tracer=tracer, log_dir=log_dir,
+            ),
+            evictor=self.evictor,
+            warner=ReclaimWarner(journal=journal, clock=clock),
+        )  # fmt: skip
+        self.clock_ticks = ClockTicks(
+            node=node, journal=journal, sim_clock=sim_clock, supervisor=self.supervisor,
+            watcher=self.watcher, publisher=self.publisher, tracer=tracer, clock_wait_s=clock_wait_s,
+        )  # fmt: skip
+        self.heartbeat = Telemetry(
+            node=node, gpu_model=gpu_model, backend=backend, journal=journal,
+            wall_clock=wall_clock or clock, sink=sink, key=guard.key,
+        )  # fmt: skip
 
-    # Commands ----------------------------------------------------------------------------------
+    # What the service drives ------------------------------------------------------------------
 
     async def handle(
         self, envelope: Envelope[Any], *, headers: Sequence[tuple[str, bytes]] = (), received_at: datetime
     ) -> None:
         """Act on one command read from this node's partition; never raises for a bad command."""
-        command = envelope.payload
-        if not isinstance(command, BindCommand | EvictCommand | WarnCommand):
-            return
-        kind = (
-            "bind"
-            if isinstance(command, BindCommand)
-            else "evict"
-            if isinstance(command, EvictCommand)
-            else "warn"
-        )
-        with self.tracer.start_as_current_span(
-            "agent.verify", attributes={"gfs.command_id": str(command.command_id), "gfs.node": self.node}
-        ) as span:
-            reason = self.guard.check(command, self.clock())
-            if reason is not None:
-                span.set_attribute("gfs.rejected", str(reason))
-                self.reject(
-                    reason,
-                    f"{type(command).__name__} {command.command_id}: "
-                    f"{self.guard.explain(command, reason, self.clock())}",
-                )
-                return
-            seen = self.journal.command(command.command_id)
-        if seen is not None:
-            self.metrics.commands.add(1, {"kind": kind, "result": "repeat"})
-            log.info("repeated command %s (%s): answered again, not acted on", command.command_id, seen.state)
-            await self._answer_again(seen)
-            return
-        trace_headers = [(name, value.decode("utf-8", "replace")) for name, value in headers]
-        if isinstance(command, BindCommand):
-            await self._bind(command, trace_headers, received_at)
-        elif isinstance(command, EvictCommand):
-            await self._evict(command, trace_headers, received_at)
-        else:
-            await self._warn(command, trace_headers, received_at)
-        self.metrics.commands.add(1, {"kind": kind, "result": "accepted"})
+        await self.commands.handle(envelope, headers=headers, received_at=received_at)
 
     def reject(self, reason: Rejection, detail: str) -> None:
-        self.metrics.rejections[reason] += 1
-        self.metrics.rejected.add(1, {"reason": str(reason)})
-        log.warning("command rejected reason=%s %s", reason, detail)
+        """Count and log a command refused before it reached `handle` (undecodable)."""
+        self.commands.reject(reason, detail)
 
-    async def _answer_again(self, seen: CommandEntry) -> None:
-        if seen.kind == "bind":
-            for worker in self.journal.workers_of_command(seen.command_id):
-                if worker.pid is not None:
-                    await self._publish(WORKER_ACK_TOPIC, self._started(worker), seen)
-                elif worker.exit_code == NOT_STARTED_EXIT_CODE:
-                    await self._publish(WORKER_ACK_TOPIC, self._exited_ack(worker), seen)
-        elif seen.ack is not None:
-            await self._publish(EVICT_ACK_TOPIC, seen.ack, seen)
-            seen.ack_published = True
-        # An eviction still in its grace period answers when it ends.
+    async def recover(self) -> None:
+        """After a (re)start, before the first command (recovery.py)."""
+        await recover(
+            node=self.node, journal=self.journal, clock=self.clock, publisher=self.publisher,
+            evictor=self.evictor, watcher=self.watcher,
+        )  # fmt: skip
 
-    # Bind --------------------------------------------------------------------------------------
+    async def watch(self, stop: asyncio.Event) -> None:
+        """Poll the workers for exit until `stop` (watcher.py)."""
+        await self.watcher.watch(stop)
 
-    async def _bind(
-        self, command: BindCommand, headers: list[tuple[str, str]], received_at: datetime
-    ) -> None:
-        entry = CommandEntry(
-            command_id=command.command_id,
-            kind="bind",
-            issued_at=command.issued_at,
-            received_at=received_at,
-            trace_headers=headers,
-        )
-        # A bind the service issued again (reconciliation: it saw no start in time) may meet the
-        # run it stands for, when the first one was only late: a worker of the same attempt that
-        # already runs here is not started twice; its WorkerStarted is published again instead.
-        running = {
-            w.worker_index: w
-            for w in self.journal.live_workers(command.task_id)
-            if command.attempt is not None and w.attempt == command.attempt
-        }
-        workers = [
-            WorkerEntry(
-                command_id=command.command_id,
-                task_id=command.task_id,
-                worker_index=p.worker_index,
-                task_class=str(command.task_class),
-                attempt=command.attempt,
-                gpu_indices=p.gpu_indices,
-                gpu_fraction=p.gpu_fraction,
-                # One path component per id: a task id such as `../x` stays inside the log folder.
-                log_path=str(
-                    self.log_dir / f"{path_part(command.task_id)}.{p.worker_index}.{command.command_id}.log"
-                ),
-            )
-            for p in command.placements
-            if p.worker_index not in running
-        ]
-        self.journal.state.commands[str(command.command_id)] = entry
-        for worker in workers:
-            self.journal.state.workers[worker.key] = worker
-        self.journal.save()  # "starting": a crash from here on is recoverable (see the module doc)
-        revoked = self.journal.state.revoked.get(command.task_id, {})
-        if command.attempt is not None and command.attempt in revoked:
-            evicted: tuple[UUID, datetime] | None = revoked[command.attempt]  # this very run revoked
-        else:  # commands without an attempt: an eviction issued after this bind
-            unstarted = self.journal.state.evicted_unstarted.get(command.task_id)
-            evicted = unstarted if unstarted is not None and unstarted[1] >= command.issued_at else None
-        with self.tracer.start_as_current_span(
-            "agent.spawn", attributes={"gfs.task_id": command.task_id, "gfs.workers": len(workers)}
-        ):
-            for worker in workers:
-                if evicted is not None:
-                    # Evicted before this bind arrived: starting it would run a task the
-                    # scheduler has already taken off this node.
-                    worker.evicting_command = evicted[0]
-                    self._not_started(worker, self.clock(), f"evicted by {evicted[0]} before it started")
-                else:
-                    self._start(command, worker)
-        entry.state = "done"
-        # The pids reach the disk at the reader's flush before it commits; a crash before that is
-        # covered by the environment marker (see `recover`).
-        self.journal.mark()
-        wanted = {p.worker_index for p in command.placements}
-        for worker in running.values():
-            if worker.pid is not None and worker.worker_index in wanted:
-                await self._publish(WORKER_ACK_TOPIC, self._started(worker), entry)
-        for worker in workers:
-            if worker.pid is not None:
-                await self._publish(WORKER_ACK_TOPIC, self._started(worker), entry)
-                worker.started_acked = True  # only now may the watcher report its exit
-            else:
-                worker.exit_acked = True  # set first so the watcher does not report it too
-                await self._publish(WORKER_ACK_TOPIC, self._exited_ack(worker), entry)
+    async def on_tick(self, tick: ClockTick) -> ClockAck | None:
+        """Handle a ClockTick (clock_ticks.py); returns the ClockAck published, if one was."""
+        return await self.clock_ticks.on_tick(tick)
+
+    def telemetry(self) -> NodeTelemetry:
+        """One sample of every GPU, with the shares the agent's running workers hold."""
+        return self.heartbeat.sample()
+
+    async def publish_telemetry(self) -> None:
+        await self.heartbeat.publish()
+
+    @property
+    def evictions(self) -> Mapping[UUID, asyncio.Task[None]]:
+        """The evictions in their grace period (the evictor's): cancelled when the agent stops."""
+        return self.evictor.in_flight

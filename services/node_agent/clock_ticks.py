@@ -3,7 +3,12 @@
 Only ADVANCE moves the agent's time (services/node_agent/sim_clock.py): its workers due by then
 exit, the others take their checkpoints, and the agent answers once each of them is done, after
 the exits' WorkerExited acks were delivered, with the earliest exit still ahead (the driver plays
-that instant next). A mixin of `NodeAgent`: the same journal, children and publisher.
+that instant next).
+
+`ClockTicks` owns nothing but the wait it allows (`clock_wait_s`); the sim clock itself (the time,
+the last sequence handled) is the `SimClock` it is given. It asks the supervisor whether a worker
+is gone, has the watcher reap and report exits (the watcher's lock keeps that one at a time) and
+publishes the ClockAck through the agent's publisher.
 """
 
 from __future__ import annotations
@@ -13,19 +18,16 @@ import logging
 import math
 from collections.abc import Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+
+from opentelemetry.trace import Tracer
 
 from schemas.clock import ClockAck, ClockPhase, ClockTick
 from schemas.topics import CLOCK_ACK_TOPIC
-from services.node_agent import procs
-from services.node_agent.journal import WorkerEntry
-from services.node_agent.sim_clock import epoch_to_utc, read_seen
-
-if TYPE_CHECKING:
-    from opentelemetry.trace import Tracer
-
-    from services.node_agent.journal import CommandEntry, Journal
-    from services.node_agent.sim_clock import SimClock
+from services.node_agent.journal import Journal, WorkerEntry
+from services.node_agent.publisher import AckPublisher
+from services.node_agent.sim_clock import SimClock, epoch_to_utc, read_seen
+from services.node_agent.watcher import WorkerWatcher
+from services.node_agent.workers import WorkerSupervisor
 
 log = logging.getLogger("services.node_agent.agent")
 
@@ -34,19 +36,29 @@ _CLOCK_ACK_ATTEMPTS = 3
 
 
 class ClockTicks:
-    # What the mixin uses of NodeAgent (which sets and defines them).
-    node: str
-    journal: Journal
-    sim_clock: SimClock | None
-    clock_wait_s: float
-    tracer: Tracer
-    _children: dict[str, Any]
+    """Handles this node's ClockTicks (module doc). `sim_clock` None (wall mode): ticks mean
+    nothing. `clock_wait_s`: how long an ADVANCE waits for the workers before answering anyway."""
 
-    if TYPE_CHECKING:
-
-        async def poll_workers(self) -> None: ...
-
-        async def _publish(self, topic_name: str, payload: Any, entry: CommandEntry | None) -> None: ...
+    def __init__(
+        self,
+        *,
+        node: str,
+        journal: Journal,
+        sim_clock: SimClock | None,
+        supervisor: WorkerSupervisor,
+        watcher: WorkerWatcher,
+        publisher: AckPublisher,
+        tracer: Tracer,
+        clock_wait_s: float,
+    ) -> None:
+        self.node = node
+        self.journal = journal
+        self.sim_clock = sim_clock
+        self.supervisor = supervisor
+        self.watcher = watcher
+        self.publisher = publisher
+        self.tracer = tracer
+        self.clock_wait_s = clock_wait_s
 
     async def on_tick(self, tick: ClockTick) -> ClockAck | None:
         """Handle a ClockTick (topic mode); returns the ClockAck published, if one was.
@@ -99,7 +111,7 @@ class ClockTicks:
             )
             for attempt in range(1, _CLOCK_ACK_ATTEMPTS + 1):
                 try:
-                    await self._publish(CLOCK_ACK_TOPIC, ack, None)
+                    await self.publisher.publish(CLOCK_ACK_TOPIC, ack, None)
                     break
                 except Exception as exc:
                     log.warning("ClockAck %d not published (attempt %d): %r", tick.sequence, attempt, exc)
@@ -108,19 +120,6 @@ class ClockTicks:
                     await asyncio.sleep(0.2 * 2 ** (attempt - 1))
         log.info("clock at %s (tick %d): exited %s", tick.at.isoformat(), tick.sequence, list(exited) or "-")
         return ack
-
-    def _gone(self, worker: WorkerEntry) -> bool:
-        """The worker's process ended (reaped or not yet)."""
-        if not worker.live:
-            return True
-        process = self._children.get(worker.key)
-        if process is not None:
-            return process.poll() is not None  # reaps it; `poll_workers` reads the same code
-        return (
-            worker.start_ticks is None
-            or worker.pid is None
-            or not procs.is_running(worker.pid, worker.start_ticks)
-        )
 
     def _saw(self, worker: WorkerEntry, at: float) -> bool:
         assert self.sim_clock is not None
@@ -131,7 +130,7 @@ class ClockTicks:
         loop = asyncio.get_running_loop()
         pending = list(workers)
         while True:
-            pending = [w for w in pending if not self._gone(w) and not self._saw(w, at)]
+            pending = [w for w in pending if not self.supervisor.has_ended(w) and not self._saw(w, at)]
             if not pending:
                 return
             if loop.time() >= deadline:
@@ -150,7 +149,7 @@ class ClockTicks:
         until each of their WorkerExited is delivered, so the ClockAck never overtakes one."""
         loop = asyncio.get_running_loop()
         while True:
-            await self.poll_workers()
+            await self.watcher.poll_workers()
             unreported = [w for w in workers if not w.live and not w.exit_acked]
             if not unreported:
                 return

@@ -1,7 +1,11 @@
 """Eviction: SIGTERM first (the latency that matters), journal the command as accepted, then wait
 out the grace period in a task of its own, SIGKILL what is left, journal the ack and publish it.
 
-Part of the node agent (agent.py): a class over the worker supervision (workers.py).
+`Evictor` owns the evictions in flight: one asyncio task per accepted eviction command, from its
+SIGTERM until its ack is published (or the agent stops: it stays "accepted" in the journal and
+recovery resumes it with `resume`). It is given the supervisor (to wait for the workers' exits),
+the publisher (for the ack) and the metrics (SIGTERM latency). While an eviction is in flight its
+ack is its own to publish; the watcher asks `is_in_flight` before retrying an unpublished one.
 """
 
 from __future__ import annotations
@@ -9,25 +13,64 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
+from uuid import UUID
+
+from opentelemetry.trace import Tracer
 
 from schemas.commands import EvictAck, EvictCommand, EvictOutcome
 from schemas.fields import scrub_text
 from schemas.topics import EVICT_ACK_TOPIC
 from services.node_agent import procs
-from services.node_agent.journal import CommandEntry, WorkerEntry
-from services.node_agent.workers import WorkerSupervision
+from services.node_agent.agent_metrics import AgentMetrics
+from services.node_agent.journal import CommandEntry, Journal, WorkerEntry
+from services.node_agent.publisher import AckPublisher
+from services.node_agent.workers import WorkerSupervisor
 
 # Every part of the agent logs under the one logger name it always had, so a deployment's log
 # filters (and tests' caplog) see the same records whichever module emits them.
 log = logging.getLogger("services.node_agent.agent")
 
 
-class Evictions(WorkerSupervision):
-    async def _evict(
+class Evictor:
+    """Carries out eviction commands; owns the ones in flight (module doc). `kill_wait_s`: how
+    long to wait for the workers' exit after SIGKILL before the ack says they still run."""
+
+    def __init__(
+        self,
+        *,
+        node: str,
+        journal: Journal,
+        supervisor: WorkerSupervisor,
+        publisher: AckPublisher,
+        metrics: AgentMetrics,
+        tracer: Tracer,
+        clock: Callable[[], datetime],
+        kill_wait_s: float,
+    ) -> None:
+        self.node = node
+        self.journal = journal
+        self.supervisor = supervisor
+        self.publisher = publisher
+        self.metrics = metrics
+        self.tracer = tracer
+        self.clock = clock
+        self.kill_wait_s = kill_wait_s
+        self._in_flight: dict[UUID, asyncio.Task[None]] = {}
+
+    @property
+    def in_flight(self) -> Mapping[UUID, asyncio.Task[None]]:
+        """The evictions in their grace period, by command id (the agent cancels them on stop)."""
+        return self._in_flight
+
+    def is_in_flight(self, command_id: UUID) -> bool:
+        return command_id in self._in_flight
+
+    async def evict(
         self, command: EvictCommand, headers: list[tuple[str, str]], received_at: datetime
     ) -> None:
+        """SIGTERM the command's targets and accept it; the grace period runs in a task of its own."""
         # An eviction naming an attempt stops that run only: a later run of the same task on this
         # node (bound after the service saw this run end) is not its business.
         targets = [
@@ -69,11 +112,19 @@ class Evictions(WorkerSupervision):
             self.metrics.sigterm_since_issued.record((entry.sigterm_at - command.issued_at).total_seconds())
         self._finish_later(entry)
 
+    def resume(self, entry: CommandEntry) -> None:
+        """An eviction accepted before a restart: a target not yet signalled gets its SIGTERM now;
+        the grace period still runs from the SIGTERM journaled before the restart when there was one."""
+        targets = [self.journal.state.workers[k] for k in entry.targets if k in self.journal.state.workers]
+        with self.publisher.in_trace_of(entry):
+            self._signal(entry, targets, signal.SIGTERM)
+            self._finish_later(entry)
+
     def _finish_later(self, entry: CommandEntry) -> None:
         # Runs in the current context (the command's span), so its ack continues the same trace.
         task = asyncio.create_task(self._finish_eviction(entry), name=f"evict-{entry.command_id}")
-        self.evictions[entry.command_id] = task
-        task.add_done_callback(lambda _: self.evictions.pop(entry.command_id, None))
+        self._in_flight[entry.command_id] = task
+        task.add_done_callback(lambda _: self._in_flight.pop(entry.command_id, None))
 
     def _signal(self, entry: CommandEntry, targets: Sequence[WorkerEntry], sig: signal.Signals) -> None:
         for worker in targets:
@@ -110,7 +161,7 @@ class Evictions(WorkerSupervision):
             # Never more than the grace: on the sim clock a resumed eviction's SIGTERM time and
             # "now" (the wall clock until the next tick) may be years apart.
             wait_s = min(entry.grace_seconds, (deadline - self.clock()).total_seconds())
-            await self._wait_exited(targets, wait_s)
+            await self.supervisor.wait_exited(targets, wait_s)
             remaining = [w for w in targets if w.live]
             if remaining:
                 with self.tracer.start_as_current_span(
@@ -118,7 +169,7 @@ class Evictions(WorkerSupervision):
                 ):
                     self._signal(entry, remaining, signal.SIGKILL)
                 self.journal.mark()
-                await self._wait_exited(remaining, self.kill_wait_s)
+                await self.supervisor.wait_exited(remaining, self.kill_wait_s)
         outcome, detail = self._outcome(entry, targets)
         entry.ack = EvictAck(
             command_id=entry.command_id,
@@ -133,8 +184,8 @@ class Evictions(WorkerSupervision):
         self.journal.mark()  # a crash before the flush resumes the eviction and acks it again
         log.info("evict %s: %s %s", entry.command_id, outcome, detail)
         try:
-            await self._publish(EVICT_ACK_TOPIC, entry.ack, entry)
-        except Exception as exc:  # the watcher retries it (see publish_pending)
+            await self.publisher.publish(EVICT_ACK_TOPIC, entry.ack, entry)
+        except Exception as exc:  # the watcher retries it (watcher.py: publish_pending)
             log.warning("EvictAck %s not published yet: %r", entry.command_id, exc)
             return
         entry.ack_published = True

@@ -110,7 +110,7 @@ class JournalState(BaseModel):
     commands: dict[str, CommandEntry] = Field(default_factory=dict)
     # Tasks an EvictCommand named while none of their workers ran here: the eviction's command id
     # and issued_at. Bind and evict travel on different topics, so a bind issued before the
-    # eviction may arrive after it; it must not start (see Agent._bind).
+    # eviction may arrive after it; it must not start (see binds.py).
     evicted_unstarted: dict[str, tuple[UUID, datetime]] = Field(default_factory=dict)
     # Attempts an EvictCommand revoked, per task: attempt -> (the eviction's id, its issued_at).
     # A bind of a revoked attempt never starts, whatever order the two commands were read in

@@ -1,11 +1,12 @@
 """Reclaim warnings (issue 27 item 2): a signed WarnCommand makes the agent send SIGUSR1 to the
 warned run's workers on this node, so they checkpoint before a likely eviction.
 
-Part of the node agent (agent.py): a class over the evictions (eviction.py), whose worker table it
-reads. Nothing is stopped and nothing is acknowledged: the scheduler does not wait on a warning,
-and its TaskReclaimWarning event already tells the user. The command is journaled (kind "warn",
-the workers signalled in `targets`), each worker's `warned_at` and `warnings` count too, so a
-redelivered command is recognised by its id and never signals twice.
+`ReclaimWarner` owns no state of its own: it is given the journal (whose worker table it reads and
+where it records each warning) and the agent's clock. Nothing is stopped and nothing is
+acknowledged: the scheduler does not wait on a warning, and its TaskReclaimWarning event already
+tells the user. The command is journaled (kind "warn", the workers signalled in `targets`), each
+worker's `warned_at` and `warnings` count too, so a redelivered command is recognised by its id and
+never signals twice.
 
 SIGUSR1's default action terminates a process, so a worker is signalled only when the leader of
 its process group handles or ignores SIGUSR1 (/proc/PID/status `SigCgt`/`SigIgn`); one that never
@@ -17,23 +18,27 @@ from __future__ import annotations
 
 import logging
 import signal
+from collections.abc import Callable
 from datetime import datetime
 
 from schemas.commands import WarnCommand
 from services.node_agent import procs
-from services.node_agent.eviction import Evictions
-from services.node_agent.journal import CommandEntry
+from services.node_agent.journal import CommandEntry, Journal
 
-# The agent's one logger name (see eviction.py).
+# The agent's one logger name (see workers.py).
 log = logging.getLogger("services.node_agent.agent")
 
 WARN_SIGNAL = signal.SIGUSR1
 
 
-class ReclaimWarnings(Evictions):
-    async def _warn(
-        self, command: WarnCommand, headers: list[tuple[str, str]], received_at: datetime
-    ) -> None:
+class ReclaimWarner:
+    """Signals the warned run's workers (module doc)."""
+
+    def __init__(self, *, journal: Journal, clock: Callable[[], datetime]) -> None:
+        self.journal = journal
+        self.clock = clock
+
+    async def warn(self, command: WarnCommand, headers: list[tuple[str, str]], received_at: datetime) -> None:
         targets = [
             w
             for w in self.journal.live_workers(command.task_id)

@@ -176,10 +176,11 @@ async def run_node_agent(
                         "acks delayed at random by up to %.3f s (AGENT_ACK_DELAY_MAX_S): tests, benches only",
                         settings.agent_ack_delay_max_s,
                     )
+                gpu_model = options.gpu_model or backend.model
                 agent = NodeAgent(
                     node=options.node,
                     backend=backend,
-                    gpu_model=options.gpu_model or backend.model,
+                    gpu_model=gpu_model,
                     journal=journal,
                     guard=guard,
                     sink=delayed or producer,
@@ -236,7 +237,7 @@ async def run_node_agent(
                     "node agent %s ready (%d GPUs %s, journal %s, %s clock)",
                     options.node,
                     backend.count,
-                    agent.gpu_model,
+                    gpu_model,
                     journal.path,
                     settings.agent_clock,
                 )

@@ -1,7 +1,10 @@
 """Telemetry: one sample of every GPU with the shares the agent's running workers hold, signed,
 on the wall clock (it doubles as the node's heartbeat).
 
-Part of the node agent (agent.py): a class over `AgentBase`.
+`Telemetry` owns no state of its own: it is given the GPU reader (`GpuBackend`), the journal (the
+live workers: their GPU shares and the `running` report of reconciliation), the wall clock, and
+where and how to publish (the sink, the node key). It does not go through the ack publisher: a
+heartbeat is no answer to a command, has no command trace to continue and stays on the wall clock.
 """
 
 from __future__ import annotations
@@ -10,11 +13,15 @@ import collections
 import contextlib
 import logging
 import os
+from collections.abc import Callable
+from datetime import datetime
 
 from schemas.envelope import wrap
 from schemas.telemetry import GpuAllocation, GpuProcess, GpuSample, NodeTelemetry, RunningWorker
 from schemas.topics import TELEMETRY_TOPIC
-from services.node_agent.agent_base import PRODUCER, AgentBase
+from services.node_agent.gpu import GpuBackend
+from services.node_agent.journal import Journal
+from services.node_agent.publisher import PRODUCER, AckSink
 from services.platform.signing import sign
 
 # Every part of the agent logs under the one logger name it always had, so a deployment's log
@@ -22,8 +29,29 @@ from services.platform.signing import sign
 log = logging.getLogger("services.node_agent.agent")
 
 
-class Telemetry(AgentBase):
-    def telemetry(self) -> NodeTelemetry:
+class Telemetry:
+    """Samples the GPUs and publishes the node's heartbeat (module doc)."""
+
+    def __init__(
+        self,
+        *,
+        node: str,
+        gpu_model: str,
+        backend: GpuBackend,
+        journal: Journal,
+        wall_clock: Callable[[], datetime],
+        sink: AckSink,
+        key: bytes,
+    ) -> None:
+        self.node = node
+        self.gpu_model = gpu_model
+        self.backend = backend
+        self.journal = journal
+        self.wall_clock = wall_clock
+        self.sink = sink
+        self.key = key
+
+    def sample(self) -> NodeTelemetry:
         """One sample of every GPU, with the shares the agent's running workers hold."""
         shares: dict[int, dict[str, float]] = collections.defaultdict(dict)
         task_of_group: dict[int, str] = {}
@@ -72,10 +100,10 @@ class Telemetry(AgentBase):
             running=running,
         )  # fmt: skip
 
-    async def publish_telemetry(self) -> None:
+    async def publish(self) -> None:
         # The heartbeat stays on the wall clock in topic mode: it says the node is alive now.
         # Signed like every report (the heartbeat, capacity and `running` drive decisions).
-        sample = sign(self.telemetry(), key=self.guard.key)
+        sample = sign(self.sample(), key=self.key)
         await self.sink.send(TELEMETRY_TOPIC, wrap(sample, producer=PRODUCER, occurred_at=self.wall_clock()))
 
 

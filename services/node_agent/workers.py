@@ -1,7 +1,11 @@
 """Worker supervision: start a bound worker (its environment, GPUs, clock and checkpoint folder),
-watch the workers for exit, and publish what was recorded but not yet published.
+notice when it ends, and let others wait for that.
 
-Part of the node agent (agent.py): a class over `AgentBase`, below eviction and recovery.
+`WorkerSupervisor` owns the processes the agent started: its children (`subprocess.Popen`, only a
+parent may reap them) and one exit event per worker key. It records what it sees on the workers'
+journal entries (pid, start, exit) but publishes nothing: reporting exits is the watcher's job
+(watcher.py), which calls `reap`. Binds start workers through it, the evictor waits on it, the
+clock ticks ask it whether a worker is gone.
 """
 
 from __future__ import annotations
@@ -9,40 +13,99 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Sequence
-from datetime import datetime, timedelta
+from collections.abc import Callable, Sequence
+from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from schemas.commands import BindCommand
 from schemas.fields import scrub_text
-from schemas.topics import EVICT_ACK_TOPIC, WORKER_ACK_TOPIC
 from services.node_agent import procs
-from services.node_agent.agent_base import (
-    NOT_STARTED_EXIT_CODE,
-    SIM_ENV,
-    UNKNOWN_EXIT_CODE,
-    UNKNOWN_EXIT_DETAIL,
-    WORKER_MARKER,
-    AgentBase,
-)
-from services.node_agent.journal import WorkerEntry
+from services.node_agent.journal import Journal, WorkerEntry
 from services.node_agent.paths import path_part
+from services.node_agent.sim_clock import SimClock
 from services.node_agent.worker_env import strip_secrets
 
 # Every part of the agent logs under the one logger name it always had, so a deployment's log
 # filters (and tests' caplog) see the same records whichever module emits them.
 log = logging.getLogger("services.node_agent.agent")
 
+# A re-adopted worker is not the new agent's child, so its exit status cannot be collected
+# (only a parent may wait for it). Its WorkerExited carries this code and says so in `detail`.
+UNKNOWN_EXIT_CODE = -1
+UNKNOWN_EXIT_DETAIL = "exit status unknown: the worker was re-adopted after an agent restart"
+NOT_STARTED_EXIT_CODE = 127  # the shell's "command not found" status, as WorkerExited documents
+# The environment marker that finds a worker forked just before the agent died (see procs).
+WORKER_MARKER = "GFS_AGENT_WORKER"
+# What a worker learns of the controllable clock and of its restart (see `start`).
+SIM_ENV = ("GFS_SIM_CLOCK_FILE", "GFS_SIM_START", "GFS_CLOCK_SEEN_FILE")
 
-class WorkerSupervision(AgentBase):
-    def _start(self, command: BindCommand, worker: WorkerEntry) -> None:
+
+def mark_not_started(worker: WorkerEntry, now: datetime, detail: str) -> None:
+    """Record on `worker` that it never ran (exit 127 with the reason)."""
+    # Scrubbed: the detail echoes OS errors, and WorkerExited.detail refuses control characters.
+    worker.exited_at, worker.exit_code = now, NOT_STARTED_EXIT_CODE
+    worker.exit_detail = scrub_text(detail)[:2000]
+    log.warning("task=%s worker=%d not started: %s", worker.task_id, worker.worker_index, detail)
+
+
+class WorkerSupervisor:
+    """The processes this agent started (module doc).
+
+    `worker_env` is the base environment of every worker (already the allowed part of the agent's
+    own: worker_env.py); `checkpoint_root` (None: left as `worker_env` has it) gives each worker
+    GFS_CHECKPOINT_DIR=<root>/<task>/<worker>; `sim_clock` (topic mode) tells workers where the
+    controllable clock is. `clock` is the agent's time."""
+
+    def __init__(
+        self,
+        *,
+        node: str,
+        gpu_count: int,
+        journal: Journal,
+        clock: Callable[[], datetime],
+        worker_env: dict[str, str],
+        sim_clock: SimClock | None = None,
+        checkpoint_root: Path | None = None,
+    ) -> None:
+        self.node = node
+        self.gpu_count = gpu_count
+        self.journal = journal
+        self.clock = clock
+        self.worker_env = worker_env
+        self.sim_clock = sim_clock
+        self.checkpoint_root = checkpoint_root
+        self._children: dict[str, Any] = {}  # worker key -> subprocess.Popen (our own children)
+        self._exited: dict[str, asyncio.Event] = {}
+
+    def start(self, command: BindCommand, worker: WorkerEntry) -> None:
+        """Fork `worker` of `command`; on success its pid and start are on the entry (not yet saved)."""
         now = self.clock()
-        missing = [i for i in worker.gpu_indices if i >= self.backend.count]
+        missing = [i for i in worker.gpu_indices if i >= self.gpu_count]
         if missing:
-            self._not_started(
-                worker, now, f"GPU indices {missing} do not exist on this node ({self.backend.count} GPUs)"
+            mark_not_started(
+                worker, now, f"GPU indices {missing} do not exist on this node ({self.gpu_count} GPUs)"
             )
             return
+        env = self._environment(command, worker)
+        try:
+            process = procs.spawn(command.command, env=env, log_path=Path(worker.log_path))
+        except OSError as exc:
+            mark_not_started(worker, now, f"cannot start {procs.describe(command.command)[:200]}: {exc}")
+            return
+        worker.pid = process.pid
+        worker.start_ticks = procs.start_ticks(process.pid)
+        worker.started_at = now
+        self._children[worker.key] = process
+        log.info(
+            "started task=%s worker=%d pid=%d gpus=%s",
+            worker.task_id,
+            worker.worker_index,
+            process.pid,
+            env["CUDA_VISIBLE_DEVICES"],
+        )
+
+    def _environment(self, command: BindCommand, worker: WorkerEntry) -> dict[str, str]:
         env = dict(self.worker_env)
         env.update(
             CUDA_VISIBLE_DEVICES=",".join(str(i) for i in worker.gpu_indices),
@@ -75,30 +138,10 @@ class WorkerSupervision(AgentBase):
             env["GFS_SIM_START"] = repr(self.sim_clock.epoch())
             env["GFS_CLOCK_SEEN_FILE"] = str(self.sim_clock.seen_file(worker.command_id, worker.worker_index))
         strip_secrets(env)  # whatever `worker_env` held, no worker sees the keys or the database URL
-        try:
-            process = procs.spawn(command.command, env=env, log_path=Path(worker.log_path))
-        except OSError as exc:
-            self._not_started(worker, now, f"cannot start {procs.describe(command.command)[:200]}: {exc}")
-            return
-        worker.pid = process.pid
-        worker.start_ticks = procs.start_ticks(process.pid)
-        worker.started_at = now
-        self._children[worker.key] = process
-        log.info(
-            "started task=%s worker=%d pid=%d gpus=%s",
-            worker.task_id,
-            worker.worker_index,
-            process.pid,
-            env["CUDA_VISIBLE_DEVICES"],
-        )
+        return env
 
-    def _not_started(self, worker: WorkerEntry, now: datetime, detail: str) -> None:
-        # Scrubbed: the detail echoes OS errors, and WorkerExited.detail refuses control characters.
-        worker.exited_at, worker.exit_code = now, NOT_STARTED_EXIT_CODE
-        worker.exit_detail = scrub_text(detail)[:2000]
-        log.warning("task=%s worker=%d not started: %s", worker.task_id, worker.worker_index, detail)
-
-    async def _wait_exited(self, workers: Sequence[WorkerEntry], timeout_s: float) -> None:
+    async def wait_exited(self, workers: Sequence[WorkerEntry], timeout_s: float) -> None:
+        """Until each live one of `workers` was reaped, or `timeout_s` passed."""
         waits = [self._exit_event(w.key).wait() for w in workers if w.live]
         if not waits:
             return
@@ -111,27 +154,22 @@ class WorkerSupervision(AgentBase):
             event = self._exited[key] = asyncio.Event()
         return event
 
-    # Watching workers --------------------------------------------------------------------------
+    def has_ended(self, worker: WorkerEntry) -> bool:
+        """The worker's process ended (reaped or not yet)."""
+        if not worker.live:
+            return True
+        process = self._children.get(worker.key)
+        if process is not None:
+            return process.poll() is not None  # reaps it; `reap` reads the same code
+        return (
+            worker.start_ticks is None
+            or worker.pid is None
+            or not procs.is_running(worker.pid, worker.start_ticks)
+        )
 
-    async def watch(self, stop: asyncio.Event) -> None:
-        """Poll the workers for exit until `stop`; report each exit; prune the journal now and then."""
-        while not stop.is_set():
-            await self.poll_workers()
-            self.journal.flush()
-            now = self.clock()
-            # abs: a sim clock may start behind the wall clock the agent started on.
-            if abs(now - self._last_prune) > timedelta(seconds=60):
-                self._last_prune = now
-                if self.journal.prune(now - self.guard.max_age - self.guard.clock_skew):
-                    self.journal.save()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), timeout=self.watch_s)
-
-    async def poll_workers(self) -> None:
-        async with self._polling:
-            await self._poll_workers()
-
-    async def _poll_workers(self) -> None:
+    def reap(self) -> list[WorkerEntry]:
+        """Record the exit of every live worker that ended (journal saved before it returns, exit
+        events set); returns them. A re-adopted worker's exit status is unknown (see above)."""
         ended: list[WorkerEntry] = []
         for worker in self.journal.live_workers():
             if worker.pid is None or worker.start_ticks is None:
@@ -164,34 +202,4 @@ class WorkerSupervision(AgentBase):
                     worker.exit_code,
                     worker.evicting_command is not None,
                 )
-        await self.publish_pending()
-
-    async def publish_pending(self) -> None:
-        """Acks recorded but not yet published: worker exits, and eviction acks whose publish
-        failed. A WorkerExited waits for its WorkerStarted, so the two never arrive swapped."""
-        for entry in self.journal.state.commands.values():
-            if entry.ack is not None and not entry.ack_published and entry.command_id not in self.evictions:
-                with contextlib.suppress(Exception):
-                    await self._publish(EVICT_ACK_TOPIC, entry.ack, entry)
-                    entry.ack_published = True
-                    self.journal.mark()
-        pending = [
-            w
-            for w in self.journal.state.workers.values()
-            if not w.live and not w.exit_acked and (w.started_acked or w.pid is None)
-        ]
-        if not pending:
-            return
-        results = await asyncio.gather(
-            *(
-                self._publish(WORKER_ACK_TOPIC, self._exited_ack(w), self.journal.command(w.command_id))
-                for w in pending
-            ),
-            return_exceptions=True,
-        )
-        for worker, result in zip(pending, results, strict=True):
-            if isinstance(result, BaseException):
-                log.warning("WorkerExited for %s not published yet: %r", worker.key, result)
-            else:
-                worker.exit_acked = True
-        self.journal.mark()
+        return ended

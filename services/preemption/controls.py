@@ -321,7 +321,7 @@ def register(app: web.Application, decider: DeciderView) -> None:
             pools[name] = {
                 "applied": c.controls.as_dict(),
                 "in_sync": wanted == c.controls,
-                "eviction_budget_left": c.runtime.eviction_budget(max(now, c.runtime.now)),
+                "eviction_budget_left": c.runtime.cap.budget(max(now, c.runtime.now)),
                 "quota_gpus": {str(h): q for h, q in sorted(c.runtime.quota.items())},
                 "tenant_budgets": budgets_view(c.runtime, now),
             }

@@ -23,7 +23,8 @@ consumer) is never read as a failure of the nodes (docs/decisions.md, "Stalls ar
   an SRE acts; the hold is logged and counted (`gfs_preemption_node_loss_held`).
 - The SRE kill switch also stops NODE_LOST (`KILL_SWITCH`): it means "no preemption at all".
 
-Pure functions and small state only: the I/O (consumer positions, the timer) is in service.py.
+Pure functions and small state only: the I/O (consumer positions, the timer) is in service.py and
+the decider's hearing.py.
 """
 
 from __future__ import annotations

@@ -14,30 +14,32 @@ from typing import TYPE_CHECKING
 from opentelemetry.metrics import CallbackOptions, Meter, Observation
 
 if TYPE_CHECKING:
-    from services.preemption.service import Decider
+    from services.preemption.decider import Decider
 
 
 def register_metrics(meter: Meter, decider: Decider) -> None:
-    """Create the decider's instruments on `meter`: the two it writes to (decision latency, the
-    decisions counter) are set on it; the rest are read from its live state at each scrape."""
-    decider.latency_hist = meter.create_histogram(
+    """Create the decider's instruments on `meter`: the ones it writes to (decision latency, the
+    decisions, node-loss holds, refused and unsigned reports) are set on its `instruments`
+    (counters.py); the rest are read from its live state at each scrape."""
+    instruments = decider.instruments
+    instruments.latency_hist = meter.create_histogram(
         "gfs_preemption_decision_latency_seconds", unit="s",
         description="From reading an inbox batch to its decisions, journal and commands committed",
     )  # fmt: skip
-    decider.decisions_counter = meter.create_counter(
+    instruments.decisions_counter = meter.create_counter(
         "gfs_preemption_decisions", description="Decision records by kind"
     )  # exported as gfs_preemption_decisions_total
-    decider.held_counter = meter.create_counter(
+    instruments.held_counter = meter.create_counter(
         "gfs_preemption_node_loss_held",
         description="Times a pool's silent nodes were kept, not declared lost, by reason "
         "(input_lag, mass_silence, kill_switch): a stall is not a failure",
     )  # exported as gfs_preemption_node_loss_held_total
-    decider.refused_counter = meter.create_counter(
+    instruments.refused_counter = meter.create_counter(
         "gfs_preemption_acks_refused",
         description="Acks and telemetry refused and dead-lettered, by type and reason: unmatched (not "
         "the command they claim to answer), unsigned, malformed_signature, signature_mismatch",
     )  # exported as gfs_preemption_acks_refused_total
-    decider.unsigned_counter = meter.create_counter(
+    instruments.unsigned_counter = meter.create_counter(
         "gfs_preemption_acks_unsigned",
         description="Unsigned acks and telemetry applied because PREEMPTION_REQUIRE_SIGNED_ACKS is off",
     )  # exported as gfs_preemption_acks_unsigned_total

@@ -113,7 +113,7 @@ class Router:
     hearing: Heard = field(default_factory=Heard)
     # Telemetry not signed by its node (report_auth.py) is dead-lettered here, before its node's
     # pool is stored: a forged sample must not move a node to another pool (its real acks would
-    # then be routed there and refused). Acks are checked by the decider (service.py).
+    # then be routed there and refused). Acks are checked by the decider (decider/reading.py).
     auth: ReportAuth | None = None
     on_refused: Callable[[NodeTelemetry, str], None] = lambda _sample, _reason: None
     unauthenticated: int = 0

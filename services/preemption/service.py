@@ -15,8 +15,9 @@ Shape (docs/services.md, "Preemption service"):
   After a batch failed with an error a record may cause (`poison.py`), the records up to that
   batch's end are decided one per transaction; the one that fails alone is dead-lettered with the
   error and its offset stored, so one record never stops a partition (issue 22).
-- On the wall clock, a timer armed at the owned pools' earliest `next_due` (decider_timers.DueWake)
-  runs the tick's path for the pools due, so deadlines and period ends are acted on at their time.
+- On the wall clock, a timer armed at the owned pools' earliest `next_due` (`DueWake`,
+  decider/due_wake.py) runs the tick's path for the pools due, so deadlines and period ends are
+  acted on at their time.
 - A timer (every `preemption_tick_s`) runs the controllers' periodic work (guarantee periods,
   held binds past their deadline, an expired quota, a scheduling pass) and marks nodes whose
   heartbeat stopped as down (by the rules of liveness.py: silence counts only while the service
@@ -26,12 +27,12 @@ Shape (docs/services.md, "Preemption service"):
   where a live deployment keeps its state (store.refuse_live_schema). Ownership and the journal are
   keyed by (inbox topic, partition), so deployments with their own inbox topics never fence each other.
 
-The decider is one object built of parts, a class per concept, each in its own module importing
-only the parts below it (a layers contract in pyproject.toml): `Decider` (here, with the wiring:
-`run_preemption_service`) <- `decider_inbox` (a batch of records decoded, checked, decided) |
-`decider_timers` (the timer's work, node liveness, pool statuses) <- `decider_commit` (the one
-transaction, snapshots) <- `decider_base` (owned partitions, claim and replay) <-
-`service_settings` (`PreemptionSettings`).
+The decider (the `decider/` package; its `__init__` lists its collaborators) is built here, with
+the router, the outbox relay, the timers and the SRE API: `run_preemption_service` is the
+composition root. The router and the decider are wired to each other through what they share,
+built first: the node keys and the report check (`report_auth`), the router's hearing (how far it
+has read, which the decider's node liveness waits on), and the decider's handoff and refusal count,
+which the router is given.
 """
 
 from __future__ import annotations
@@ -59,24 +60,17 @@ from services.platform.signing import node_key
 from services.platform.timer import every, failure_counter
 from services.preemption import store
 from services.preemption.api import build_api
-from services.preemption.decider_base import PRODUCER, TRACER, Stats
-from services.preemption.decider_inbox import Inbox
-from services.preemption.decider_timers import DueWake, Timers
-from services.preemption.handoff import Handoff
+from services.preemption.decider import Decider, DueWake, NodeKeys
+from services.preemption.decider.counters import Stats
+from services.preemption.decider.names import PRODUCER, TRACER
 from services.preemption.metrics import register_metrics
 from services.preemption.report_auth import ReportAuth
 from services.preemption.route_expiry import RouteExpiry
 from services.preemption.router import ROUTED_TOPICS, Router, inbox_spec, route
-from services.preemption.router_heard import caught_up_at
+from services.preemption.router_heard import Heard, caught_up_at
 from services.preemption.service_settings import PreemptionSettings
 
 log = logging.getLogger(__name__)
-
-
-class Decider(Inbox, Timers):
-    """The decider of the inbox partitions this instance owns (module doc); its parts are its bases."""
-
-    __slots__ = ()
 
 
 def report_auth(settings: PreemptionSettings, key_of: Callable[[str], bytes], instance: str) -> ReportAuth:
@@ -184,17 +178,20 @@ async def run_preemption_service(
                 await store.refuse_live_schema(connection)
         await ensure_topics(settings.bootstrap_servers, [inbox], security=settings.kafka_security)
         relay = OutboxRelay(pool, producer, poll_interval_s=0.5)
-        decider = Decider(pool, settings, clock, instance, secret, on_committed=relay.wake, producer=producer)
-        decider.auth = report_auth(settings, decider.key, instance)
+        keys = NodeKeys(secret)  # the decider signs commands with them; the report check verifies
+        auth = report_auth(settings, keys.key, instance)
+        hearing = Heard()  # how far the router has read every input (router_heard.py)
+        decider = Decider(
+            pool, settings, clock, instance, keys, producer=producer, on_committed=relay.wake, auth=auth,
+            router_heard=lambda: hearing.at,
+        )  # fmt: skip
         register_metrics(metrics.meter(TRACER), decider)
-        router = Router(pool, producer, inbox=inbox.name, pools=settings.pool_allowlist(),
-                        clock_name=settings.preemption_clock_name, auth=decider.auth,
-                        on_refused=decider.note_refused,
-                        expiry=RouteExpiry.for_window(settings.preemption_route_keep_s))  # fmt: skip
-        decider.router_heard = lambda: router.heard
         # One decode per record: what this instance routes to a partition it decides crosses in
         # memory, validated (handoff.py).
-        decider.handoff = router.handoff = Handoff(owned=lambda partition: partition in decider.partitions)
+        router = Router(pool, producer, inbox=inbox.name, pools=settings.pool_allowlist(),
+                        clock_name=settings.preemption_clock_name, auth=auth, hearing=hearing,
+                        on_refused=decider.letters.note_refused, handoff=decider.handoff,
+                        expiry=RouteExpiry.for_window(settings.preemption_route_keep_s))  # fmt: skip
         try:
             if settings.preemption_api_port:
                 runner = web.AppRunner(build_api(decider, metrics, ready))
@@ -236,7 +233,7 @@ async def run_preemption_service(
             if not settings.topic_clock:  # on the controllable clock, ticks drive the timers
                 # The pools' due times wake the decider at once; the periodic tick is the safety
                 # net (DueWake). Every commit may move the earliest due time.
-                wake = DueWake(decider, then=relay.wake, failures=timer_failures)
+                wake = DueWake(decider.timers, then=relay.wake, failures=timer_failures)
                 decider.on_committed = wake
                 jobs.append(asyncio.create_task(every(
                     settings.preemption_tick_s, stop, wake.tick, name="preemption.tick",

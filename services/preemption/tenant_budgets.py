@@ -36,9 +36,9 @@ def apply_tenant_budgets(runtime: PoolRuntime, before: Budgets, wanted: Budgets)
     kept = {t for t, _, _ in wanted}
     for tenant, _, _ in before:
         if tenant not in kept:
-            runtime.set_tenant_budget(TenantId(tenant), None)
+            runtime.tenant_evictions.set_budget(TenantId(tenant), None)
     for tenant, n, per in wanted:
-        runtime.set_tenant_budget(TenantId(tenant), TenantBudget(n, BudgetWindow(per)))
+        runtime.tenant_evictions.set_budget(TenantId(tenant), TenantBudget(n, BudgetWindow(per)))
 
 
 def budgets_view(runtime: PoolRuntime, now: float) -> dict[str, dict[str, Any]]:

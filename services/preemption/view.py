@@ -1,8 +1,9 @@
 """What the SRE API, the controls and the dashboard read from a decider: a narrow view.
 
-They are handed the running `Decider` (service.py) but type against this Protocol, so none of them
-imports the service: imports go one way, service -> api -> controls / dashboard -> trace_view, and
-the read side cannot reach into the decider's write path by accident (issue 23 item 6).
+They are handed the running `Decider` (decider/decider.py) but type against this Protocol, so none
+of them imports the service or the decider: imports go one way, service -> api -> controls /
+dashboard -> trace_view, and the read side cannot reach into the decider's write path by accident
+(issue 23 item 6).
 """
 
 from __future__ import annotations

@@ -154,7 +154,7 @@ class SimulationState:
         budgets.update((TenantId(t), b) for t, b in self.settings.tenant_budgets)
         for rt in self.pools.values():
             for tenant, budget in budgets.items():
-                rt.set_tenant_budget(tenant, budget)
+                rt.tenant_evictions.set_budget(tenant, budget)
 
     def _window(self) -> tuple[float, float]:
         return self.w.window_start_s, self.w.window_end_s

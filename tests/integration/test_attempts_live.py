@@ -13,6 +13,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 from live_harness import Tap
+from quota_harness import _free_port
 from test_node_agent import (  # noqa: F401  (fixtures)
     Acks,
     _agent,
@@ -33,7 +34,6 @@ from test_preemption_service import (  # noqa: F401  (world: a fixture)
     _until,
     world,
 )
-from test_quota_service import _free_port
 
 from schemas.commands import BindCommand, EvictAck, EvictCommand, EvictOutcome
 from schemas.dead_letter import DeadLetter

@@ -45,7 +45,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from live_cluster import _fake, _kill_fake_task, _until
 from live_harness import ServiceProcess, Tap
 from payload_examples import all_examples
-from test_quota_service import _free_port, _migrated
+from quota_harness import _free_port, _migrated
 
 from schemas.dead_letter import DeadLetter
 from schemas.envelope import wrap

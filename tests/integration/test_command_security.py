@@ -44,7 +44,7 @@ import pytest
 import pytest_asyncio
 from live_cluster import _alive, _fake, _kill_fake_task, _until
 from live_harness import ServiceProcess, Tap
-from test_quota_service import _free_port
+from quota_harness import _free_port
 
 from schemas.commands import BindCommand, EvictAck, EvictCommand, EvictOutcome
 from schemas.envelope import wrap

@@ -31,7 +31,7 @@ import asyncpg
 import pytest
 import pytest_asyncio
 from live_harness import REPO, ServiceProcess, Tap
-from test_quota_service import _free_port, _hour, _migrated
+from quota_harness import _free_port, _hour, _migrated
 
 from schemas.commands import BindCommand, EvictAck, EvictCommand, EvictOutcome
 from schemas.envelope import wrap

@@ -32,8 +32,8 @@ import pytest
 import pytest_asyncio
 from aiokafka.structs import RecordMetadata
 from live_harness import Tap
+from quota_harness import _free_port, _migrated
 from test_preemption_service import Cluster, _service, _settings, _until
-from test_quota_service import _free_port, _migrated
 
 from schemas.commands import BindCommand
 from schemas.dead_letter import DeadLetter

@@ -33,8 +33,8 @@ from aiokafka.errors import KafkaConnectionError, KafkaError, TopicAuthorization
 from live_cluster import _get, _until
 from live_harness import ServiceProcess
 from payload_examples import task_submitted
+from quota_harness import _free_port, _migrated
 from secure_broker import SecureBroker, end_offsets
-from test_quota_service import _free_port, _migrated
 
 from schemas.commands import BindCommand, EvictAck, EvictCommand, EvictOutcome
 from schemas.dead_letter import DeadLetter

@@ -27,9 +27,9 @@ import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from opentelemetry.sdk.trace import TracerProvider
 from payload_examples import task_submitted
+from quota_harness import _hour, _migrated
 from rich.console import Console
 from secure_broker import SecureBroker, end_offsets
-from test_quota_service import _hour, _migrated
 
 from schemas.commands import BindCommand
 from schemas.envelope import Envelope, wrap

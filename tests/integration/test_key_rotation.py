@@ -36,7 +36,7 @@ import pytest
 import pytest_asyncio
 from live_cluster import TAPPED, Live, _fake, _kill_fake_task, _pools_ready, _until
 from live_harness import ServiceProcess, Tap
-from test_quota_service import _free_port, _migrated
+from quota_harness import _free_port, _migrated
 
 from schemas.commands import BindCommand, EvictAck, EvictOutcome
 from schemas.dead_letter import DeadLetter

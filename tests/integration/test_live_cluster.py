@@ -47,7 +47,7 @@ from live_cluster import (
     _until,
 )
 from live_harness import REPO, Tap
-from test_quota_service import _free_port, _migrated
+from quota_harness import _free_port, _migrated
 
 from schemas.commands import BindCommand, EvictAck, EvictCommand, EvictOutcome
 from schemas.envelope import wrap

@@ -37,8 +37,8 @@ import pytest
 import pytest_asyncio
 from grafana_queries import queries as dashboard_queries
 from live_harness import ServiceProcess, Tap
+from quota_harness import _hour, _migrated
 from test_observability_stack import PROMETHEUS_URL, _require
-from test_quota_service import _hour, _migrated
 
 from schemas.envelope import wrap
 from schemas.forecast import PoolDemandForecast

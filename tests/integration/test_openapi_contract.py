@@ -21,9 +21,9 @@ import aiohttp
 import pytest
 import pytest_asyncio
 from jsonschema import Draft202012Validator
+from quota_harness import READY_S, _free_port, _hour, _migrated, _start_at_the_end
+from quota_harness import _settings as _quota_settings
 from test_preemption_service import Cluster, _registered, _service, _settings, _until, cluster_world
-from test_quota_service import READY_S, _free_port, _hour, _migrated, _start_at_the_end
-from test_quota_service import _settings as _quota_settings
 
 from schemas.commands import BindCommand
 from schemas.envelope import wrap

@@ -9,7 +9,7 @@ import uuid
 
 import asyncpg
 import pytest
-from test_quota_service import _migrated
+from quota_harness import _migrated
 
 from schemas.envelope import wrap
 from schemas.tasks import TaskAccepted, TaskClass

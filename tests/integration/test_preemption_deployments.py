@@ -16,15 +16,16 @@ import asyncpg
 import pytest
 import pytest_asyncio
 from live_harness import Tap
+from quota_harness import _dsn, _migrated
 from test_preemption_service import TAPPED, Cluster, _registered, _service, _settings, _until
-from test_quota_service import _dsn, _migrated
 
 from schemas.tasks import TaskClass, TaskStarted
 from services.platform.kafka.producer import EnvelopeProducer
 from services.platform.kafka.topic_admin import TopicsReport
 from services.platform.migrations import discover, migrate
 from services.preemption import store
-from services.preemption.service import Decider, run_preemption_service
+from services.preemption.decider import Decider
+from services.preemption.service import run_preemption_service
 
 pytestmark = pytest.mark.integration
 

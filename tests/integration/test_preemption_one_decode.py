@@ -13,7 +13,7 @@ from test_preemption_service import Cluster, _registered, _service, _settings, _
 
 from schemas.tasks import TaskClass, TaskStarted
 from services.platform.kafka.topic_admin import TopicsReport
-from services.preemption import decider_inbox
+from services.preemption.decider import reading
 
 pytestmark = pytest.mark.integration
 
@@ -32,13 +32,13 @@ async def test_the_decider_takes_what_its_router_validated_instead_of_decoding_i
 ) -> None:
     c, dsn = world
     decoded: list[str] = []  # source topics of the inbox records the decider decoded itself
-    real = decider_inbox.decode
+    real = reading.decode
 
     def counting(topic: str, value: bytes) -> Any:
         decoded.append(topic)
         return real(topic, value)
 
-    monkeypatch.setattr(decider_inbox, "decode", counting)
+    monkeypatch.setattr(reading, "decode", counting)
     async with _service(_settings(dsn, kafka_bootstrap, c.pool)) as (decider, _):
         await c.telemetry(c.node(0), 2)
         await c.telemetry(c.node(1), 2)

@@ -17,7 +17,7 @@ import pytest_asyncio
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from opentelemetry import context as otel_context
 from opentelemetry.sdk.trace import TracerProvider
-from test_quota_service import _migrated
+from quota_harness import _migrated
 
 from schemas.envelope import Envelope, wrap
 from schemas.tasks import TaskCancelled, TaskClass, TaskSubmitted

@@ -18,7 +18,7 @@ import asyncpg
 import pytest
 import pytest_asyncio
 from live_harness import Tap
-from test_quota_service import _free_port, _migrated
+from quota_harness import _free_port, _migrated
 
 from schemas.commands import BindCommand, EvictAck, EvictCommand, EvictOutcome
 from schemas.envelope import wrap
@@ -41,7 +41,8 @@ from schemas.workers import WorkerExited, WorkerStarted
 from services.platform.kafka.producer import EnvelopeProducer
 from services.platform.kafka.topic_admin import TopicsReport
 from services.platform.signing import SignatureCheck, SignedMessage, check_signature, node_key, sign
-from services.preemption.service import Decider, PreemptionSettings, run_preemption_service
+from services.preemption.decider import Decider
+from services.preemption.service import PreemptionSettings, run_preemption_service
 
 pytestmark = pytest.mark.integration
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import asyncpg
 import pytest
-from test_quota_service import _migrated
+from quota_harness import _migrated
 
 from schemas.quota import GuaranteeQuota, SpotQuota
 from schemas.tasks import TaskClass, TaskSubmitted
@@ -19,9 +19,10 @@ from services.platform.clock import SystemClock
 from services.platform.postgres import open_pool
 from services.preemption import store
 from services.preemption.controller.pool import PoolController
+from services.preemption.decider import Decider, NodeKeys
 from services.preemption.inputs import Entry, apply, entry_for
 from services.preemption.journal_entries import NodeSeenEntry, ScheduleEntry
-from services.preemption.service import Decider, PreemptionSettings
+from services.preemption.service import PreemptionSettings
 
 pytestmark = pytest.mark.integration
 T0 = 1_800_000_000.0
@@ -96,13 +97,13 @@ async def test_a_claim_restores_the_newest_snapshot_and_replays_only_what_follow
     async with open_pool(dsn, max_size=2) as pool:
 
         def decider(name: str) -> Decider:
-            return Decider(pool, settings, SystemClock(), name, SECRET.encode())
+            return Decider(pool, settings, SystemClock(), name, NodeKeys(SECRET.encode()))
 
         a = decider("a")
         await a.take(0)  # epoch 1, nothing journaled yet
         claim_a = a.partitions[0].claim
         await _journal(dsn, topic, claim_a, first)
-        a.partitions.clear()
+        a.partitions.release(0)
         await a.take(0)  # epoch 2: the whole journal, no snapshot yet
         state_a = a.partitions[0]
         assert state_a.replayed == len(first)
@@ -144,15 +145,15 @@ async def test_snapshots_follow_the_journal_and_only_the_newest_two_are_kept(
         update={"preemption_snapshot_rows": 5, "preemption_snapshot_s": 0.0}
     )
     async with open_pool(dsn, max_size=2) as pool:
-        d = Decider(pool, settings, SystemClock(), "d", SECRET.encode())
+        d = Decider(pool, settings, SystemClock(), "d", NodeKeys(SECRET.encode()))
         await d.take(0)
         state = d.partitions[0]
         rows = _entries(0, 12)
         async with d.lock:
             for i in range(0, len(rows), 4):  # batches of 4 rows through the service's commit
                 chunk = rows[i : i + 4]
-                effects = [(POOL, apply(d.controller(state, POOL), e), None) for e in chunk]
-                await d._commit(state, [(POOL, e, None) for e in chunk], effects, next_offset=None)
+                effects = [(POOL, apply(state.controller(POOL, d.settings), e), None) for e in chunk]
+                await d.transaction.commit(state, [(POOL, e, None) for e in chunk], effects, next_offset=None)
         async with pool.acquire() as connection:
             snaps = await connection.fetch("SELECT seq FROM preemption_snapshot ORDER BY seq")
             journal = [
@@ -163,7 +164,7 @@ async def test_snapshots_follow_the_journal_and_only_the_newest_two_are_kept(
         # rows unsnapped); the newest two are kept.
         assert len(rows) == 28
         assert [r["seq"] for r in snaps] == [journal[15], journal[23]]
-        again = Decider(pool, settings, SystemClock(), "e", SECRET.encode())
+        again = Decider(pool, settings, SystemClock(), "e", NodeKeys(SECRET.encode()))
         await again.take(0)
         assert again.partitions[0].replayed == 4
         assert _fingerprint(again.partitions[0].controllers[POOL]) == _fingerprint(_replayed((rows, 1)))

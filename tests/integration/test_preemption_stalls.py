@@ -15,6 +15,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+from quota_harness import _free_port
 from test_preemption_service import (
     Cluster,
     _registered,
@@ -24,11 +25,10 @@ from test_preemption_service import (
     _until,
     world,  # noqa: F401 (the pytest fixture the tests take)
 )
-from test_quota_service import _free_port
 
 from schemas.commands import EvictCommand
 from schemas.tasks import EvictionReason, TaskClass, TaskEvicted, TaskStarted
-from services.preemption.service import Decider
+from services.preemption.decider import Decider
 
 pytestmark = pytest.mark.integration
 

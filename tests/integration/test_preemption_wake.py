@@ -1,4 +1,4 @@
-"""The decider wakes at its pools' due times (decider_timers.DueWake), not at its next periodic
+"""The decider wakes at its pools' due times (decider/due_wake.py's DueWake), not at its next periodic
 tick: a held start's binds go out at its deadline, within tens of milliseconds, with a tick far
 longer than the test; and an idle pool whose due times lie an hour ahead does not wake at all.
 
@@ -16,7 +16,7 @@ from test_preemption_service import Cluster, _registered, _service, _settings, _
 from schemas.commands import BindCommand, EvictCommand
 from schemas.tasks import TaskClass, TaskStarted
 from services.core.ids import TaskId
-from services.preemption.decider_timers import DueWake
+from services.preemption.decider import DueWake
 
 pytestmark = pytest.mark.integration
 

@@ -16,7 +16,7 @@ from datetime import UTC, datetime, timedelta
 import asyncpg
 import pytest
 import pytest_asyncio
-from test_quota_service import _dsn, _migrated
+from quota_harness import _dsn, _migrated
 
 from services.platform.postgres import open_pool
 from services.platform.retention import OUTBOX_RULE, PREEMPTION_RULES, QUOTA_RULES, Retention, prune

@@ -12,12 +12,12 @@ from typing import Any
 import aiohttp
 import asyncpg
 import pytest
+from quota_harness import _free_port
 from test_preemption_service import Cluster, _registered, _service, _settings, _until, world  # noqa: F401
-from test_quota_service import _free_port
 
 from schemas.commands import BindCommand, EvictCommand
 from schemas.tasks import TaskClass, TaskStarted
-from services.preemption.service import Decider
+from services.preemption.decider import Decider
 
 pytestmark = pytest.mark.integration
 
@@ -213,7 +213,7 @@ async def test_an_eviction_cap_of_one_per_hour_lets_one_preemption_through(
     # The cap survives a restart (journal replay, then the table).
     async with _service(settings) as (again, _):
         await _until(lambda: c.pool in again.owned_pools())
-        assert again.owned_pools()[c.pool].runtime.eviction_cap == (1, 3600.0)
+        assert again.owned_pools()[c.pool].runtime.cap.cap == (1, 3600.0)
         await asyncio.sleep(1.0)
         assert not _evictions_by(c, "H2")
 
@@ -253,4 +253,4 @@ async def test_a_tenant_budget_is_persisted_shown_with_what_is_left_and_yields_t
         await _until(lambda: c.pool in again.owned_pools())
         ctl = again.owned_pools()[c.pool]
         assert ctl.controls.tenant_budgets == (("org-it", 1, "day"),)
-        assert ctl.runtime.tenant_budgets_left(ctl.runtime.now) == {"org-it": 0}
+        assert ctl.runtime.tenant_evictions.left(ctl.runtime.now) == {"org-it": 0}

@@ -35,7 +35,7 @@ import pytest
 import pytest_asyncio
 from live_cluster import TAPPED, Live, _fake, _get, _kill_fake_task, _owned, _until
 from live_harness import REPO, Tap
-from test_quota_service import _free_port, _migrated
+from quota_harness import _free_port, _migrated
 
 from schemas.commands import BindCommand
 from schemas.tasks import TaskAccepted, TaskClass, TaskStarted

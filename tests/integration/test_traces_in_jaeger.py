@@ -38,8 +38,8 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from live_cluster import TAPPED, Live, _fake, _kill_fake_task, _pools_ready, _until
 from live_harness import ServiceProcess, Tap
+from quota_harness import _free_port, _migrated
 from test_observability_stack import JAEGER_OTLP_ENDPOINT, JAEGER_QUERY_URL, _require
-from test_quota_service import _free_port, _migrated
 
 from schemas.commands import BindCommand, EvictAck, EvictCommand
 from schemas.tasks import TaskClass, TaskEvicted, TaskStarted, TaskSubmitted

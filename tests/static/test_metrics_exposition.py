@@ -67,18 +67,20 @@ def _preemption() -> bytes:
         partitions={0: object(), 3: object()},
         instance="host-1",
         settings=SimpleNamespace(preemption_inbox_topic="inbox", preemption_inbox_partitions=6),
-        latency_hist=None,
-        decisions_counter=None,
-        held_counter=None,
-        refused_counter=None,
-        unsigned_counter=None,
+        instruments=SimpleNamespace(
+            latency_hist=None,
+            decisions_counter=None,
+            held_counter=None,
+            refused_counter=None,
+            unsigned_counter=None,
+        ),
     )
     register_preemption(metrics.meter("test"), decider)
-    decider.latency_hist.record(0.004)
-    decider.decisions_counter.add(1, {"kind": "accepted"})
-    decider.held_counter.add(1, {"reason": "input_lag", "pool": "A100"})
-    decider.refused_counter.add(1, {"type": "EvictAck", "reason": "signature_mismatch"})
-    decider.unsigned_counter.add(1, {"type": "NodeTelemetry"})
+    decider.instruments.latency_hist.record(0.004)
+    decider.instruments.decisions_counter.add(1, {"kind": "accepted"})
+    decider.instruments.held_counter.add(1, {"reason": "input_lag", "pool": "A100"})
+    decider.instruments.refused_counter.add(1, {"type": "EvictAck", "reason": "signature_mismatch"})
+    decider.instruments.unsigned_counter.add(1, {"type": "NodeTelemetry"})
     return metrics.render()
 
 

@@ -102,13 +102,13 @@ def test_the_victim_search_prefers_a_plan_within_the_budget() -> None:
 def test_the_runtime_counts_evictions_in_the_window_and_retries_when_it_slides() -> None:
     rt = _two_spot_runtime()
     rt.set_eviction_cap(1, 3600.0)
-    assert rt.eviction_budget(10.0) == 1
+    assert rt.cap.budget(10.0) == 1
     _submit(rt, a_task("H1", gpus=2, submit=10.0))
     _submit(rt, a_task("H2", gpus=2, submit=10.0))
     out = rt.schedule(10.0).outcomes
     assert sum(isinstance(o, Stopped) for o in out) == 1
     assert [o.task_id for o in out if isinstance(o, Started)] == ["H1"]
-    assert rt.eviction_budget(20.0) == 0
+    assert rt.cap.budget(20.0) == 0
     rt.schedule(20.0)
     held = rt.explain(TaskId("H2")).queued
     assert held is not None and held.reason is Unschedulable.EVICTION_BUDGET
@@ -126,7 +126,7 @@ def test_lifting_the_cap_frees_held_tasks_and_bad_caps_raise() -> None:
     _submit(rt, a_task("H", gpus=2, submit=10.0))
     assert not rt.schedule(10.0).outcomes
     rt.set_eviction_cap(None)
-    assert rt.eviction_budget(11.0) is None
+    assert rt.cap.budget(11.0) is None
     assert any(isinstance(o, Started) and o.task_id == "H" for o in rt.schedule(11.0).outcomes)
     with pytest.raises(ValueError):
         rt.set_eviction_cap(-1, 60.0)
@@ -141,4 +141,4 @@ def test_without_a_cap_the_pass_is_unchanged() -> None:
         _submit(rt, a_task("H", gpus=2, submit=10.0))
     a = [(type(o).__name__, o.task_id) for o in capped.schedule(10.0).outcomes]
     b = [(type(o).__name__, o.task_id) for o in free.schedule(10.0).outcomes]
-    assert a == b and free.eviction_budget(10.0) is None
+    assert a == b and free.cap.budget(10.0) is None

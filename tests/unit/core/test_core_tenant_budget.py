@@ -182,7 +182,7 @@ def _three_node_runtime(budget: TenantBudget | None) -> PoolRuntime:
     A2 (ran 80 s, the shortest) whatever the budget (x may lose one a day)."""
     rt = PoolRuntime(a_pool(1, 1, 1), build_policy("gfs"), RuntimeSettings(t_win_s=T_WIN, cost_weight=5.0))
     if budget is not None:
-        rt.set_tenant_budget(X, budget)
+        rt.tenant_evictions.set_budget(X, budget)
     for tid, tenant, at in (("B", "y", 0.0), ("A1", "x", 10.0), ("A2", "x", 20.0)):
         assert rt.submit(a_spot(tid, tenant=tenant, submit=at, duration=10 * DAY_S), at) is None
         rt.schedule(at)
@@ -211,11 +211,11 @@ def test_the_runtime_steers_victims_by_the_rolling_budget(
     budget: TenantBudget | None, at: float, evicted: list[str], left_before: dict[TenantId, int]
 ) -> None:
     rt = _three_node_runtime(budget)
-    assert rt.tenant_budgets_left(at) == left_before
+    assert rt.tenant_evictions.left(at) == left_before
     assert _evicted_at(rt, at) == evicted
 
 
 def test_the_runtime_counts_a_tenants_periods_for_the_per_100_budget() -> None:
     rt = _three_node_runtime(TenantBudget(1, BudgetWindow.PERIODS))
-    assert rt.tenant_budgets_left(100.0) == {X: 0}  # A2's interrupted period failed
+    assert rt.tenant_evictions.left(100.0) == {X: 0}  # A2's interrupted period failed
     assert _evicted_at(rt, 200.0) == ["B"]

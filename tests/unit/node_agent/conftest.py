@@ -104,11 +104,28 @@ class AgentHarness:
         await asyncio.gather(self.watcher, *self.agent.evictions.values(), return_exceptions=True)
 
 
-def start_agent(state_dir: Path, sink: RecordingSink | None = None, **agent_options: Any) -> AgentHarness:
-    """`agent_options` go to NodeAgent as they are (a sim clock, a checkpoint root...)."""
+def agent_guard() -> CommandGuard:
+    """The test agent's guard: NODE's commands signed with KEY, five minutes fresh."""
+    return CommandGuard(node=NODE, key=KEY, max_age=timedelta(minutes=5), clock_skew=timedelta(seconds=30))
+
+
+def worker_env() -> dict[str, str]:
+    """The test workers' environment: this one, with the checkout importable (fake-task)."""
+    return {**os.environ, "PYTHONPATH": str(REPO)}
+
+
+def start_agent(
+    state_dir: Path,
+    sink: RecordingSink | None = None,
+    guard: CommandGuard | None = None,
+    **agent_options: Any,
+) -> AgentHarness:
+    """`agent_options` go to NodeAgent as they are (a sim clock, a checkpoint root, a worker
+    environment...); `guard` (default `agent_guard()`) decides which commands it accepts."""
     sink = sink or RecordingSink()
     journal = Journal.open(state_dir / "journal.json", node=NODE)
-    guard = CommandGuard(node=NODE, key=KEY, max_age=timedelta(minutes=5), clock_skew=timedelta(seconds=30))
+    guard = guard or agent_guard()
+    options: dict[str, Any] = {"watch_s": 0.02, "kill_wait_s": 5.0, "worker_env": worker_env()}
     agent = NodeAgent(
         node=NODE,
         backend=FakeGpuBackend("TEST-GPU", 4),
@@ -118,10 +135,7 @@ def start_agent(state_dir: Path, sink: RecordingSink | None = None, **agent_opti
         sink=sink,
         metrics=AgentMetrics.create(configure_metrics("test").meter("test")),
         log_dir=state_dir / "logs",
-        watch_s=0.02,
-        kill_wait_s=5.0,
-        worker_env={**os.environ, "PYTHONPATH": str(REPO)},
-        **agent_options,
+        **(options | agent_options),
     )
     stop = asyncio.Event()
     return AgentHarness(state_dir, sink, agent, stop, asyncio.create_task(agent.watch(stop)))

@@ -5,17 +5,19 @@ node key. Hand-worked expectations; the agent runs real `fake-task` workers (no 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from pydantic import SecretStr
 
 from schemas.workers import WorkerExited, WorkerStarted
+from services.node_agent.journal import Journal
 from services.node_agent.paths import MAX_PART_BYTES, path_part
 from services.node_agent.settings import NodeAgentSettings
 from services.node_agent.worker_env import DEFAULT_ALLOW, parse_allow, worker_environment
 from services.platform.signing import node_key
-from tests.unit.node_agent.conftest import AgentHarness, bind
+from tests.unit.node_agent.conftest import AgentHarness, bind, start_agent, worker_env
 
 MASTER = "unit-master-secret-0123456789abcdef"
 
@@ -80,18 +82,21 @@ def test_the_worker_environment_is_the_allowlist_without_secrets() -> None:
 
 
 async def test_a_worker_started_from_a_leaky_base_environment_still_sees_no_secret(
-    harness: AgentHarness, tmp_path: Path
+    tmp_path: Path, kill_leftovers: Callable[[Journal], None]
 ) -> None:
     # The harness's base environment is the test process's own: add the secrets to it.
-    harness.agent.worker_env.update(
-        GFS_COMMAND_SECRET=MASTER, GFS_NODE_KEY="ab" * 32, DATABASE_URL="postgresql://x"
-    )
-    env_file = tmp_path / "env.json"
-    await harness.send(bind("job-env", "--duration", "0.2", "--env-file", str(env_file)))
-    await harness.until(lambda: bool(harness.sink.payloads(WorkerExited)))
-    env = json.loads(env_file.read_text())
-    assert {"GFS_COMMAND_SECRET", "GFS_NODE_KEY", "DATABASE_URL"}.isdisjoint(env)
-    assert env["GFS_TASK_ID"] == "job-env"
+    leaky = {**worker_env(), "GFS_COMMAND_SECRET": MASTER, "GFS_NODE_KEY": "ab" * 32}
+    harness = start_agent(tmp_path / "agent", worker_env={**leaky, "DATABASE_URL": "postgresql://x"})
+    try:
+        env_file = tmp_path / "env.json"
+        await harness.send(bind("job-env", "--duration", "0.2", "--env-file", str(env_file)))
+        await harness.until(lambda: bool(harness.sink.payloads(WorkerExited)))
+        env = json.loads(env_file.read_text())
+        assert {"GFS_COMMAND_SECRET", "GFS_NODE_KEY", "DATABASE_URL"}.isdisjoint(env)
+        assert env["GFS_TASK_ID"] == "job-env"
+    finally:
+        await harness.crash()
+        kill_leftovers(harness.agent.journal)
 
 
 def test_an_agent_given_the_master_secret_keeps_only_its_node_key() -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
@@ -27,7 +28,7 @@ from services.node_agent.settings import NodeAgentSettings
 from services.node_agent.virtual import VirtualNodes
 from services.node_agent.worker_env import worker_environment
 from services.platform.signing import SignatureCheck, check_signature
-from tests.unit.node_agent.conftest import KEY, AgentHarness, evict
+from tests.unit.node_agent.conftest import KEY, agent_guard, evict, start_agent
 from tests.unit.node_agent.test_node_agent_security import (
     EVICT_SIGNATURE,
     MASTER,
@@ -191,16 +192,20 @@ async def test_virtual_nodes_act_on_a_previous_key_command_and_answer_with_the_c
 
 
 async def test_the_agent_acts_on_a_previous_key_command_and_signs_its_ack_with_the_current_key(
-    harness: AgentHarness,
+    tmp_path: Path,
 ) -> None:
     # Phase 2 for this agent: signs with a new key, still accepts the old one (conftest's KEY).
     current = bytes(range(100, 132))
-    harness.agent.guard = replace(harness.agent.guard, key=current, previous_key=KEY, previous_until=None)
-    command = evict("job-none")  # signed with KEY
-    await harness.send(command)
-    await harness.until(lambda: bool(harness.sink.payloads(EvictAck)))
-    (ack,) = harness.sink.payloads(EvictAck)
-    assert ack.command_id == command.command_id and ack.outcome is EvictOutcome.NOT_RUNNING
-    assert check_signature(ack, key=current) is SignatureCheck.VALID
-    assert check_signature(ack, key=KEY) is SignatureCheck.MISMATCH
-    assert not harness.agent.metrics.rejections
+    rotating = replace(agent_guard(), key=current, previous_key=KEY, previous_until=None)
+    harness = start_agent(tmp_path / "agent", guard=rotating)
+    try:
+        command = evict("job-none")  # signed with KEY
+        await harness.send(command)
+        await harness.until(lambda: bool(harness.sink.payloads(EvictAck)))
+        (ack,) = harness.sink.payloads(EvictAck)
+        assert ack.command_id == command.command_id and ack.outcome is EvictOutcome.NOT_RUNNING
+        assert check_signature(ack, key=current) is SignatureCheck.VALID
+        assert check_signature(ack, key=KEY) is SignatureCheck.MISMATCH
+        assert not harness.agent.metrics.rejections
+    finally:
+        await harness.crash()

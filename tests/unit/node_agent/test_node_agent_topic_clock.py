@@ -22,7 +22,7 @@ from services.node_agent.clock_ticks import CLOCK_ACK_TOPIC
 from services.node_agent.journal import Journal
 from services.node_agent.settings import NodeAgentSettings
 from services.node_agent.sim_clock import SimClock
-from tests.unit.node_agent.conftest import NODE, AgentHarness, bind, evict, start_agent
+from tests.unit.node_agent.conftest import NODE, AgentHarness, bind, evict, start_agent, worker_env
 
 # Far from the wall clock on purpose: a command issued at T0 is fresh only on the sim clock.
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
@@ -195,8 +195,11 @@ async def test_wall_mode_passes_the_overhead_and_never_the_sim_clock(
     tmp_path: Path, kill_leftovers: Callable[[Journal], None]
 ) -> None:
     state_dir = tmp_path / "agent"
-    h = start_agent(state_dir, checkpoint_root=tmp_path / "checkpoints")
-    h.agent.worker_env.update(GFS_SIM_CLOCK_FILE="/nowhere", GFS_RESTART_OVERHEAD_S="9")
+    h = start_agent(
+        state_dir,
+        checkpoint_root=tmp_path / "checkpoints",
+        worker_env={**worker_env(), "GFS_SIM_CLOCK_FILE": "/nowhere", "GFS_RESTART_OVERHEAD_S": "9"},
+    )
     try:
         with_overhead, without = tmp_path / "with.json", tmp_path / "without.json"
         await h.send(bind("a", "--env-file", str(with_overhead), restart_overhead_s=12.5))

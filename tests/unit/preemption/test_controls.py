@@ -120,7 +120,7 @@ def test_controls_replay_from_the_journal() -> None:
     again = PoolController("A100", w.c.settings)
     for entry in w.journal:
         apply(again, entry)
-    assert again.controls == w.c.controls and again.runtime.eviction_cap == (3, 600.0)
+    assert again.controls == w.c.controls and again.runtime.cap.cap == (3, 600.0)
     assert again.running_and_queued() == w.c.running_and_queued()
 
 

@@ -1,5 +1,5 @@
-"""The decider's wake at its pools' due times (services/preemption/decider_timers.py): which time
-a pool wakes at (`_due_after`, hand-worked on test_controller's worlds), and the one timer
+"""The decider's wake at its pools' due times (services/preemption/decider/due_wake.py): which time
+a pool wakes at (`due_after`, hand-worked on test_controller's worlds), and the one timer
 (`DueWake`) over a fake decider (the decider's own port: `next_due`, `wake`, a clock)."""
 
 from __future__ import annotations
@@ -17,14 +17,14 @@ from test_controller_attempts import _evicted_b, _exit
 from schemas.commands import BindCommand
 from schemas.tasks import TaskClass
 from services.preemption.controller.settings import Controls
-from services.preemption.decider_timers import DueWake, Timers, _due_after
+from services.preemption.decider.due_wake import DueTimers, DueWake, due_after
 
 
 # ----- which time a pool wakes at ------------------------------------------------------------------
 def test_a_pool_wakes_at_its_drivers_next_due_when_nothing_was_acted_on() -> None:
     w, _, _ = _spot_world()
     w.event(_task("H", TaskClass.HP), 2000)  # B's ending and H's held start: due at 2000 + 30 + 10
-    assert _due_after(w.c, -math.inf) == w.c.driver.next_due == T0 + 2040
+    assert due_after(w.c, -math.inf) == w.c.driver.next_due == T0 + 2040
 
 
 def test_a_start_waiting_past_its_deadline_on_a_node_does_not_hide_the_pools_later_due_times() -> None:
@@ -37,16 +37,16 @@ def test_a_start_waiting_past_its_deadline_on_a_node_does_not_hide_the_pools_lat
     assert w.c.driver.next_due == T0 + 2040  # the driver's: in the past, still waiting on n1
     # What the wake arms after 2041: the next time something turns due, the quota's expiry at
     # T0 + 3600 (A's first guarantee period ends at 1 + 3600).
-    assert _due_after(w.c, T0 + 2041) == T0 + 3600
-    assert _due_after(w.c, T0 + 2039) == T0 + 2040  # not yet acted on: due
+    assert due_after(w.c, T0 + 2041) == T0 + 3600
+    assert due_after(w.c, T0 + 2039) == T0 + 2040  # not yet acted on: due
 
 
 def test_a_quota_an_sre_holds_does_not_wake_the_pool_at_its_expiry() -> None:
     w, _, _ = _spot_world()  # A's first guarantee period ends at T0 + 3600 (its run began at 0)
     w.event(_quota(4.0, until=3000.0), 1500)
-    assert _due_after(w.c, T0 + 2000) == T0 + 3000  # the quota's expiry
+    assert due_after(w.c, T0 + 2000) == T0 + 3000  # the quota's expiry
     w.feed(("control", {"controls": Controls(quota_mode="freeze").as_dict()}, T0 + 2000))
-    assert _due_after(w.c, T0 + 2000) == T0 + 3600  # frozen: it does not expire; A's period is next
+    assert due_after(w.c, T0 + 2000) == T0 + 3600  # frozen: it does not expire; A's period is next
     assert w.c.driver.next_due == T0 + 3000  # the driver's own view still names the expiry
 
 
@@ -80,7 +80,7 @@ class _Decider:
 
 
 async def _running(decider: _Decider) -> tuple[DueWake, asyncio.Task[None]]:
-    wake = DueWake(cast(Timers, decider))
+    wake = DueWake(cast(DueTimers, decider))
     return wake, asyncio.create_task(wake.run())
 
 
@@ -136,7 +136,7 @@ async def test_a_failed_wake_is_counted_and_not_retried_in_a_loop() -> None:
         def add(self, amount: int, attributes: dict[str, str] | None = None) -> None:
             failures.append(attributes)
 
-    wake = DueWake(cast(Timers, decider), failures=Counter())
+    wake = DueWake(cast(DueTimers, decider), failures=Counter())
     task = asyncio.create_task(wake.run())
     try:
         await asyncio.sleep(0.3)

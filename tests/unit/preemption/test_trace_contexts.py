@@ -1,7 +1,7 @@
 """The decider forgets an ended task's trace context (issue 25: `Decider.contexts` kept one per task
 ever submitted), after the batch that ended it, whose decision still carries the task's trace id.
 
-The decider's own commit path (`Transaction._commit`) runs for real; only its Postgres port
+The decider's own commit path (`Transaction.commit`) runs for real; only its Postgres port
 (`store.commit_batch`, the route marking) is replaced by recorders."""
 
 from __future__ import annotations
@@ -18,11 +18,12 @@ from opentelemetry.sdk.trace import TracerProvider
 from schemas.tasks import TaskCancelled, TaskClass, TaskSubmitted
 from services.platform.clock import ManualClock
 from services.preemption import route_expiry, store
-from services.preemption.decider_base import PartitionState
+from services.preemption.decider import Decider, NodeKeys
+from services.preemption.decider.partition import PartitionState
+from services.preemption.decider.traces import TraceContexts, forget_ended
 from services.preemption.inputs import Entry, apply, entry_for
 from services.preemption.journal_entries import NodeSeenEntry
-from services.preemption.service import Decider, PreemptionSettings
-from services.preemption.trace_contexts import TraceContexts, forget_ended
+from services.preemption.service import PreemptionSettings
 
 T0 = 1_800_000_000.0
 POOL = "A100"
@@ -72,15 +73,15 @@ def _decider() -> Decider:
     settings = PreemptionSettings(
         preemption_snapshot_rows=0, preemption_snapshot_s=0, preemption_dry_run=True
     )  # fmt: skip
-    return Decider(_Pool(), settings, ManualClock(T0), "unit", b"unit-secret")  # type: ignore[arg-type]
+    return Decider(_Pool(), settings, ManualClock(T0), "unit", NodeKeys(b"unit-secret"))  # type: ignore[arg-type]
 
 
 async def _batch(
     decider: Decider, state: PartitionState, entry: Entry, ctx: otel_context.Context | None
 ) -> None:
-    decider._remember_context(entry, ctx)
-    out = apply(decider.controller(state, POOL), entry)
-    await decider._commit(state, [(POOL, entry, None)], [(POOL, out, ctx)], next_offset=None)
+    decider.traces.remember(entry, ctx)
+    out = apply(state.controller(POOL, decider.settings), entry)
+    await decider.transaction.commit(state, [(POOL, entry, None)], [(POOL, out, ctx)], next_offset=None)
 
 
 async def test_the_contexts_of_ended_tasks_are_forgotten_after_their_last_decision(
@@ -127,7 +128,7 @@ def test_the_cap_drops_the_least_recently_set_first() -> None:
 def test_only_tasks_no_pool_holds_are_forgotten() -> None:
     decider = _decider()
     state = PartitionState(store.Claim(partition=0, epoch=1, next_offset=0))
-    ctl = decider.controller(state, POOL)
+    ctl = state.controller(POOL, decider.settings)
     apply(ctl, ("node_seen", {"node": "n0", "gpus": 2}, T0))
     apply(ctl, _submit("held", T0))  # bound on n0: the pool holds it
     ctx = otel_context.get_current()
