@@ -43,7 +43,8 @@ from services.preemption.api_spec import (  # the bodies
     QuotaRequest,
     TenantBudgetRequest,
 )
-from services.preemption.controller import Controls, PoolController
+from services.preemption.controller.pool import PoolController
+from services.preemption.controller.settings import Controls
 from services.preemption.journal_entries import ControlEntry
 from services.preemption.tenant_budgets import budgets_view
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from schemas.pool_demand import PoolDemandLevel
 from services.core.runtime import PoolRuntime
-from services.preemption.controller_types import utc
+from services.preemption.controller.types import utc
 
 
 class DemandLevels:

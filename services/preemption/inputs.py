@@ -19,7 +19,8 @@ from schemas.quota import SpotQuota
 from schemas.tasks import TaskCancelled, TaskSubmitted
 from schemas.telemetry import NodeTelemetry
 from schemas.workers import WorkerExited, WorkerStarted
-from services.preemption.controller import Effects, PoolController
+from services.preemption.controller.pool import PoolController
+from services.preemption.controller.types import Effects
 from services.preemption.journal_entries import (
     CancelEntry,
     ClockEntry,

@@ -35,11 +35,12 @@ from schemas.commands import EvictAck
 from schemas.quota import SpotQuota
 from schemas.tasks import TaskCancelled, TaskClass, TaskSubmitted
 from schemas.workers import WorkerExited, WorkerStarted
-from services.preemption.controller_types import Controls
+from services.preemption.controller.settings import Controls
 from services.preemption.reconcile import NodeReport
 
 if TYPE_CHECKING:
-    from services.preemption.controller import Effects, PoolController
+    from services.preemption.controller.pool import PoolController
+    from services.preemption.controller.types import Effects
 
 Row = tuple[str, dict[str, Any], float]  # (kind, data, at_s): a journal row as Postgres stores it
 

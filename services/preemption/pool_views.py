@@ -8,7 +8,7 @@ from typing import Any
 
 from schemas.pool_status import PoolStatus
 from services.core.runtime import PoolRuntime
-from services.preemption.controller_types import utc
+from services.preemption.controller.types import utc
 
 
 def why_spot_waits(rt: PoolRuntime) -> dict[str, Any]:

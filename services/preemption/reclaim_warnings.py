@@ -33,10 +33,10 @@ from schemas.commands import WarnCommand
 from schemas.quota import SpotQuota
 from schemas.tasks import TaskReclaimWarning
 from services.core.reclaim_warning import WarningSettings, shortfall_gpus, warn_candidates
-from services.preemption.controller_types import Decision, Effects, utc
+from services.preemption.controller.types import Decision, Effects, utc
 
 if TYPE_CHECKING:
-    from services.preemption.controller import PoolController
+    from services.preemption.controller.pool import PoolController
 
 HOUR_S = 3600.0
 WARN_NAMESPACE = uuid.UUID("0b6f2a8e-4c1d-4e7a-9f35-7d2c8e1a5b90")

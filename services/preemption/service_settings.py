@@ -13,7 +13,7 @@ from services.platform.clock import check_clock_mode
 from services.platform.key_rotation import PreviousUntil
 from services.platform.settings import PlatformSettings
 from services.preemption import liveness
-from services.preemption.controller import ControllerSettings
+from services.preemption.controller.settings import ControllerSettings
 from services.preemption.router import INBOX_TOPIC
 
 

@@ -16,7 +16,9 @@ that wrote it, so a snapshot is versioned by what it depends on (`version_of`):
 - the controller settings (another policy or window decides differently from the same inputs);
 - a digest of the source of every module one of the pickled objects' classes, or one of their
   base classes, comes from (the modules are collected while pickling, stored with the snapshot
-  and hashed again at load).
+  and hashed again at load), and of every module of the controller package: the controller is
+  composed of collaborators, a class per module, and some of its behaviour lives in functions no
+  pickled object is an instance of (services/preemption/controller/periods.py).
 A snapshot whose version differs from the running code's is ignored: the claim replays the whole
 journal, as before (correct, only slower, once after an upgrade until the next snapshot). The
 bytes come from this deployment's own Postgres, which the journal already trusts.
@@ -30,6 +32,7 @@ import hashlib
 import io
 import logging
 import pickle
+import pkgutil
 import sys
 import time
 from dataclasses import dataclass, field
@@ -38,7 +41,8 @@ from typing import Any
 
 import asyncpg
 
-from services.preemption.controller import ControllerSettings, PoolController
+from services.preemption.controller.pool import PoolController
+from services.preemption.controller.settings import ControllerSettings
 
 FORMAT = 1
 PROTOCOL = 5
@@ -92,10 +96,19 @@ class _Collector(pickle.Pickler):
         owner = obj if isinstance(obj, type) else type(obj)
         if owner not in self.types:
             self.types.add(owner)
-            # Its bases' modules too: the pool controller is one object built of parts, a class
-            # per module (controller.py), and a change in any part changes what the state means.
+            # Its bases' modules too: a base's code is the object's code.
             self.modules.update(base.__module__ for base in owner.__mro__)
         return NotImplemented  # pickle it the ordinary way
+
+
+def _controller_modules() -> set[str]:
+    """Every module of the controller package (services/preemption/controller): the pool
+    controller is one object composed of collaborators there, and a change in any of its modules,
+    a collaborator's class or a helper function it calls, changes what the state means."""
+    package = sys.modules[PoolController.__module__.rpartition(".")[0]]
+    names = {package.__name__}
+    names.update(f"{package.__name__}.{m.name}" for m in pkgutil.iter_modules(package.__path__))
+    return names
 
 
 _DIGESTS: dict[str, str] = {}  # module -> digest of its source (the code does not change while it runs)
@@ -132,7 +145,7 @@ def encode(image: Image, settings: ControllerSettings) -> tuple[bytes, str, list
     buffer = io.BytesIO()
     pickler = _Collector(buffer)
     pickler.dump(image)
-    modules = sorted(pickler.modules)
+    modules = sorted(pickler.modules | _controller_modules())
     return buffer.getvalue(), version_of(settings, modules), modules
 
 

@@ -22,7 +22,7 @@ from typing import Any
 import asyncpg
 
 from services.platform.outbox import OutboxValues
-from services.preemption.controller import Decision
+from services.preemption.controller.types import Decision
 from services.preemption.journal_entries import Row
 
 INBOX_TOPIC = "gfs-preemption-inbox"  # the default inbox (router.INBOX_TOPIC; rows before 0006)

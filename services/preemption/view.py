@@ -16,7 +16,7 @@ from opentelemetry import context as otel_context
 from pydantic import SecretStr
 
 from services.platform.clock import Clock
-from services.preemption.controller import PoolController
+from services.preemption.controller.pool import PoolController
 
 
 class PartitionView(Protocol):

@@ -15,7 +15,7 @@ from schemas.envelope import wrap
 from schemas.tasks import TaskAccepted, TaskClass
 from services.platform.outbox import outbox_values
 from services.preemption import store
-from services.preemption.controller import Decision
+from services.preemption.controller.types import Decision
 
 pytestmark = pytest.mark.integration
 

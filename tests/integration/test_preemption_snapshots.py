@@ -18,7 +18,7 @@ from schemas.tasks import TaskClass, TaskSubmitted
 from services.platform.clock import SystemClock
 from services.platform.postgres import open_pool
 from services.preemption import store
-from services.preemption.controller import PoolController
+from services.preemption.controller.pool import PoolController
 from services.preemption.decider import Decider, NodeKeys
 from services.preemption.inputs import Entry, apply, entry_for
 from services.preemption.journal_entries import NodeSeenEntry, ScheduleEntry

@@ -19,7 +19,7 @@ import asyncpg
 
 from services.platform.clock import Clock
 from services.preemption import snapshots, store
-from services.preemption.controller import id_salt
+from services.preemption.controller.ids import id_salt
 from services.preemption.decider.names import LOGGER
 from services.preemption.decider.partition import OwnedPartitions, PartitionState
 from services.preemption.decider.traces import TaskTraces

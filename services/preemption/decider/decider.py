@@ -19,7 +19,7 @@ from opentelemetry import context as otel_context
 
 from services.platform.clock import Clock
 from services.platform.kafka.producer import EnvelopeProducer
-from services.preemption.controller import PoolController
+from services.preemption.controller.pool import PoolController
 from services.preemption.decider.claims import Claims
 from services.preemption.decider.counters import Instruments, Stats
 from services.preemption.decider.dead_letters import DeadLetters

@@ -16,7 +16,7 @@ from typing import Protocol
 
 from services.platform.clock import Clock
 from services.platform.timer import FailureCounter
-from services.preemption.controller import PoolController
+from services.preemption.controller.pool import PoolController
 from services.preemption.decider.names import LOGGER
 
 log = logging.getLogger(LOGGER)

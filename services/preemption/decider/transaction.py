@@ -24,7 +24,7 @@ from schemas.envelope import Envelope
 from schemas.tasks import TaskEvicted
 from services.platform.outbox import outbox_values
 from services.preemption import route_expiry, snapshots, store
-from services.preemption.controller import Effects
+from services.preemption.controller.types import Effects
 from services.preemption.decider.counters import Instruments, Stats
 from services.preemption.decider.names import LOGGER, TRACER
 from services.preemption.decider.outgoing import Outgoing, task_of

@@ -10,13 +10,9 @@ from datetime import UTC, datetime
 from schemas.commands import BindCommand
 from schemas.quota import GuaranteeQuota, SpotQuota
 from schemas.tasks import TaskClass, TaskSubmitted
-from services.preemption.controller import (
-    ID_NAMESPACE,
-    ControllerSettings,
-    PoolController,
-    command_id,
-    id_salt,
-)
+from services.preemption.controller.ids import ID_NAMESPACE, command_id, id_salt
+from services.preemption.controller.pool import PoolController
+from services.preemption.controller.settings import ControllerSettings
 from services.preemption.inputs import Entry, apply, entry_for
 
 T0 = 1_800_000_000.0

@@ -25,7 +25,9 @@ from schemas.tasks import (
     TaskWithdrawn,
 )
 from schemas.workers import WorkerExited, WorkerStarted
-from services.preemption.controller import ControllerSettings, Effects, PoolController
+from services.preemption.controller.pool import PoolController
+from services.preemption.controller.settings import ControllerSettings
+from services.preemption.controller.types import Effects
 from services.preemption.inputs import Entry, apply, entry_for
 
 T0 = 1_800_000_000.0

@@ -20,7 +20,7 @@ from test_controller_attempts import _ack, _exit
 
 from schemas.commands import BindCommand, EvictCommand, EvictOutcome
 from schemas.tasks import GuaranteePeriodClosed, TaskCancelled, TaskClass
-from services.preemption.controller import Effects
+from services.preemption.controller.types import Effects
 from services.quota.book import PoolBook
 
 

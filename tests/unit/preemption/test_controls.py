@@ -11,7 +11,8 @@ from test_controller import T0, World, _one, _quota, _spot_world, _task
 from schemas.commands import BindCommand, EvictAck, EvictCommand, EvictOutcome
 from schemas.tasks import TaskClass
 from services.core.reasons import Unschedulable
-from services.preemption.controller import Controls, PoolController
+from services.preemption.controller.pool import PoolController
+from services.preemption.controller.settings import Controls
 from services.preemption.controls import ALL, ControlRow, desired, entries
 from services.preemption.inputs import Entry, apply
 

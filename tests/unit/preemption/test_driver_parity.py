@@ -24,7 +24,8 @@ from services.core.ids import PoolId
 from services.core.outcomes import PassResult, Started
 from services.core.policies.registry import build_policy
 from services.core.runtime import PoolRuntime
-from services.preemption.controller import Effects, PoolController
+from services.preemption.controller.pool import PoolController
+from services.preemption.controller.types import Effects
 from services.simulator.engine import Simulation
 from services.simulator.runner import RunSettings, build_simulation, prepare
 

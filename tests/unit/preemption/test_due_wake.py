@@ -16,7 +16,7 @@ from test_controller_attempts import _evicted_b, _exit
 
 from schemas.commands import BindCommand
 from schemas.tasks import TaskClass
-from services.preemption.controller import Controls
+from services.preemption.controller.settings import Controls
 from services.preemption.decider.due_wake import DueTimers, DueWake, due_after
 
 

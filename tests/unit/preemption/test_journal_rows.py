@@ -22,7 +22,8 @@ from schemas.tasks import TaskCancelled, TaskClass, TaskFinished, TaskStarted, T
 from schemas.telemetry import GpuSample, NodeTelemetry
 from schemas.workers import WorkerExited, WorkerStarted
 from services.preemption import reconcile
-from services.preemption.controller import ControllerSettings, Controls, PoolController
+from services.preemption.controller.pool import PoolController
+from services.preemption.controller.settings import ControllerSettings, Controls
 from services.preemption.inputs import apply, entry_for
 from services.preemption.journal_entries import (
     ControlEntry,

@@ -21,7 +21,9 @@ from schemas.commands import BindCommand, WarnCommand
 from schemas.quota import GuaranteeQuota, HpDemandHour, SpotQuota
 from schemas.tasks import TaskClass, TaskReclaimWarning, TaskSubmitted
 from schemas.workers import WorkerStarted
-from services.preemption.controller import ControllerSettings, Effects, PoolController
+from services.preemption.controller.pool import PoolController
+from services.preemption.controller.settings import ControllerSettings
+from services.preemption.controller.types import Effects
 from services.preemption.inputs import apply, entry_for
 from services.preemption.reclaim_warnings import hp_quantile
 
@@ -149,7 +151,7 @@ def test_hours_of_the_forecast_already_over_are_dropped() -> None:
 
 
 def test_no_warning_while_the_kill_switch_is_on() -> None:
-    from services.preemption.controller import Controls
+    from services.preemption.controller.settings import Controls
 
     c, _ = _world(((1.0, 1.0),))
     c.control(Controls(kill_switch=True), T0 + 50)

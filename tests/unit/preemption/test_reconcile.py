@@ -10,7 +10,7 @@ from test_controller import T0, World, _at, _one, _quota, _spot_world, _task
 from schemas.commands import BindCommand, EvictAck, EvictCommand, EvictOutcome
 from schemas.tasks import EvictionReason, TaskClass, TaskEvicted, TaskStarted
 from schemas.workers import WorkerStarted
-from services.preemption.controller import Controls
+from services.preemption.controller.settings import Controls
 from services.preemption.reconcile import NodeReport, UnknownWork, bind_lost, worth_journaling
 
 

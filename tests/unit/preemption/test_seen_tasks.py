@@ -5,7 +5,8 @@ ended task's id is forgotten (memory released), while a task the pool still runs
 from __future__ import annotations
 
 from schemas.tasks import TaskCancelled, TaskClass, TaskSubmitted
-from services.preemption.controller import ControllerSettings, PoolController
+from services.preemption.controller.pool import PoolController
+from services.preemption.controller.settings import ControllerSettings
 from services.preemption.inputs import Entry, apply, entry_for
 from services.preemption.seen_tasks import SeenTasks
 

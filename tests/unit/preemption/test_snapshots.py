@@ -16,7 +16,9 @@ from schemas.quota import GuaranteeQuota, SpotQuota
 from schemas.tasks import TaskClass, TaskSubmitted
 from schemas.workers import WorkerStarted
 from services.preemption import snapshots
-from services.preemption.controller import ControllerSettings, Effects, PoolController
+from services.preemption.controller.pool import PoolController
+from services.preemption.controller.settings import ControllerSettings
+from services.preemption.controller.types import Effects
 from services.preemption.inputs import Entry, apply, entry_for
 from services.preemption.journal_entries import NodeSeenEntry, ScheduleEntry, TickEntry
 
@@ -117,7 +119,7 @@ def test_the_modules_the_state_depends_on_are_recorded() -> None:
     c = PoolController("A100", SETTINGS)
     _run(c, _journal()[:20])
     _, _, modules = snapshots.encode(snapshots.Image({"A100": c}), SETTINGS)
-    assert "services.preemption.controller" in modules  # PoolController itself
+    assert "services.preemption.controller.pool" in modules  # PoolController itself
     assert "services.core.runtime" in modules or any(m.startswith("services.core") for m in modules)
     assert "schemas.quota" in modules  # the SpotQuota it keeps
 
@@ -130,7 +132,7 @@ def test_a_snapshot_of_other_settings_or_other_code_is_refused(monkeypatch: pyte
     other = ControllerSettings(grace_s=60.0, ack_margin_s=10.0)  # decides differently: refused
     assert snapshots.decode(blob, version, modules, other) is None
     # The controller's source changed since the snapshot was written (another release): refused.
-    monkeypatch.setitem(snapshots._DIGESTS, "services.preemption.controller", "another-release")
+    monkeypatch.setitem(snapshots._DIGESTS, "services.preemption.controller.pool", "another-release")
     assert snapshots.decode(blob, version, modules, SETTINGS) is None
 
 
@@ -161,12 +163,17 @@ def test_when_a_snapshot_is_due(
 
 
 @pytest.mark.parametrize(
-    "module", ["services.preemption.controller_endings", "services.preemption.controller_base"]
+    "module",
+    [
+        "services.preemption.controller.endings",
+        "services.preemption.controller.ledger",
+        "services.preemption.controller.periods",  # functions only: no pickled object's class
+    ],
 )
 def test_a_snapshot_is_refused_when_a_part_the_controller_is_built_of_changed(
     monkeypatch: pytest.MonkeyPatch, module: str
 ) -> None:
-    # PoolController's behaviour lives in its base classes' modules too (the controller's parts):
+    # PoolController's behaviour lives in its collaborators' modules too (the controller package):
     # a release that changed only how a stopped run ends, or the state, must not restore old bytes.
     c = PoolController("A100", SETTINGS)
     _run(c, _journal()[:20])

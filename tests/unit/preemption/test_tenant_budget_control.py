@@ -11,7 +11,8 @@ from test_controller import T0, World, _one, _quota
 
 from schemas.commands import BindCommand, EvictCommand
 from schemas.tasks import TaskClass, TaskSubmitted
-from services.preemption.controller import Controls, PoolController
+from services.preemption.controller.pool import PoolController
+from services.preemption.controller.settings import Controls
 from services.preemption.controls import ControlRow, desired
 from services.preemption.inputs import apply
 from services.preemption.tenant_budgets import budgets_view

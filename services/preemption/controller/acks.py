@@ -1,0 +1,150 @@
+"""Acknowledgements from the node agents, applied: victims' acks release held binds, a run's starts
+make TaskStarted, its own exits TaskFinished, and an evicted attempt's acks and exits are handed to
+the endings, which conclude it (endings.py).
+
+Each ack is first checked against the command it answers (the ledger's `refusal`): the shell
+dead-letters refused acks before journaling them, and `AckHandler` refuses them again, so a direct
+caller cannot apply one either.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from pydantic import BaseModel
+
+from schemas.commands import EvictAck, EvictOutcome
+from schemas.tasks import TaskClass as WireClass
+from schemas.tasks import TaskFinished, TaskStarted
+from schemas.workers import WorkerExited, WorkerStarted
+from services.core.driver.pool_driver import PoolDriver
+from services.core.ids import TaskId
+from services.preemption.attempts import Phase
+from services.preemption.controller.binds import Binder
+from services.preemption.controller.endings import Endings
+from services.preemption.controller.ledger import CommandLedger
+from services.preemption.controller.periods import closes
+from services.preemption.controller.types import Decision, Effects, _Task, utc
+
+
+class AckHandler:
+    """Applies acks. Owns `refused` (acks refused here: only a caller that skipped the shell's check
+    sends one). Reads the ledger; changes the task table's records of running attempts (a finished
+    task leaves it); routes what concerns an ending attempt to the endings and what releases a
+    held start to the binder."""
+
+    def __init__(
+        self,
+        pool: str,
+        driver: PoolDriver[uuid.UUID],
+        tasks: dict[str, _Task],
+        ledger: CommandLedger,
+        endings: Endings,
+        binder: Binder,
+    ) -> None:
+        self.pool = pool
+        self.driver = driver
+        self.tasks = tasks
+        self.ledger = ledger
+        self.endings = endings
+        self.binder = binder
+        self.refused = 0
+
+    def _refused(self, ack: BaseModel, why: str, now: float) -> Effects:
+        self.refused += 1
+        detail = {"type": type(ack).__name__, "why": why, "command_id": str(getattr(ack, "command_id", ""))}
+        return Effects(decisions=[Decision(str(getattr(ack, "task_id", "")), "ack_refused", now, detail)])
+
+    def evict_ack(self, ack: EvictAck, now: float) -> Effects:
+        why = self.ledger.refusal(ack)
+        if why is not None:
+            return self._refused(ack, why, now)
+        out = Effects()
+        eviction = self.ledger.evictions[ack.command_id]
+        if self.ledger.report(ack.command_id):
+            out.decisions.append(
+                Decision(
+                    eviction.task_ids[0],
+                    "evict_acked",
+                    now,
+                    {
+                        "command_id": str(ack.command_id),
+                        "node": ack.node,
+                        "outcome": ack.outcome.value,
+                        "tasks": list(eviction.task_ids),
+                        "attempt": eviction.attempt,
+                    },
+                )
+            )
+        # The victim's GPUs are free on that node (stopped, or nothing ran): a preemptor may go.
+        # A re-issued eviction's ack answers the eviction it stands for (reconcile.py).
+        original = self.ledger.original(ack.command_id)
+        for released in self.driver.held.ack(original):  # the held starts that waited for it last
+            out.extend(self.binder.release(released, now, "victims acknowledged"))
+        for tid in eviction.task_ids:
+            out.extend(
+                self.endings.evict_acked(tid, original, eviction.node, ack.outcome.value, ack.acked_at, now)
+            )
+        if ack.outcome is EvictOutcome.FAILED:
+            out.decisions.append(Decision(eviction.task_ids[0], "evict_failed", now, {"detail": ack.detail}))
+        return out
+
+    def worker_started(self, ack: WorkerStarted, now: float) -> Effects:
+        why = self.ledger.refusal(ack)
+        if why is not None:
+            return self._refused(ack, why, now)
+        bound = self.ledger.bound[ack.command_id]
+        ending = self.endings.worker_started(ack, bound.attempt, now)
+        if ending is not None:
+            return ending
+        out = Effects()
+        task = self.tasks.get(ack.task_id)
+        run = None if task is None else task.run
+        if task is None or run is None or run.number != bound.attempt:
+            return out  # an earlier attempt's start: that attempt is over
+        if ack.worker_index not in run.started:
+            task.started[ack.worker_index] = ack.started_at.timestamp()
+        if run.start(ack.worker_index):
+            placements = tuple(p for b in task.binds.values() for p in b.placements)
+            out.events.append(
+                TaskStarted(
+                    task_id=ack.task_id,
+                    pool=self.pool,
+                    task_class=task.submitted.task_class,
+                    placements=tuple(sorted(placements, key=lambda p: p.worker_index)),
+                    started_at=utc(max(task.started.values())),
+                    attempt=task.attempt,
+                )
+            )
+        return out
+
+    def worker_exited(self, ack: WorkerExited, now: float) -> Effects:
+        why = self.ledger.refusal(ack)
+        if why is not None:
+            return self._refused(ack, why, now)
+        bound = self.ledger.bound[ack.command_id]
+        ending = self.endings.worker_exited(ack, bound.attempt, now)
+        if ending is not None:
+            return ending
+        out = Effects()
+        tid = ack.task_id
+        task = self.tasks.get(tid)
+        run = None if task is None else task.run
+        if task is None or run is None or run.number != bound.attempt:
+            return out  # an attempt that already ended
+        if run.exit(ack.worker_index, ack.exit_code, evicted=ack.evicted) is not Phase.FINISHED:
+            return out
+        runtime = self.driver.runtime
+        if TaskId(tid) not in runtime.state.running:
+            return out
+        start = runtime.run_start(TaskId(tid))
+        finished = self.driver.finish(TaskId(tid), now)
+        codes = [run.own_exits[w] for w in sorted(run.own_exits)]
+        code = next((c for c in codes if c != 0), 0)
+        if task.submitted.task_class is WireClass.SPOT and start is not None:
+            out.events += closes(self.pool, tid, task, start, now, finished.successes, failed=False)
+        out.events.append(TaskFinished(task_id=tid, exit_code=code, finished_at=ack.exited_at))
+        out.decisions.append(Decision(tid, "finished", now, {"exit_code": code, "run_s": finished.run_s}))
+        self.binder.drop(tid)
+        del self.tasks[tid]
+        return out
