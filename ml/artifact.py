@@ -13,7 +13,8 @@ import torch
 
 from ml.calibration import CALIBRATION_HOURS
 from ml.features import FeatureSpec
-from ml.neural import IdMap, LstmModel, OrgLinearModel, TrainingInfo
+from ml.neural import IdMap, LstmModel, OrgLinearModel
+from ml.training_info import TrainingInfo
 
 FORMAT = "gfs-forecast-artifact/1"
 WEIGHTS = "weights.pt"

@@ -19,6 +19,7 @@ from ml.features import CalendarTable, FeatureSpec, build_windows
 from ml.forecast import Z90
 from ml.networks import OrgLinear, QuantileLSTM
 from ml.series import SIMULATOR_ORIGIN, SeriesKey
+from ml.training_info import TrainingInfo
 
 LSTM_VERSION = "lstm-q50q90-1"
 ORGLINEAR_VERSION = "orglinear-1"
@@ -41,17 +42,6 @@ class IdMap:
     @property
     def size(self) -> int:
         return len(self.ids)
-
-
-@dataclass(slots=True)
-class TrainingInfo:
-    """What the artifact records about training (metadata JSON)."""
-
-    trained_hours: tuple[int, int] = (0, 0)
-    trained_range: tuple[str, str] = ("", "")
-    validation: dict[str, float] = field(default_factory=dict)
-    fits: int = 0
-    seed: int = 0
 
 
 class LstmModel:

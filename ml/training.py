@@ -11,14 +11,50 @@ import copy
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
+from typing import Protocol
 
 import numpy as np
 import torch
 
-from ml.features import build_windows, targets
-from ml.neural import LstmModel, OrgLinearModel
+from ml.features import CalendarTable, FeatureSpec, build_windows, targets
+from ml.networks import OrgLinear, QuantileLSTM
 from ml.series import SeriesError, SeriesKey
+from ml.training_info import TrainingInfo
+
+
+class LstmModel(Protocol):
+    """What LSTM training reads and sets of ml.neural.LstmModel (which calls it from `fit`): the
+    model classes import this module, so this module names them only by their shape."""
+
+    spec: FeatureSpec
+    net: QuantileLSTM
+    cal: CalendarTable
+    info: TrainingInfo
+    shrink: np.ndarray
+    gap_scale: np.ndarray
+    start: datetime
+
+    def ids(self, keys: Sequence[SeriesKey]) -> tuple[np.ndarray, np.ndarray]: ...
+
+    def quantiles(self, keys: Sequence[SeriesKey], values: np.ndarray, origins: np.ndarray) -> np.ndarray: ...
+
+
+class OrgLinearModel(Protocol):
+    """The same for ml.neural.OrgLinearModel."""
+
+    lookback: int
+    horizon: int
+    net: OrgLinear
+    info: TrainingInfo
+    start: datetime
+
+    def class_ids(self, keys: Sequence[SeriesKey]) -> torch.Tensor: ...
+
+    def time_ids(self, origins: np.ndarray) -> torch.Tensor: ...
+
+    def inputs(self, values: np.ndarray, origins: np.ndarray) -> torch.Tensor: ...
+
 
 VAL_HOURS = 168
 MIN_VAL_HOURS = 48

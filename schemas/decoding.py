@@ -8,15 +8,26 @@ from __future__ import annotations
 
 import json
 from functools import cache
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from schemas.envelope import SUPPORTED_SCHEMA_VERSIONS, Envelope, envelope_type
 
-if TYPE_CHECKING:  # the registry imports this module; the spec type is only annotated here
-    from schemas.topics import TopicSpec
+
+class TopicSpec(Protocol):
+    """What decoding reads of a topic's registry entry (`schemas.topics.TopicSpec`)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def payload_types(self) -> tuple[type[BaseModel], ...]: ...
+
+    def payload_type(self, event_type: str) -> type[BaseModel]: ...
+
+    def event_types(self) -> tuple[str, ...]: ...
 
 
 class _Head(BaseModel):

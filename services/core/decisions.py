@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 from services.core.ids import TaskId
+from services.core.preemption_plan import PreemptionPlan
 from services.core.reasons import EvictionReason
-
-if TYPE_CHECKING:
-    from services.core.victims import PreemptionPlan
 
 
 class WorkerPlacement(NamedTuple):

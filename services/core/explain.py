@@ -29,7 +29,7 @@ class PreemptionRecord:
     at_s: float
     preemptor: TaskId
     winner: CandidateNode
-    losers: tuple[CandidateNode, ...]  # cheapest first, at most victims.MAX_ALTERNATIVES
+    losers: tuple[CandidateNode, ...]  # cheapest first, at most preemption_plan.MAX_ALTERNATIVES
     considered: int  # candidates compared in all, the winner included
 
 

@@ -6,51 +6,20 @@ shared GPU, fractional case; slot -1 with a fractional worker means "open a free
 
 The selectors: `GfsVictims` (core/victims_gfs.py, on core/two_pointer.py), `FirstNodeVictims`
 (core/victims_first_node.py), the baselines' (victims_fgd, victims_k8s, victims_lease, victims_lyra).
-This module holds what they share: the plan, the context, the node cost.
+This module holds what they share: the context and the node cost (the plan is preemption_plan.py).
 """
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
 from typing import NamedTuple, Protocol
 
 import numpy as np
 
 from services.core.ids import TaskId, TenantId
 from services.core.pool import PoolState
+from services.core.preemption_plan import PreemptionPlan as PreemptionPlan  # re-exported
 from services.core.task import TaskSpec
-
-MAX_ALTERNATIVES = 5  # losing candidates kept with a plan for explanations (cheapest first)
-
-
-@dataclass(frozen=True, slots=True)
-class PreemptionPlan:
-    node: int
-    victims: tuple[TaskId, ...]
-    cost: float
-    slot: int = -1
-    # GFS's node cost split into its terms (eviction rate after the preemption, weighted lost GPU
-    # time), None for selectors whose cost is not that sum.
-    terms: tuple[float, float] | None = None
-    # Losing candidates the selector compared this plan with (at most MAX_ALTERNATIVES, cheapest
-    # first) and how many candidates it compared in all (this plan included). Explanation only.
-    alternatives: tuple[PreemptionPlan, ...] = ()
-    considered: int = 1
-    # Victims beyond their tenants' remaining eviction budgets (core/tenant_budget.py): 0 unless
-    # every feasible set broke some budget and this one broke them least.
-    over_budget: int = 0
-
-
-def with_alternatives(best: PreemptionPlan, plans: list[PreemptionPlan]) -> PreemptionPlan:
-    """`best` carrying the cheapest of the other `plans` as its losing candidates."""
-    if len(plans) <= 1:
-        return best
-    losers = heapq.nsmallest(
-        MAX_ALTERNATIVES, (p for p in plans if p is not best), key=lambda p: (p.cost, p.node, p.slot)
-    )
-    return replace(best, alternatives=tuple(losers), considered=len(plans))
 
 
 class PreemptionContext(NamedTuple):

@@ -12,6 +12,7 @@ import numpy as np
 
 from services.core.ids import TaskId, TenantId
 from services.core.pool import PoolState
+from services.core.preemption_plan import with_alternatives
 from services.core.task import TaskSpec
 from services.core.tenant_budget import overage
 from services.core.two_pointer import fraction_two_pointer, two_pointer
@@ -21,7 +22,6 @@ from services.core.victims import (
     lost_gpu_seconds,
     node_cost_terms,
     preemptible,
-    with_alternatives,
     within_budget,
 )
 

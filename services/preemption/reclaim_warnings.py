@@ -25,18 +25,16 @@ sequence the journaled commands' ids depend on.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Container, Mapping
 from dataclasses import dataclass, field
 from statistics import NormalDist
-from typing import TYPE_CHECKING
 
 from schemas.commands import WarnCommand
 from schemas.quota import SpotQuota
 from schemas.tasks import TaskReclaimWarning
 from services.core.reclaim_warning import WarningSettings, shortfall_gpus, warn_candidates
-from services.preemption.controller.types import Decision, Effects, utc
-
-if TYPE_CHECKING:
-    from services.preemption.controller.pool import PoolController
+from services.core.runtime import PoolRuntime
+from services.preemption.controller.types import Decision, Effects, _Task, utc
 
 HOUR_S = 3600.0
 WARN_NAMESPACE = uuid.UUID("0b6f2a8e-4c1d-4e7a-9f35-7d2c8e1a5b90")
@@ -67,22 +65,26 @@ class ReclaimWarnings:
     last: dict[tuple[str, int], float] = field(default_factory=dict)  # (task, attempt) -> last warned
     sent: int = 0
 
-    def check(self, ctl: PoolController, now: float) -> Effects:
-        """The warnings due at `now` (the runtime's time) in `ctl`'s pool."""
+    def check(
+        self, pool: str, rt: PoolRuntime, tasks: Mapping[str, _Task], held: Container[str],
+        *, kill_switch: bool, last_quota: SpotQuota | None, now: float,
+    ) -> Effects:  # fmt: skip
+        """The warnings due at `now` (the runtime's time) in the pool: its runtime, its tasks, the
+        tasks whose binds are held (nothing of them runs yet), the SRE kill switch and the last
+        SpotQuota received."""
         out = Effects()
         s = self.settings
-        rt = ctl.runtime
         st = rt.state
         running = {
             tid: task.run
-            for tid, task in ctl.tasks.items()
-            if task.run is not None and tid not in ctl.pending  # held binds: nothing runs yet
+            for tid, task in tasks.items()
+            if task.run is not None and tid not in held  # held binds: nothing runs yet
         }
         # Forget runs that ended, so the table holds only what can still be warned.
         self.last = {k: v for k, v in self.last.items() if (r := running.get(k[0])) and r.number == k[1]}
-        if ctl.controls.kill_switch:
+        if kill_switch:
             return out  # no preemption at all: nothing will be reclaimed, nothing to warn of
-        quantile, offset = hp_quantile(ctl.last_quota, now, s.quantile)
+        quantile, offset = hp_quantile(last_quota, now, s.quantile)
         short = shortfall_gpus(st.online_capacity, st.spot_in_use, rt.hp_observed, quantile, offset, s.lead_s)
         for core_id in warn_candidates(st, short, now, s.margin):
             tid = str(core_id)
@@ -98,14 +100,14 @@ class ReclaimWarnings:
             nodes = sorted(set(run.workers.values()))
             out.events.append(
                 TaskReclaimWarning(
-                    task_id=tid, pool=ctl.pool, attempt=run.number, lead_s=s.lead_s,
+                    task_id=tid, pool=pool, attempt=run.number, lead_s=s.lead_s,
                     shortfall_gpus=short, issued_at=utc(now),
                 )
             )  # fmt: skip
             for node in nodes:
                 out.commands.append(
                     WarnCommand(
-                        command_id=warning_id(ctl.pool, tid, run.number, now, node), node=node,
+                        command_id=warning_id(pool, tid, run.number, now, node), node=node,
                         task_id=tid, warned_attempt=run.number, lead_seconds=s.lead_s,
                         issued_at=utc(now),
                     )

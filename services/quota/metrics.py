@@ -10,15 +10,12 @@ values, so a rule needs no constant that a setting could move.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from opentelemetry.metrics import CallbackOptions, Meter, Observation
 
-if TYPE_CHECKING:
-    from services.quota.service import QuotaService
+from services.quota.view import QuotaView
 
 
-def register_metrics(meter: Meter, service: QuotaService) -> None:
+def register_metrics(meter: Meter, service: QuotaView) -> None:
     """Create the service's instruments on `meter`, each read from its live state at a scrape."""
 
     def quota(_: CallbackOptions) -> list[Observation]:

@@ -4,7 +4,6 @@ duration with the inputs behind it, forecast health. Its contract is api_spec.py
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
 
 from aiohttp import web
 
@@ -12,12 +11,10 @@ from services.platform.metrics import Metrics, metrics_handler
 from services.platform.openapi import add_openapi
 from services.quota import store
 from services.quota.api_spec import API, ForecastHealth, Health, PoolQuota, Ready
-
-if TYPE_CHECKING:  # the API reads the service's state; the service starts the API
-    from services.quota.service import QuotaService
+from services.quota.view import QuotaView
 
 
-def build_api(service: QuotaService, metrics: Metrics, ready: asyncio.Event) -> web.Application:
+def build_api(service: QuotaView, metrics: Metrics, ready: asyncio.Event) -> web.Application:
     """The SRE read API: quota per pool and duration, eta, eviction rate, the forecast behind it.
     Its contract is api_spec.py (served at /openapi.json); none of its routes takes a query
     parameter, so any is a 400 (a typo is refused rather than ignored)."""

@@ -76,7 +76,7 @@ class QuotingSimulation(Simulation):
 
     def _refresh_quota(self) -> None:
         super()._refresh_quota()
-        hour, fc = self.forecast_cache
+        hour, fc = self.forecasts.cache
         if not self.in_window or fc is None:
             return
         for pool_id in self.pools:

@@ -38,7 +38,7 @@ from services.core.ids import PoolId, TaskId
 from services.core.observed_demand import ObservedDemand
 from services.core.policies.protocols import SchedulingPolicy
 from services.core.reasons import EvictionReason
-from services.core.runtime import PoolRuntime, RuntimeSettings, Started, Stopped
+from services.core.runtime import PassResult, PoolRuntime, RuntimeSettings, Started, Stopped
 from services.core.task import TaskSpec
 from services.simulator.accounting import RunAccounting
 from services.simulator.demand_tracking import DemandTracking
@@ -52,8 +52,6 @@ from services.simulator.engine_state import (
     SAMPLE,
     WINDOW_END,
     WINDOW_START,
-    CancelSink,
-    DecisionSink,
     DemandInput,
     SimSettings,
     set_tenant_budgets,
@@ -66,6 +64,11 @@ from services.simulator.recording import Recorder
 from services.simulator.workload import Workload
 
 __all__ = ["HORIZON_H", "CancelSink", "DecisionSink", "DemandInput", "SimSettings", "Simulation"]
+
+
+DecisionSink = Callable[["Simulation", PoolRuntime, PassResult], None]
+# A cancellation: the pool's runtime, the task, the node it ran on (its first worker's; None: queued).
+CancelSink = Callable[["Simulation", PoolRuntime, TaskId, str | None], None]
 
 
 class Simulation:
@@ -156,10 +159,6 @@ class Simulation:
     def forecaster(self) -> Forecaster:
         return self.forecasts.forecaster
 
-    @property
-    def forecast_cache(self) -> tuple[int, DemandForecast | None]:
-        return self.forecasts.cache
-
     def push(self, t: float, kind: int, payload: object) -> None:
         self.seq += 1
         heapq.heappush(self.heap, (t, kind, self.seq, payload))
@@ -208,7 +207,7 @@ class Simulation:
                 self.tracking.instant_done(t, changed)  # the level after this instant holds from t on
                 changed.clear()
             if sample:
-                self.recorder.sample(self)
+                self.recorder.sample(self.now, self.pools, self.settings.sample_period_s)
             if progress is not None and self.events >= next_progress:
                 progress(t)
                 next_progress = self.events + 20000

@@ -1,23 +1,19 @@
 """What a simulation (engine.py) is configured with: its event kinds and periods, its settings,
-the HP-demand input its forecaster reads, and the sinks a driver may attach."""
+and the HP-demand input its forecaster reads (the sinks a driver may attach are engine.py's)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-from services.core.ids import PoolId, TaskId, TenantId
+from services.core.ids import PoolId, TenantId
 from services.core.observed_demand import ObservedDemand
-from services.core.runtime import PassResult, PoolRuntime
+from services.core.runtime import PoolRuntime
 from services.core.task import TaskClass
 from services.core.tenant_budget import TenantBudget
 from services.simulator.workload import Workload
-
-if TYPE_CHECKING:  # the sinks receive the whole simulation
-    from services.simulator.engine import Simulation
 
 # Event kinds, in the order equal-time events are applied (arrivals come before all of them).
 FINISH, PERIOD, CANCEL, QUOTA, SAMPLE, WINDOW_START, WINDOW_END, LEASE = range(8)
@@ -56,12 +52,6 @@ class DemandInput:
     @staticmethod
     def tracking(observed: ObservedDemand) -> DemandInput:
         return DemandInput(observed.keys, observed.hourly, observed.pools, observed.pool_hourly, observed)
-
-
-DecisionSink = Callable[["Simulation", PoolRuntime, PassResult], None]
-# A cancellation as it happened: the pool's runtime, the task, and the node it ran on (its first
-# worker's; None: it was queued).
-CancelSink = Callable[["Simulation", PoolRuntime, TaskId, str | None], None]
 
 
 def set_tenant_budgets(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -11,16 +11,13 @@ from services.core.runtime import PoolRuntime
 from services.core.work_conservation import REASONS
 from services.simulator.workload import Workload
 
-if TYPE_CHECKING:
-    from services.simulator.engine import Simulation
-
-
 IDLE_FIT_EVERY = 5  # samples per idle-while-work-fits reading
 
 
 class Recorder:
     def __init__(self, workload: Workload, pools: tuple[PoolId, ...]) -> None:
         self.pools = pools
+        self.window = (workload.window_start_s, workload.window_end_s)
         self.times: list[float] = []
         self.allocated: list[list[int]] = []
         self.quota: list[list[float]] = []
@@ -36,17 +33,19 @@ class Recorder:
         self.wall_s = 0.0
         self.events = 0
 
-    def sample(self, sim: Simulation) -> None:
-        if not (sim.w.window_start_s <= sim.now < sim.w.window_end_s):
+    def sample(self, now: float, pools: Mapping[PoolId, PoolRuntime], sample_period_s: float) -> None:
+        """The state of every pool at `now`, if inside the window (each sample stands for
+        `sample_period_s`)."""
+        if not (self.window[0] <= now < self.window[1]):
             return
-        self.times.append(sim.now)
+        self.times.append(now)
         alloc, quota, eta, spot, hp = [], [], [], [], []
         for pool_id in self.pools:
-            rt = sim.pools[pool_id]
+            rt = pools[pool_id]
             st = rt.state
             alloc.append(st.capacity - int(st.free.sum()))
             if len(self.times) % IDLE_FIT_EVERY == 1:
-                self._note_idle_fit(pool_id, rt, IDLE_FIT_EVERY * sim.settings.sample_period_s / 3600.0)
+                self._note_idle_fit(pool_id, rt, IDLE_FIT_EVERY * sample_period_s / 3600.0)
             quota.append(min(float(st.capacity), rt.quota.get(1, 0.0)))
             eta.append(rt.eta)
             spot.append(st.spot_in_use)

@@ -170,7 +170,11 @@ class PoolController:
         for tid in self.driver.held.due(now, self.reconciler.eviction_runs):
             out.extend(self.binder.release(tid, now, "grace period passed without every acknowledgement"))
         out.extend(self.pool_quota.expire(now, mode=self.controls.quota_mode))
-        out.extend(self.warnings.check(self, now))
+        warnings = self.warnings.check(
+            self.pool, self.runtime, self.tasks, self.pending, kill_switch=self.controls.kill_switch,
+            last_quota=self.last_quota, now=now,
+        )  # fmt: skip
+        out.extend(warnings)
         return out
 
     # ----- passes and clock ticks -----------------------------------------------------------------
