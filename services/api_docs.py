@@ -19,7 +19,7 @@ from services.platform.openapi import Api, render
 DOCS_DIR = Path(__file__).resolve().parents[1] / "docs" / "api"
 # service -> the module whose `API` is its contract
 CONTRACTS: dict[str, str] = {
-    "preemption": "services.preemption.api_spec",
+    "preemption": "services.preemption.sre.api_spec",
     "quota": "services.quota.api_spec",
     "forecast": "services.forecast.api_spec",
     "node-agent": "services.node_agent.api_spec",

@@ -36,7 +36,7 @@ _COMMANDS: tuple[tuple[str, str, str], ...] = (
     ("packing", "services.simulator.packing_cli", "packing"),
     ("fake-task", "services.node_agent.fake_task_cli", "fake_task"),
     ("replay", "services.producers.replay", "replay"),
-    ("explain", "services.preemption.explain_cli", "explain"),
+    ("explain", "services.preemption.sre.explain_cli", "explain"),
     ("whatif", "services.whatif.cli", "whatif"),
 )
 

@@ -1,5 +1,5 @@
 """`gfs bench failover` (issue 25): how long a new owner takes to claim a partition after a
-journal of N rows, with and without snapshots (services/preemption/snapshots.py), on the real
+journal of N rows, with and without snapshots (services/preemption/journal/snapshots.py), on the real
 Postgres (a scratch schema of its own, dropped afterwards).
 
 The journal is written with COPY, as a pool's history would read: four nodes, no spot quota, then

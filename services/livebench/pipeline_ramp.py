@@ -61,7 +61,7 @@ class Lag:
     offsets to Kafka, so a Kafka-side probe of its group would read nothing)."""
 
     def __init__(self, settings: PlatformSettings, run: str, dsn: str) -> None:
-        from services.preemption.router import ROUTED_TOPICS
+        from services.preemption.router.routing import ROUTED_TOPICS
 
         servers = settings.bootstrap_servers
         self._group = f"bench-router-{run}"

@@ -288,7 +288,7 @@ async def _router_caught_up(settings: PlatformSettings, group: str, timeout: flo
     from aiokafka.admin import AIOKafkaAdminClient
 
     from services.platform.kafka.lag import LagProbe
-    from services.preemption.router import ROUTED_TOPICS
+    from services.preemption.router.routing import ROUTED_TOPICS
 
     probe = LagProbe(settings.bootstrap_servers, group, ROUTED_TOPICS)
     admin = AIOKafkaAdminClient(bootstrap_servers=settings.bootstrap_servers)

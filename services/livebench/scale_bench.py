@@ -140,7 +140,7 @@ async def _run(
     from services.platform.kafka.topic_admin import ensure_topics
     from services.platform.migrations import migrated_schema
     from services.platform.paths import state_dir
-    from services.preemption.router import inbox_spec
+    from services.preemption.router.routing import inbox_spec
 
     run = uuid.uuid4().hex[:6]
     schema = f"scale_{run}"

@@ -87,8 +87,8 @@ class Telemetry:
                     allocations=tuple(allocations),
                 )
             )
-        # The report of what runs here (reconciliation, services/preemption/reconcile.py): every
-        # live worker with its attempt, also one still starting.
+        # The report of what runs here (reconciliation, services/preemption/controller/
+        # reconcile_rules.py): every live worker with its attempt, also one still starting.
         running = tuple(
             RunningWorker(task_id=w.task_id, attempt=w.attempt, worker_index=w.worker_index)
             for w in sorted(

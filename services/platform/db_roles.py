@@ -42,7 +42,7 @@ ACCESS: Mapping[str, Access] = {
     "quota": Access(writes=("quota_", "spot_quota", "guarantee_period_outcome", "outbox")),
     # Ownership, journal, decisions, routes, controls and snapshots (0004-0008), the outbox its
     # signed commands go through; the dashboard reads the quota service's latest forecast and
-    # quotas (services/preemption/dashboard.py), read-only.
+    # quotas (services/preemption/sre/dashboard.py), read-only.
     "preemption": Access(writes=("preemption_", "outbox"), reads=("quota_input_latest", "spot_quota")),
 }
 

@@ -86,7 +86,7 @@ def outbox_values(
 ) -> list[OutboxValues]:
     """The outbox rows of (topic, envelope, headers) items, checked and encoded, not written: for a
     writer that inserts them in a statement of its own (the preemption service's one-statement
-    commit, `services.preemption.store.commit_batch`). Raises `OutboxTopicError` before any I/O."""
+    commit, `services.preemption.journal.store.commit_batch`). Raises `OutboxTopicError` before any I/O."""
     rows: list[OutboxValues] = []
     for topic_name, envelope, headers in items:
         spec = topic(topic_name)

@@ -8,7 +8,7 @@ this they grow by every refresh, period and decision, forever (docs/operations.m
 
 Not here, on purpose: the preemption journal (a full replay after an upgrade and the event-id
 de-duplication read it; docs/decisions.md), its snapshots (snapshots.py keeps two), the router's
-task routes (route_expiry.py), the controls and their audit (an operator's record), and the latest
+task routes (router/expiry.py), the controls and their audit (an operator's record), and the latest
 row of each pool (`quota_pool`, `spot_quota`, `quota_input_latest` are one row per pool already).
 
 Each rule names the time that ages its rows:

@@ -1,7 +1,7 @@
 """`gfs serve preemption`: task submissions, quotas, telemetry and acks in; commands and lifecycle out.
 
 Shape (docs/services.md, "Preemption service"):
-- The router (`router.py`, every instance, one consumer group) re-keys every input by pool onto
+- The router (`router/routing.py`, every instance, one consumer group) re-keys every input by pool onto
   the inbox. The deciders (every instance, another group) own the inbox's partitions, so each
   pool is decided by the one instance its partition is assigned to; a standby (or the surviving
   instance) gets a dead one's partitions at the group's next rebalance.
@@ -58,17 +58,17 @@ from services.platform.postgres import open_pool
 from services.platform.retention import OUTBOX_RULE, PREEMPTION_RULES, pruning
 from services.platform.signing import node_key
 from services.platform.timer import every, failure_counter
-from services.preemption import store
-from services.preemption.api import build_api
 from services.preemption.decider import Decider, DueWake, NodeKeys
 from services.preemption.decider.counters import Stats
 from services.preemption.decider.names import PRODUCER, TRACER
+from services.preemption.journal import store
 from services.preemption.metrics import register_metrics
-from services.preemption.report_auth import ReportAuth
-from services.preemption.route_expiry import RouteExpiry
-from services.preemption.router import ROUTED_TOPICS, Router, inbox_spec, route
-from services.preemption.router_heard import Heard, caught_up_at
+from services.preemption.router.expiry import RouteExpiry
+from services.preemption.router.heard import Heard, caught_up_at
+from services.preemption.router.report_auth import ReportAuth
+from services.preemption.router.routing import ROUTED_TOPICS, Router, inbox_spec, route
 from services.preemption.service_settings import PreemptionSettings
+from services.preemption.sre.api import build_api
 
 log = logging.getLogger(__name__)
 
@@ -180,7 +180,7 @@ async def run_preemption_service(
         relay = OutboxRelay(pool, producer, poll_interval_s=0.5)
         keys = NodeKeys(secret)  # the decider signs commands with them; the report check verifies
         auth = report_auth(settings, keys.key, instance)
-        hearing = Heard()  # how far the router has read every input (router_heard.py)
+        hearing = Heard()  # how far the router has read every input (router/heard.py)
         decider = Decider(
             pool, settings, clock, instance, keys, producer=producer, on_committed=relay.wake, auth=auth,
             router_heard=lambda: hearing.at,

@@ -14,7 +14,7 @@ from services.platform.key_rotation import PreviousUntil
 from services.platform.settings import PlatformSettings
 from services.preemption import liveness
 from services.preemption.controller.settings import ControllerSettings
-from services.preemption.router import INBOX_TOPIC
+from services.preemption.router.routing import INBOX_TOPIC
 
 
 class PreemptionSettings(PlatformSettings):
@@ -72,7 +72,7 @@ class PreemptionSettings(PlatformSettings):
     # An ended task's id rejects a second submission for this long after its submission
     # (seen_tasks.py, the redelivery window of the pools' memory; docs/operations.md).
     preemption_seen_window_s: float = 3600.0
-    # The router's route of a task is deleted this long after the task ended (route_expiry.py): a
+    # The router's route of a task is deleted this long after the task ended (router/expiry.py): a
     # cancel later than that is dead-lettered. Longer than the seen window, so a redelivered
     # submission meets one memory or the other (docs/operations.md).
     preemption_route_keep_s: float = 86_400.0

@@ -26,7 +26,7 @@ from schemas.telemetry import NodeTelemetry
 from schemas.workers import WorkerExited, WorkerStarted
 from services.platform.protocol_doc import payload_models, regenerate
 from services.platform.signing import SignatureCheck, check_signature, node_key, signing_bytes
-from services.preemption.report_auth import Refusal, ReportAuth
+from services.preemption.router.report_auth import Refusal, ReportAuth
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "protocol.md"
 _BLOCK = re.compile(r"```(?:json|text) vector:(?P<name>[a-z:-]+)\n(?P<body>.*?)\n```", re.DOTALL)

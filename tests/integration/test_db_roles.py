@@ -24,7 +24,7 @@ import pytest_asyncio
 
 from services.platform.db_roles import grant_service_roles, unassigned
 from services.platform.migrations import migrated_schema, with_search_path
-from services.preemption import store as preemption_store
+from services.preemption.journal import store as preemption_store
 from services.quota import store as quota_store
 
 pytestmark = pytest.mark.integration

@@ -33,7 +33,7 @@ from schemas.tasks import TaskClass
 from services.api_docs import DOCS_DIR
 from services.platform.kafka.producer import EnvelopeProducer
 from services.platform.kafka.topic_admin import TopicsReport
-from services.preemption.router import ROUTED_TOPICS
+from services.preemption.router.routing import ROUTED_TOPICS
 from services.quota.service import TOPICS, run_quota_service
 
 pytestmark = pytest.mark.integration

@@ -14,8 +14,8 @@ from quota_harness import _migrated
 from schemas.envelope import wrap
 from schemas.tasks import TaskAccepted, TaskClass
 from services.platform.outbox import outbox_values
-from services.preemption import store
 from services.preemption.controller.types import Decision
+from services.preemption.journal import store
 
 pytestmark = pytest.mark.integration
 

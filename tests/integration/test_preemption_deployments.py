@@ -23,8 +23,8 @@ from schemas.tasks import TaskClass, TaskStarted
 from services.platform.kafka.producer import EnvelopeProducer
 from services.platform.kafka.topic_admin import TopicsReport
 from services.platform.migrations import discover, migrate
-from services.preemption import store
 from services.preemption.decider import Decider
+from services.preemption.journal import store
 from services.preemption.service import run_preemption_service
 
 pytestmark = pytest.mark.integration

@@ -27,8 +27,8 @@ from services.platform.kafka.producer import EnvelopeProducer
 from services.platform.kafka.topic_admin import TopicsReport, ensure_topics
 from services.platform.postgres import open_pool
 from services.platform.tracing import traceparent_of
-from services.preemption import store
-from services.preemption.router import DUPLICATE_HEADER, Router, inbox_spec
+from services.preemption.journal import store
+from services.preemption.router.routing import DUPLICATE_HEADER, Router, inbox_spec
 
 pytestmark = pytest.mark.integration
 

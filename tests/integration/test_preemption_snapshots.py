@@ -1,4 +1,4 @@
-"""Journal snapshots (issue 25, services/preemption/snapshots.py) on the real Postgres: a claim
+"""Journal snapshots (issue 25, services/preemption/journal/snapshots.py) on the real Postgres: a claim
 restores the newest snapshot and replays only the journal rows after it, into the state a full
 replay gives; a fenced owner writes no snapshot; a snapshot of another version is ignored and the
 whole journal replayed."""
@@ -17,11 +17,11 @@ from schemas.quota import GuaranteeQuota, SpotQuota
 from schemas.tasks import TaskClass, TaskSubmitted
 from services.platform.clock import SystemClock
 from services.platform.postgres import open_pool
-from services.preemption import store
 from services.preemption.controller.pool import PoolController
 from services.preemption.decider import Decider, NodeKeys
-from services.preemption.inputs import Entry, apply, entry_for
-from services.preemption.journal_entries import NodeSeenEntry, ScheduleEntry
+from services.preemption.journal import store
+from services.preemption.journal.entries import NodeSeenEntry, ScheduleEntry
+from services.preemption.journal.inputs import Entry, apply, entry_for
 from services.preemption.service import PreemptionSettings
 
 pytestmark = pytest.mark.integration

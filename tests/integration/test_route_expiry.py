@@ -35,8 +35,8 @@ from services.platform.kafka.processing import MessageContext
 from services.platform.kafka.producer import EnvelopeProducer
 from services.platform.kafka.topic_admin import TopicsReport, ensure_topics
 from services.platform.postgres import open_pool
-from services.preemption.route_expiry import RouteExpiry, mark_ended
-from services.preemption.router import Router, inbox_spec
+from services.preemption.router.expiry import RouteExpiry, mark_ended
+from services.preemption.router.routing import Router, inbox_spec
 
 pytestmark = pytest.mark.integration
 

@@ -43,7 +43,7 @@ from schemas.topics import TOPICS
 from schemas.workers import WorkerStarted
 from services.platform.kafka.producer import EnvelopeProducer
 from services.platform.kafka.topic_admin import ensure_topics
-from services.preemption.router import inbox_spec
+from services.preemption.router.routing import inbox_spec
 from services.producers.client import GfsClient
 from services.producers.partitioning import partition_for_key
 

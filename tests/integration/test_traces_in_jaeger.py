@@ -48,7 +48,7 @@ from services.platform.kafka.producer import EnvelopeProducer
 from services.platform.kafka.topic_admin import TopicsReport
 from services.platform.settings import PlatformSettings
 from services.platform.tracing import build_tracer_provider
-from services.preemption.trace_view import register_trace_view
+from services.preemption.sre.trace_view import register_trace_view
 from services.producers.client import GfsClient
 
 pytestmark = pytest.mark.integration
@@ -341,7 +341,7 @@ async def test_preempted_and_preempting_tasks_each_have_one_trace_across_every_p
     print(f"\nJaeger traces: B {JAEGER_QUERY_URL}/api/traces/{b_id} ({len(trace_b['spans'])} spans), "
           f"H {JAEGER_QUERY_URL}/api/traces/{h_id} ({len(trace_h['spans'])} spans)")  # fmt: skip
     # The dashboard's trace page draws the same trace from the real Jaeger (its own UI is a
-    # placeholder in the Go-tool build: services/preemption/trace_view.py).
+    # placeholder in the Go-tool build: services/preemption/sre/trace_view.py).
     app = web.Application()
     register_trace_view(app, query_url=JAEGER_QUERY_URL)
     async with TestClient(TestServer(app)) as page_client:

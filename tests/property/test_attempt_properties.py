@@ -1,4 +1,4 @@
-"""The attempt state machine (services/preemption/attempts.py, docs/attempts.md) under random
+"""The attempt state machine (services/preemption/controller/attempts.py, docs/attempts.md) under random
 interleavings of bind, start, exit, evict and ack.
 
 Each example draws what really happened to one run on the agents' side (per worker: it exited on
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.preemption.attempts import NOT_RUNNING, Attempt, Phase
+from services.preemption.controller.attempts import NOT_RUNNING, Attempt, Phase
 
 OWN, STOPPED, NEVER_STARTED = "own", "stopped", "never_started"
 

@@ -22,8 +22,8 @@ from services.node_agent.service import build_metrics_app
 from services.node_agent.settings import NodeAgentSettings
 from services.platform.metrics import configure_metrics
 from services.platform.settings import PlatformSettings
-from services.preemption.api import build_api as preemption_api
 from services.preemption.service import PreemptionSettings
+from services.preemption.sre.api import build_api as preemption_api
 from services.quota.service import QuotaServiceSettings
 from services.quota.service import build_api as quota_api
 

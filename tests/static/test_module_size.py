@@ -3,7 +3,7 @@ the tools around the services (parity, demo, faults, livebench), the forecast se
 simulator over 400 lines (issue 23: agent.py had grown to 748, mixing commands, worker supervision,
 eviction, recovery and telemetry; the preemption controller to 1,187 and its service to 1,006, now
 split into parts: the controller package's doc and service.py's module doc; the router's
-loop is the platform's consume loop in batch mode, and how far it has heard is router_heard.py; the
+loop is the platform's consume loop in batch mode, and how far it has heard is router/heard.py; the
 demo's live.py to 690, the fault harness to 638, the accept and race benchmarks to 539 and 540, the
 MMPP generator to 515, each now a runner beside its parts: the module docs' "Parts" paragraphs; the
 simulator's engine to 535, now state, actuation and the event loop; the quota service to 482, its

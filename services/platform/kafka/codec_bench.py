@@ -15,7 +15,7 @@ contract's golden examples), each way to turn a record value into a validated pa
 - `pickle`: unpickling the payload, a way to rebuild the models without validating them (the
   floor of any rebuild from bytes: it is not faster than validating, so not rebuilding is the win);
 - `handoff`: what the decider pays instead of a decode when its own router validated the record
-  (services/preemption/handoff.py; measured by `python -m services.preemption.handoff_bench`,
+  (services/preemption/router/handoff.py; measured by `python -m services.preemption.router.handoff_bench`,
   which adds it to these cases: the platform does not import the preemption service).
 
 Measured in one process in CPU time, so the numbers compare with each other (the machine is

@@ -27,10 +27,17 @@ and ledger are lent to those that need them):
 - `reconcile.Reconciler`: each node's last report and the unknown work seen there;
 - `admission.Admission`: the task ids seen (duplicates), accepting, rejecting and cancelling;
 - `periods`: the GuaranteePeriodClosed events of a run; `types`: the effects, decision records and
-  per-task, bind, eviction and ending records; `settings`: the settings and the SRE controls.
+  per-task, bind, eviction and ending records; `settings`: the settings and the SRE controls;
+- what a pass publishes: `demand_levels` (the servable demand series), `pool_views` (the status the
+  API and dashboard read), `reclaim_warnings` (the spot reclaim warnings);
+- pure rules that own no state of the pool and import nothing here: `attempts` (one run of a task
+  as a state machine), `reconcile_rules` (a node's report against what the pool holds),
+  `seen_tasks` (the task ids a pool answered), `survival_quote`, `tenant_budgets`,
+  `work_conservation` (idle GPUs while work fits) and `explanations` (decisions as JSON).
 Imports go one way (a layers contract in pyproject.toml): `pool` over `admission | acks |
-reconcile` over `endings` over `binds` over `ledger | periods | quota | ids` over `settings |
-types`. This module imports nothing: import the parts themselves.
+reconcile` over `endings` over `binds` over `ledger | periods | quota | ids` and the published
+views over `settings | types` over the pure rules. This module imports nothing: import the parts
+themselves.
 
 **ids.** Command ids are derived from the pool, an id salt and a counter (ids.py): the shell sets
 the salt to the owner's fencing epoch (the one recorded with each journal row on replay), so a
@@ -43,7 +50,7 @@ get ids never used before.
   anyway).
 - A task is TaskStarted when every worker reported WorkerStarted, and finished when every worker
   exited on its own (TaskFinished carries the first non-zero exit code).
-- Attempts (docs/attempts.md, `services.preemption.attempts`): every run of a task has a number
+- Attempts (docs/attempts.md, `services.preemption.controller.attempts`): every run of a task has a number
   carried by its bind, evict and ack messages. An eviction does not end a run: its acks and exits
   do. A run whose every worker exited on its own finished, even with an eviction in flight (no
   TaskEvicted, no failed guarantee period, the requeue withdrawn); otherwise TaskEvicted and the

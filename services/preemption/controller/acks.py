@@ -19,7 +19,7 @@ from schemas.tasks import TaskFinished, TaskStarted
 from schemas.workers import WorkerExited, WorkerStarted
 from services.core.driver.pool_driver import PoolDriver
 from services.core.ids import TaskId
-from services.preemption.attempts import Phase
+from services.preemption.controller.attempts import Phase
 from services.preemption.controller.binds import Binder
 from services.preemption.controller.endings import Endings
 from services.preemption.controller.ledger import CommandLedger

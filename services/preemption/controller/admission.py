@@ -24,10 +24,10 @@ from services.core.ids import PoolId, TaskId, TenantId
 from services.core.task import TaskClass, TaskSpec
 from services.preemption.controller.endings import Endings
 from services.preemption.controller.quota import PoolQuota
+from services.preemption.controller.seen_tasks import SeenTasks
 from services.preemption.controller.settings import DEFAULT_CHECKPOINT_S, ControllerSettings
+from services.preemption.controller.survival_quote import survival_on_accept
 from services.preemption.controller.types import _REJECTIONS, Decision, Effects, _Task, utc
-from services.preemption.seen_tasks import SeenTasks
-from services.preemption.survival_quote import survival_on_accept
 
 
 class Admission:

@@ -17,13 +17,13 @@ from schemas.tasks import Placement
 from services.core.driver.pool_driver import PoolDriver
 from services.core.ids import TaskId
 from services.core.outcomes import Started
-from services.preemption.attempts import Attempt
+from services.preemption.controller.attempts import Attempt
+from services.preemption.controller.explanations import explanation_dict
 from services.preemption.controller.ids import CommandIds
 from services.preemption.controller.ledger import CommandLedger
 from services.preemption.controller.quota import PoolQuota
 from services.preemption.controller.settings import ControllerSettings
 from services.preemption.controller.types import Decision, Effects, _Bound, _Task, utc
-from services.preemption.explanations import explanation_dict
 
 
 class Binder:

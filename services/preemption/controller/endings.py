@@ -26,8 +26,9 @@ from services.core import reasons as core_reasons
 from services.core.driver.pool_driver import PoolDriver
 from services.core.ids import TaskId
 from services.core.outcomes import Stopped
-from services.preemption.attempts import Phase
+from services.preemption.controller.attempts import Phase
 from services.preemption.controller.binds import Binder
+from services.preemption.controller.explanations import explanation_dict
 from services.preemption.controller.ids import CommandIds
 from services.preemption.controller.ledger import CommandLedger
 from services.preemption.controller.periods import closes
@@ -42,7 +43,6 @@ from services.preemption.controller.types import (
     _Task,
     utc,
 )
-from services.preemption.explanations import explanation_dict
 
 
 class Endings:

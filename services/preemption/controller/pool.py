@@ -32,21 +32,21 @@ from services.core.task import TaskClass
 from services.preemption.controller.acks import AckHandler
 from services.preemption.controller.admission import Admission
 from services.preemption.controller.binds import Binder
+from services.preemption.controller.demand_levels import DemandLevels
 from services.preemption.controller.endings import Endings
 from services.preemption.controller.ids import CommandIds
 from services.preemption.controller.ledger import CommandLedger
 from services.preemption.controller.periods import ran_out
+from services.preemption.controller.pool_views import pool_status
 from services.preemption.controller.quota import PoolQuota
+from services.preemption.controller.reclaim_warnings import ReclaimWarnings
 from services.preemption.controller.reconcile import Reconciler
+from services.preemption.controller.reconcile_rules import NodeReport
+from services.preemption.controller.seen_tasks import SeenTasks
 from services.preemption.controller.settings import ControllerSettings, Controls
+from services.preemption.controller.tenant_budgets import apply_tenant_budgets
 from services.preemption.controller.types import Decision, Effects, _Bound, _Ending, _Eviction, _Task
-from services.preemption.demand_levels import DemandLevels
-from services.preemption.pool_views import pool_status
-from services.preemption.reclaim_warnings import ReclaimWarnings
-from services.preemption.reconcile import NodeReport
-from services.preemption.seen_tasks import SeenTasks
-from services.preemption.tenant_budgets import apply_tenant_budgets
-from services.preemption.work_conservation import IdleWhileWorkFits
+from services.preemption.controller.work_conservation import IdleWhileWorkFits
 
 
 class PoolController:

@@ -1,5 +1,5 @@
 """The reconciler: what the nodes report they run, against what the pool holds (the rules are in
-services/preemption/reconcile.py): binds lost on the way are issued again, lost evictions
+services/preemption/controller/reconcile_rules.py): binds lost on the way are issued again, lost evictions
 re-issued, and work the service does not hold stopped; an eviction whose node still lists the
 attempt is waited for rather than assumed done.
 
@@ -16,13 +16,13 @@ from schemas.commands import EvictCommand
 from schemas.tasks import EvictionReason
 from services.core.driver.pool_driver import PoolDriver
 from services.core.ids import TaskId
-from services.preemption.attempts import Phase
+from services.preemption.controller.attempts import Phase
 from services.preemption.controller.endings import Endings
 from services.preemption.controller.ids import CommandIds
 from services.preemption.controller.ledger import CommandLedger
+from services.preemption.controller.reconcile_rules import NodeReport, UnknownWork, bind_lost
 from services.preemption.controller.settings import ControllerSettings
 from services.preemption.controller.types import Decision, Effects, _Bound, _Ending, _Eviction, _Task, utc
-from services.preemption.reconcile import NodeReport, UnknownWork, bind_lost
 
 
 class Reconciler:

@@ -1,6 +1,6 @@
 """The pool controller's settings and the SRE controls in force on a pool: values fixed when the
 controller is built (`ControllerSettings`) or put in force by a journaled `control` entry
-(`Controls`, services/preemption/controls.py sets them).
+(`Controls`, services/preemption/sre/controls.py sets them).
 
 Data only, no decision: the bottom of the controller package, importing none of its modules.
 """
@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from services.core.policies.registry import build_policy
-from services.preemption.seen_tasks import DEFAULT_WINDOW_S
-from services.preemption.tenant_budgets import (
+from services.preemption.controller.seen_tasks import DEFAULT_WINDOW_S
+from services.preemption.controller.tenant_budgets import (
     budgets_as_dict,
     budgets_from_dict,
     check_budgets,
@@ -31,9 +31,10 @@ class ControllerSettings:
     cost_weight: float = 5.0
     grace_s: float = 30.0  # EvictCommand.grace_seconds for preemptions
     ack_margin_s: float = 10.0  # after the grace period, held binds go out even without an ack
-    # Reconciliation (services/preemption/reconcile.py), for nodes whose agent reports its workers:
-    # a bind none of whose workers started this long after it was issued is issued again, and a
-    # worker of an attempt the service does not hold there, reported this long, is stopped.
+    # Reconciliation (services/preemption/controller/reconcile_rules.py), for nodes whose agent
+    # reports its workers: a bind none of whose workers started this long after it was issued is
+    # issued again, and a worker of an attempt the service does not hold there, reported this long,
+    # is stopped.
     bind_start_timeout_s: float = 120.0
     unknown_after_s: float = 60.0
     # How long after its submission an ended task's id still rejects a second submission
@@ -58,7 +59,7 @@ QUOTA_MODES = ("freeze", "override")
 
 @dataclass(frozen=True, slots=True)
 class Controls:
-    """The SRE controls in force on one pool (services/preemption/controls.py sets them)."""
+    """The SRE controls in force on one pool (services/preemption/sre/controls.py sets them)."""
 
     kill_switch: bool = False  # no preemption at all
     quota_mode: str | None = None  # "freeze", "override" or None (the quota service's quota)

@@ -25,7 +25,7 @@ from schemas.tasks import (
 )
 from schemas.tasks import TaskClass as WireClass
 from services.core import reasons as core_reasons
-from services.preemption.attempts import Attempt
+from services.preemption.controller.attempts import Attempt
 
 _REJECTIONS = {
     core_reasons.Rejection.UNKNOWN_POOL: RejectionReason.UNKNOWN_GPU_MODEL,

@@ -18,14 +18,14 @@ import logging
 import asyncpg
 
 from services.platform.clock import Clock
-from services.preemption import snapshots, store
 from services.preemption.controller.ids import id_salt
 from services.preemption.decider.names import LOGGER
 from services.preemption.decider.partition import OwnedPartitions, PartitionState
 from services.preemption.decider.traces import TaskTraces
-from services.preemption.handoff import Handoff
-from services.preemption.inputs import apply
-from services.preemption.journal_entries import from_row
+from services.preemption.journal import snapshots, store
+from services.preemption.journal.entries import from_row
+from services.preemption.journal.inputs import apply
+from services.preemption.router.handoff import Handoff
 from services.preemption.service_settings import PreemptionSettings
 
 log = logging.getLogger(LOGGER)

@@ -32,8 +32,8 @@ from services.preemption.decider.reading import Reader
 from services.preemption.decider.timers import Timers
 from services.preemption.decider.traces import TaskTraces
 from services.preemption.decider.transaction import Transaction
-from services.preemption.handoff import Handoff
-from services.preemption.report_auth import ReportAuth
+from services.preemption.router.handoff import Handoff
+from services.preemption.router.report_auth import ReportAuth
 from services.preemption.service_settings import PreemptionSettings
 
 

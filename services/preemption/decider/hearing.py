@@ -1,7 +1,7 @@
 """How far the decider has heard its input, and what that allows (liveness.py):
 - a node is declared lost only for the silence the decider could hear: up to the older of how far
   its inbox partition was read and how far this instance's router has read every input
-  (router_heard.py); a stretch of deafness is credited back to every node; a mass silence or the
+  (router/heard.py); a stretch of deafness is credited back to every node; a mass silence or the
   kill switch holds the loss (`Stats.node_loss_held`, the held instrument, a log line per change);
 - reconciliation acts only while the input is current (`current`), since a lagging input holds acks
   and reports not read yet, so a command would look lost when it is not.

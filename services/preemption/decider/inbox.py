@@ -20,7 +20,6 @@ import asyncpg
 from aiokafka import ConsumerRecord
 
 from services.platform.clock import Clock, TickClock
-from services.preemption import store
 from services.preemption.decider.claims import Claims
 from services.preemption.decider.counters import Instruments, Stats
 from services.preemption.decider.dead_letters import UNMATCHED, DeadLetters
@@ -28,9 +27,10 @@ from services.preemption.decider.partition import OwnedPartitions, PartitionStat
 from services.preemption.decider.reading import Reader, Reading
 from services.preemption.decider.traces import TaskTraces
 from services.preemption.decider.transaction import Effected, Rows, Transaction
-from services.preemption.inputs import apply
-from services.preemption.journal_entries import QuotaEntry, ScheduleEntry
-from services.preemption.poison import caused_by_record, store_failed
+from services.preemption.journal import store
+from services.preemption.journal.entries import QuotaEntry, ScheduleEntry
+from services.preemption.journal.inputs import apply
+from services.preemption.router.poison import caused_by_record, store_failed
 from services.preemption.service_settings import PreemptionSettings
 
 Records = Sequence[ConsumerRecord[bytes, bytes]]

@@ -4,7 +4,7 @@ Per record: skipped if already committed (a re-seek after a rebuild); the valida
 from this instance's router (handoff.py) or decoded from the bytes (undecodable: dead-lettered);
 an ack or telemetry refused unless it is its node's word (report_auth.py); a clock tick moves the
 controllable clock; a heartbeat of a known node only refreshes its last-seen time (and journals
-the agent's report of its workers when new: reconcile.py); anything else becomes its journal
+the agent's report of its workers when new: reconcile_rules.py); anything else becomes its journal
 entry, a submission with its trace carrier so a rebuilt owner continues the task's trace.
 
 `Reader` owns the report check (`auth`; None: every report is applied); it writes the heartbeat
@@ -31,15 +31,16 @@ from schemas.topics import decode
 from schemas.workers import WorkerExited, WorkerStarted
 from services.platform.clock import Clock, TickClock
 from services.platform.tracing import extract_context
-from services.preemption import liveness, reconcile
+from services.preemption import liveness
+from services.preemption.controller import reconcile_rules
 from services.preemption.decider.counters import Instruments, Stats
 from services.preemption.decider.dead_letters import DeadLetters
 from services.preemption.decider.partition import PartitionState
-from services.preemption.handoff import Handoff
-from services.preemption.inputs import entry_for
-from services.preemption.journal_entries import Entry, NodeReportEntry
-from services.preemption.report_auth import ReportAuth
-from services.preemption.router import DUPLICATE_HEADER, SOURCE_HEADER, SOURCE_KEY_HEADER
+from services.preemption.journal.entries import Entry, NodeReportEntry
+from services.preemption.journal.inputs import entry_for
+from services.preemption.router.handoff import Handoff
+from services.preemption.router.report_auth import ReportAuth
+from services.preemption.router.routing import DUPLICATE_HEADER, SOURCE_HEADER, SOURCE_KEY_HEADER
 from services.preemption.service_settings import PreemptionSettings
 
 Ack = EvictAck | WorkerStarted | WorkerExited
@@ -122,14 +123,14 @@ class Reader:
                     fresh = liveness.freshness(payload.sampled_at.timestamp(), forwarded, skew)
                 state.last_seen[payload.node] = max(fresh, state.last_seen.get(payload.node, fresh))
                 if not ticked and payload.running is not None:
-                    # The agent's report of its workers (reconcile.py): journaled when new.
-                    running = reconcile.report_of(
+                    # The agent's report of its workers (reconcile_rules.py): journaled when new.
+                    running = reconcile_rules.report_of(
                         payload.sampled_at.timestamp(),
                         ((w.task_id, w.attempt, w.worker_index) for w in payload.running),
                     )
                     last = controller.reports.get(payload.node)
                     every = self.settings.preemption_report_every_s
-                    if reconcile.worth_journaling(last, running, every):
+                    if reconcile_rules.worth_journaling(last, running, every):
                         report = NodeReportEntry(node=payload.node, report=running, at=now)
                 if payload.node in controller.nodes and payload.node not in controller.down:
                     if report is not None:

@@ -22,14 +22,14 @@ from schemas.envelope import wrap
 from schemas.topics import POOL_STATUS_TOPIC
 from services.platform.clock import Clock
 from services.platform.outbox import enqueue
-from services.preemption import controls, store
 from services.preemption.decider.due_wake import due_after
 from services.preemption.decider.hearing import Hearing
 from services.preemption.decider.names import LOGGER, PRODUCER
 from services.preemption.decider.partition import OwnedPartitions
 from services.preemption.decider.transaction import Effected, Rows, Transaction
-from services.preemption.inputs import apply
-from services.preemption.journal_entries import NodeDownEntry, TickEntry
+from services.preemption.journal import desired_controls, store
+from services.preemption.journal.entries import NodeDownEntry, TickEntry
+from services.preemption.journal.inputs import apply
 from services.preemption.service_settings import PreemptionSettings
 
 log = logging.getLogger(LOGGER)
@@ -65,11 +65,11 @@ class Timers:
     async def tick(self) -> None:
         async with self.lock:
             now = self.clock.now()
-            wanted = await controls.load(self.pool)  # SRE controls in force (controls.py)
+            wanted = await desired_controls.load(self.pool)  # the SRE controls in force
             for state in list(self.partitions.values()):
                 rows: Rows = []
                 effects: Effected = []
-                for pool_name, control in controls.entries(state.controllers, wanted, now):
+                for pool_name, control in desired_controls.entries(state.controllers, wanted, now):
                     effects.append((pool_name, apply(state.controllers[pool_name], control), None))
                     rows.append((pool_name, control, None))
                 for pool_name, node in self.hearing.lost_nodes(state, now):

@@ -27,7 +27,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
 
 from services.preemption.controller.pool import PoolController
-from services.preemption.journal_entries import Entry, SubmitEntry
+from services.preemption.journal.entries import Entry, SubmitEntry
 
 DEFAULT_CAP = 100_000  # several times the tasks a deployment holds queued and running at once
 

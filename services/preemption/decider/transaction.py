@@ -23,16 +23,17 @@ from opentelemetry import trace
 from schemas.envelope import Envelope
 from schemas.tasks import TaskEvicted
 from services.platform.outbox import outbox_values
-from services.preemption import route_expiry, snapshots, store
 from services.preemption.controller.types import Effects
 from services.preemption.decider.counters import Instruments, Stats
 from services.preemption.decider.names import LOGGER, TRACER
 from services.preemption.decider.outgoing import Outgoing, task_of
 from services.preemption.decider.partition import OwnedPartitions, PartitionState
 from services.preemption.decider.traces import TaskTraces
-from services.preemption.journal_entries import Entry
+from services.preemption.journal import snapshots, store
+from services.preemption.journal.entries import Entry
+from services.preemption.journal.trace_ids import with_trace_id
+from services.preemption.router import expiry
 from services.preemption.service_settings import PreemptionSettings
-from services.preemption.trace_ids import with_trace_id
 
 log = logging.getLogger(LOGGER)
 
@@ -129,14 +130,14 @@ class Transaction:
                     self.instruments.decisions_counter.add(1, {"kind": d.kind})
 
     async def _end_routes(self, effects: Effected) -> None:
-        """Mark the router's routes of the tasks this batch ended (route_expiry.py), after the batch
+        """Mark the router's routes of the tasks this batch ended (expiry.py), after the batch
         is durable; a failure only keeps those routes (logged), it never undoes the batch."""
-        ended = [tid for _, out, _ in effects for tid in route_expiry.ended_tasks(out.events)]
+        ended = [tid for _, out, _ in effects for tid in expiry.ended_tasks(out.events)]
         if not ended:
             return
         try:
             async with self.pool.acquire() as connection:
-                await route_expiry.mark_ended(connection, ended)
+                await expiry.mark_ended(connection, ended)
         except (OSError, asyncpg.PostgresError) as exc:
             log.warning("preemption: marking %d ended task routes failed (kept): %r", len(ended), exc)
 

@@ -22,7 +22,7 @@ from schemas.envelope import Envelope
 from schemas.topics import DEAD_LETTER_TOPIC
 from services.platform.kafka.processing import ConsumeStats, MessageContext, RecordProcessor, RetryPolicy
 from services.platform.tracing import traceparent_of
-from services.preemption.router import SOURCE_HEADER, Router
+from services.preemption.router.routing import SOURCE_HEADER, Router
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 GOLDEN = Path(__file__).resolve().parents[2] / "contract" / "golden" / "v1"

@@ -108,7 +108,7 @@ class _Anything:
 
 def _apps() -> dict[str, Callable[[], web.Application]]:
     from services.node_agent.service import build_metrics_app
-    from services.preemption.api import build_api as preemption_api
+    from services.preemption.sre.api import build_api as preemption_api
     from services.quota.service import build_api as quota_api
 
     def metrics(name: str) -> Any:

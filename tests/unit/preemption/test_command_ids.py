@@ -13,7 +13,7 @@ from schemas.tasks import TaskClass, TaskSubmitted
 from services.preemption.controller.ids import ID_NAMESPACE, command_id, id_salt
 from services.preemption.controller.pool import PoolController
 from services.preemption.controller.settings import ControllerSettings
-from services.preemption.inputs import Entry, apply, entry_for
+from services.preemption.journal.inputs import Entry, apply, entry_for
 
 T0 = 1_800_000_000.0
 

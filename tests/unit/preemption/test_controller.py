@@ -28,7 +28,7 @@ from schemas.workers import WorkerExited, WorkerStarted
 from services.preemption.controller.pool import PoolController
 from services.preemption.controller.settings import ControllerSettings
 from services.preemption.controller.types import Effects
-from services.preemption.inputs import Entry, apply, entry_for
+from services.preemption.journal.inputs import Entry, apply, entry_for
 
 T0 = 1_800_000_000.0
 

@@ -17,7 +17,7 @@ from schemas.tasks import (
     TaskFinished,
 )
 from schemas.workers import WorkerExited, WorkerStarted
-from services.preemption.inputs import entry_for
+from services.preemption.journal.inputs import entry_for
 
 
 def _evicted_b() -> tuple[World, BindCommand, BindCommand, EvictCommand]:

@@ -24,9 +24,9 @@ from services.preemption.controller.ledger import CommandLedger
 from services.preemption.controller.periods import closes, ran_out
 from services.preemption.controller.quota import PoolQuota
 from services.preemption.controller.reconcile import Reconciler
+from services.preemption.controller.reconcile_rules import report_of
 from services.preemption.controller.settings import ControllerSettings, Controls
 from services.preemption.controller.types import _Eviction, _Task
-from services.preemption.reconcile import report_of
 
 T0 = 1_800_000_000.0
 SETTINGS = ControllerSettings(grace_s=30.0, ack_margin_s=10.0, unknown_after_s=60.0)

@@ -1,5 +1,5 @@
 """SRE controls at the controller (journaled `control` entries) and their desired state
-(services/preemption/controls.py): kill switch, quota freeze and override, eviction cap."""
+(services/preemption/journal/desired_controls.py): kill switch, quota freeze and override, eviction cap."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from schemas.tasks import TaskClass
 from services.core.reasons import Unschedulable
 from services.preemption.controller.pool import PoolController
 from services.preemption.controller.settings import Controls
-from services.preemption.controls import ALL, ControlRow, desired, entries
-from services.preemption.inputs import Entry, apply
+from services.preemption.journal.desired_controls import ALL, ControlRow, desired, entries
+from services.preemption.journal.inputs import Entry, apply
 
 
 def _control(w: World, t: float, **kw: object) -> None:

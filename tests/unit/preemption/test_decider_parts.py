@@ -19,7 +19,6 @@ from schemas.tasks import TaskCancelled, TaskClass, TaskSubmitted
 from schemas.telemetry import GpuSample, NodeTelemetry
 from services.platform.clock import ManualClock
 from services.platform.signing import node_key
-from services.preemption import store
 from services.preemption.decider.counters import Instruments, Stats
 from services.preemption.decider.dead_letters import UNMATCHED, DeadLetters
 from services.preemption.decider.hearing import Hearing
@@ -27,9 +26,10 @@ from services.preemption.decider.node_keys import NodeKeys
 from services.preemption.decider.partition import OwnedPartitions, PartitionState
 from services.preemption.decider.reading import Reader
 from services.preemption.decider.traces import TaskTraces
-from services.preemption.handoff import Handoff
-from services.preemption.inputs import apply, entry_for
-from services.preemption.journal_entries import NodeSeenEntry, SubmitEntry
+from services.preemption.journal import store
+from services.preemption.journal.entries import NodeSeenEntry, SubmitEntry
+from services.preemption.journal.inputs import apply, entry_for
+from services.preemption.router.handoff import Handoff
 from services.preemption.service_settings import PreemptionSettings
 
 T0 = 1_800_000_000.0

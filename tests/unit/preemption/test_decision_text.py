@@ -1,11 +1,11 @@
-"""Decisions in words (services/preemption/decision_text.py): hand-written details, hand-written
+"""Decisions in words (services/preemption/sre/decision_text.py): hand-written details, hand-written
 sentences. The details have the shapes the controller records (see a `preemption_decision` row)."""
 
 from __future__ import annotations
 
 import pytest
 
-from services.preemption.decision_text import describe, duration, gpu_time
+from services.preemption.sre.decision_text import describe, duration, gpu_time
 
 
 def _eviction(considered: int, alternatives: list[dict[str, object]]) -> dict[str, object]:

@@ -8,7 +8,7 @@ from typing import Any
 
 from schemas.envelope import Envelope, wrap
 from schemas.tasks import TaskCancelled
-from services.preemption.handoff import Handoff
+from services.preemption.router.handoff import Handoff
 
 
 def _envelope(task: str) -> Envelope[Any]:

@@ -10,7 +10,7 @@ from test_controller import T0, _one, _spot_world, _task
 
 from schemas.commands import BindCommand, EvictCommand
 from schemas.tasks import TaskClass
-from services.preemption import snapshots
+from services.preemption.journal import snapshots
 
 
 def test_the_drivers_next_due_is_the_held_starts_deadline_and_the_binds_go_out_then() -> None:

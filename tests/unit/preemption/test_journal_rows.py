@@ -21,11 +21,10 @@ from schemas.quota import GuaranteeQuota, SpotQuota
 from schemas.tasks import TaskCancelled, TaskClass, TaskFinished, TaskStarted, TaskSubmitted
 from schemas.telemetry import GpuSample, NodeTelemetry
 from schemas.workers import WorkerExited, WorkerStarted
-from services.preemption import reconcile
+from services.preemption.controller import reconcile_rules
 from services.preemption.controller.pool import PoolController
 from services.preemption.controller.settings import ControllerSettings, Controls
-from services.preemption.inputs import apply, entry_for
-from services.preemption.journal_entries import (
+from services.preemption.journal.entries import (
     ControlEntry,
     Entry,
     NodeDownEntry,
@@ -34,6 +33,7 @@ from services.preemption.journal_entries import (
     TickEntry,
     from_row,
 )
+from services.preemption.journal.inputs import apply, entry_for
 
 T0 = 1_800_000_000.0  # 2027-01-15T08:00:00Z
 BIND = "11111111-1111-4111-8111-111111111111"
@@ -128,7 +128,7 @@ def _live_entries() -> list[Entry]:
         entry_for(WorkerExited(command_id=uuid.UUID(BIND), node="n0", task_id="s1", worker_index=0,
                                exit_code=0, exited_at=_at(6), attempt=1), T0 + 6),
     ]  # fmt: skip
-    report = reconcile.report_of(T0 + 7.5, [("s1", 1, 0), ("h1", 1, 0), ("x", None, 0)])
+    report = reconcile_rules.report_of(T0 + 7.5, [("s1", 1, 0), ("h1", 1, 0), ("x", None, 0)])
     tick = ClockTick(clock="c", at=_at(11), sequence=3, phase=ClockPhase.PASS)
     return [
         *payloads,

@@ -13,7 +13,7 @@ from schemas.tasks import TaskSubmitted, TaskWithdrawn
 from schemas.telemetry import GpuSample, NodeTelemetry
 from services.preemption.controller.pool import PoolController
 from services.preemption.controller.settings import ControllerSettings
-from services.preemption.inputs import apply, entry_for
+from services.preemption.journal.inputs import apply, entry_for
 
 # What the journal of an older version holds: a tenant with a space and a 1/1000 GPU worker.
 LEGACY_TASK = {

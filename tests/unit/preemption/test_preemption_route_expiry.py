@@ -1,4 +1,4 @@
-"""Which lifecycle events end a task's route (route_expiry.py, issue 25), and the prune schedule.
+"""Which lifecycle events end a task's route (router/expiry.py, issue 25), and the prune schedule.
 
 Hand-worked: a task ends when it finished, was withdrawn from its queue, was evicted without going
 back to its queue, or was rejected for anything but being a duplicate (a duplicate's rejection is
@@ -20,7 +20,7 @@ from schemas.tasks import (
     TaskStarted,
     TaskWithdrawn,
 )
-from services.preemption.route_expiry import RouteExpiry, ended_tasks
+from services.preemption.router.expiry import RouteExpiry, ended_tasks
 
 AT = datetime(2026, 1, 1, tzinfo=UTC)
 

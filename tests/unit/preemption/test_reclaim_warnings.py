@@ -22,10 +22,10 @@ from schemas.quota import GuaranteeQuota, HpDemandHour, SpotQuota
 from schemas.tasks import TaskClass, TaskReclaimWarning, TaskSubmitted
 from schemas.workers import WorkerStarted
 from services.preemption.controller.pool import PoolController
+from services.preemption.controller.reclaim_warnings import hp_quantile
 from services.preemption.controller.settings import ControllerSettings
 from services.preemption.controller.types import Effects
-from services.preemption.inputs import apply, entry_for
-from services.preemption.reclaim_warnings import hp_quantile
+from services.preemption.journal.inputs import apply, entry_for
 
 T0 = 1_800_000_000.0
 

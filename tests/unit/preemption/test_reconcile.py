@@ -1,4 +1,4 @@
-"""Reconciliation (issue 22 item 7, services/preemption/reconcile.py): hand-worked scenarios.
+"""Reconciliation (issue 22 item 7, services/preemption/controller/reconcile_rules.py): hand-worked scenarios.
 
 The world of test_controller: n0 and n1 with 2 GPUs each, A on n0 since t=1, B on n1 since
 t=1001; grace 30 s, margin 10 s; defaults bind_start_timeout_s=120, unknown_after_s=60."""
@@ -10,8 +10,13 @@ from test_controller import T0, World, _at, _one, _quota, _spot_world, _task
 from schemas.commands import BindCommand, EvictAck, EvictCommand, EvictOutcome
 from schemas.tasks import EvictionReason, TaskClass, TaskEvicted, TaskStarted
 from schemas.workers import WorkerStarted
+from services.preemption.controller.reconcile_rules import (
+    NodeReport,
+    UnknownWork,
+    bind_lost,
+    worth_journaling,
+)
 from services.preemption.controller.settings import Controls
-from services.preemption.reconcile import NodeReport, UnknownWork, bind_lost, worth_journaling
 
 
 def _report(w: World, node: str, t: float, *running: tuple[str, int, int]) -> None:

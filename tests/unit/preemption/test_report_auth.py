@@ -13,7 +13,7 @@ from schemas.commands import EvictAck, EvictOutcome
 from schemas.telemetry import GpuSample, NodeTelemetry, RunningWorker
 from schemas.workers import WorkerExited, WorkerStarted
 from services.platform.signing import SignedMessage, node_key, sign
-from services.preemption.report_auth import Refusal, ReportAuth
+from services.preemption.router.report_auth import Refusal, ReportAuth
 
 MASTER = b"unit-report-auth-master-secret-0123"
 AT = datetime(2026, 12, 4, 20, 0, tzinfo=UTC)

@@ -1,4 +1,4 @@
-"""Expiry of ended tasks' ids (issue 25, services/preemption/seen_tasks.py): a redelivered
+"""Expiry of ended tasks' ids (issue 25, services/preemption/controller/seen_tasks.py): a redelivered
 submission within the redelivery window is still rejected as a duplicate; after the window an
 ended task's id is forgotten (memory released), while a task the pool still runs keeps its id."""
 
@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from schemas.tasks import TaskCancelled, TaskClass, TaskSubmitted
 from services.preemption.controller.pool import PoolController
+from services.preemption.controller.seen_tasks import SeenTasks
 from services.preemption.controller.settings import ControllerSettings
-from services.preemption.inputs import Entry, apply, entry_for
-from services.preemption.seen_tasks import SeenTasks
+from services.preemption.journal.inputs import Entry, apply, entry_for
 
 T0 = 1_800_000_000.0
 WINDOW = 3600.0

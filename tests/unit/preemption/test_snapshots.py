@@ -1,4 +1,4 @@
-"""Snapshots of a partition's pools (issue 25, services/preemption/snapshots.py): a controller
+"""Snapshots of a partition's pools (issue 25, services/preemption/journal/snapshots.py): a controller
 restored from a snapshot and fed the rest of the journal decides exactly what the controller that
 lived through the whole journal decides; a snapshot written by other code or other settings is
 refused (the claim then replays the whole journal)."""
@@ -15,12 +15,12 @@ from schemas.commands import BindCommand
 from schemas.quota import GuaranteeQuota, SpotQuota
 from schemas.tasks import TaskClass, TaskSubmitted
 from schemas.workers import WorkerStarted
-from services.preemption import snapshots
 from services.preemption.controller.pool import PoolController
 from services.preemption.controller.settings import ControllerSettings
 from services.preemption.controller.types import Effects
-from services.preemption.inputs import Entry, apply, entry_for
-from services.preemption.journal_entries import NodeSeenEntry, ScheduleEntry, TickEntry
+from services.preemption.journal import snapshots
+from services.preemption.journal.entries import NodeSeenEntry, ScheduleEntry, TickEntry
+from services.preemption.journal.inputs import Entry, apply, entry_for
 
 T0 = 1_800_000_000.0
 SETTINGS = ControllerSettings(grace_s=30.0, ack_margin_s=10.0)

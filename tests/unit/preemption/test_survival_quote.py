@@ -24,11 +24,11 @@ from schemas.quota import GuaranteeQuota, HpDemandHour, SpotQuota
 from schemas.tasks import SurvivalQuote, TaskAccepted, TaskClass, TaskSubmitted
 from schemas.workers import WorkerStarted
 from services.core.survival import DEFAULT_RECALIBRATION, QuoteCalibration
-from services.preemption import survival_quote
+from services.preemption.controller import survival_quote
 from services.preemption.controller.pool import PoolController
 from services.preemption.controller.settings import ControllerSettings
 from services.preemption.controller.types import Effects
-from services.preemption.inputs import apply, entry_for
+from services.preemption.journal.inputs import apply, entry_for
 
 T0 = 1_800_000_000.0
 FORECAST = ((0.5, 1.0), (1.0, 1.0), (1.0, 0.5), (2.0, 1.0))

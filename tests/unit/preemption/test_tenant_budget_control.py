@@ -13,9 +13,9 @@ from schemas.commands import BindCommand, EvictCommand
 from schemas.tasks import TaskClass, TaskSubmitted
 from services.preemption.controller.pool import PoolController
 from services.preemption.controller.settings import Controls
-from services.preemption.controls import ControlRow, desired
-from services.preemption.inputs import apply
-from services.preemption.tenant_budgets import budgets_view
+from services.preemption.controller.tenant_budgets import budgets_view
+from services.preemption.journal.desired_controls import ControlRow, desired
+from services.preemption.journal.inputs import apply
 
 
 def _task(tid: str, cls: TaskClass, tenant: str) -> TaskSubmitted:

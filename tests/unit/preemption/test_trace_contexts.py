@@ -17,12 +17,13 @@ from opentelemetry.sdk.trace import TracerProvider
 
 from schemas.tasks import TaskCancelled, TaskClass, TaskSubmitted
 from services.platform.clock import ManualClock
-from services.preemption import route_expiry, store
 from services.preemption.decider import Decider, NodeKeys
 from services.preemption.decider.partition import PartitionState
 from services.preemption.decider.traces import TraceContexts, forget_ended
-from services.preemption.inputs import Entry, apply, entry_for
-from services.preemption.journal_entries import NodeSeenEntry
+from services.preemption.journal import store
+from services.preemption.journal.entries import NodeSeenEntry
+from services.preemption.journal.inputs import Entry, apply, entry_for
+from services.preemption.router import expiry
 from services.preemption.service import PreemptionSettings
 
 T0 = 1_800_000_000.0
@@ -65,7 +66,7 @@ def committed(monkeypatch: pytest.MonkeyPatch) -> list[list[tuple[str, Any]]]:
         return len(task_ids)
 
     monkeypatch.setattr(store, "commit_batch", commit_batch)
-    monkeypatch.setattr(route_expiry, "mark_ended", mark_ended)
+    monkeypatch.setattr(expiry, "mark_ended", mark_ended)
     return batches
 
 

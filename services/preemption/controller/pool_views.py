@@ -32,7 +32,7 @@ def why_spot_waits(rt: PoolRuntime) -> dict[str, Any]:
 
 def idle_fit(controller: Any) -> dict[str, Any]:
     """Idle GPUs queued work would fit on at the pool's last status, and GPU-hours since start, by
-    reason (issue 35; services/preemption/work_conservation.py)."""
+    reason (issue 35; services/preemption/controller/work_conservation.py)."""
     reading = controller.idle_fit
     return {
         "gpus": {r: g for r, g in reading.gpus.items() if g},

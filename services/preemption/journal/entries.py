@@ -35,8 +35,8 @@ from schemas.commands import EvictAck
 from schemas.quota import SpotQuota
 from schemas.tasks import TaskCancelled, TaskClass, TaskSubmitted
 from schemas.workers import WorkerExited, WorkerStarted
+from services.preemption.controller.reconcile_rules import NodeReport
 from services.preemption.controller.settings import Controls
-from services.preemption.reconcile import NodeReport
 
 if TYPE_CHECKING:
     from services.preemption.controller.pool import PoolController
@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 
 Row = tuple[str, dict[str, Any], float]  # (kind, data, at_s): a journal row as Postgres stores it
 
-log = logging.getLogger("services.preemption.inputs")  # the logger replay warnings always used
+log = logging.getLogger("services.preemption.journal.inputs")  # the logger replay warnings always used
 
 
 def _dump(payload: BaseModel) -> dict[str, Any]:

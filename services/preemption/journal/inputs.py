@@ -1,6 +1,6 @@
 """The controller's inputs as journal entries: one function applies an entry, live or in replay.
 
-Entries are typed (journal_entries.py: a frozen class per kind, with its row format). The live
+Entries are typed (journal/entries.py: a frozen class per kind, with its row format). The live
 shell builds entries from inbox records (`entry_for`) and timers, applies them, and writes their
 rows to the journal in the transaction that carries their effects; a restarted or new owner of a
 partition reads the rows back into the same entries and replays them through `apply`, so both
@@ -21,7 +21,7 @@ from schemas.telemetry import NodeTelemetry
 from schemas.workers import WorkerExited, WorkerStarted
 from services.preemption.controller.pool import PoolController
 from services.preemption.controller.types import Effects
-from services.preemption.journal_entries import (
+from services.preemption.journal.entries import (
     CancelEntry,
     ClockEntry,
     Entry,

@@ -112,7 +112,7 @@ async def _from_db(task_id: str) -> list[dict[str, Any]]:
     import asyncpg
 
     from services.platform.settings import PlatformSettings
-    from services.preemption import store
+    from services.preemption.journal import store
 
     connection = await asyncpg.connect(PlatformSettings().database_url)
     try:

@@ -12,13 +12,14 @@ from aiohttp import web
 
 from services.platform.metrics import Metrics, metrics_handler
 from services.platform.openapi import add_openapi, identifier
-from services.preemption import controls, store
-from services.preemption.api_spec import API, Explain, Health, Pools, PoolView, Ready
-from services.preemption.dashboard import register_dashboard
-from services.preemption.explanations import explanation_dict
+from services.preemption.controller.explanations import explanation_dict
+from services.preemption.journal import store
+from services.preemption.sre import controls
+from services.preemption.sre.api_spec import API, Explain, Health, Pools, PoolView, Ready
+from services.preemption.sre.dashboard import register_dashboard
 
 if TYPE_CHECKING:
-    from services.preemption.view import DeciderView
+    from services.preemption.sre.view import DeciderView
 
 
 def build_api(decider: DeciderView, metrics: Metrics, ready: asyncio.Event) -> web.Application:

@@ -23,7 +23,7 @@ import asyncpg
 
 from services.platform.outbox import OutboxValues
 from services.preemption.controller.types import Decision
-from services.preemption.journal_entries import Row
+from services.preemption.journal.entries import Row
 
 INBOX_TOPIC = "gfs-preemption-inbox"  # the default inbox (router.INBOX_TOPIC; rows before 0006)
 

@@ -55,12 +55,12 @@ from services.platform.kafka.processing import NO_RETRY, ConsumeStats, MessageCo
 from services.platform.kafka.producer import EnvelopeProducer
 from services.platform.kafka_security import PLAINTEXT, KafkaSecurity
 from services.platform.tracing import inject_headers
-from services.preemption import store
-from services.preemption.handoff import Handoff
-from services.preemption.poison import STORE_ATTEMPTS, StoreFailedError, caused_by_record, store_failed
-from services.preemption.report_auth import ReportAuth
-from services.preemption.route_expiry import RouteExpiry
-from services.preemption.router_heard import Heard
+from services.preemption.journal import store
+from services.preemption.router.expiry import RouteExpiry
+from services.preemption.router.handoff import Handoff
+from services.preemption.router.heard import Heard
+from services.preemption.router.poison import STORE_ATTEMPTS, StoreFailedError, caused_by_record, store_failed
+from services.preemption.router.report_auth import ReportAuth
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +108,7 @@ class Router:
     in_flight: list[asyncio.Future[Any]] = field(default_factory=list)
     held: list[tuple[Envelope[Any], MessageContext]] = field(default_factory=list)  # until `flush`
     unknown_nodes: dict[str, float] = field(default_factory=dict)  # node -> monotonic retry time
-    # How far the router has heard (router_heard.py): the decider does not count a node's
+    # How far the router has heard (router/heard.py): the decider does not count a node's
     # silence past it (liveness.py).
     hearing: Heard = field(default_factory=Heard)
     # Telemetry not signed by its node (report_auth.py) is dead-lettered here, before its node's
@@ -120,7 +120,7 @@ class Router:
     # Where this instance's decider takes the validated envelopes of the records it will decide,
     # instead of decoding them again (handoff.py; None: it decodes every record).
     handoff: Handoff | None = None
-    # Deletes task routes a while after their task ended (route_expiry.py); None: routes are kept.
+    # Deletes task routes a while after their task ended (router/expiry.py); None: routes are kept.
     expiry: RouteExpiry | None = None
 
     @property
