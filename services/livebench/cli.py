@@ -203,7 +203,7 @@ def _register_preemption() -> None:
     from services.livebench.preemption_bench import preemption
 
     app.command("preemption")(preemption)
-    from services.livebench.accept_bench import accept
+    from services.livebench.accept.bench import accept
 
     app.command("accept")(accept)
     from services.livebench.scale_bench import scale  # issue 23 item 5: N instances sharing the pools
@@ -216,7 +216,7 @@ _register_preemption()
 
 def _register_races() -> None:
     # Issue 22's race run: its own module (runner) and the pure check beside it.
-    from services.livebench.races import races
+    from services.livebench.races.bench import races
 
     app.command("races")(races)
 

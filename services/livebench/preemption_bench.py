@@ -10,7 +10,7 @@ What it does, on the running stack (`make up`):
 3. fills the cluster to the target allocation (default 80%) with HP and spot tasks, and adds
    gangs that cannot fit, so queues are not empty; with `--backlog N`, also N spot tasks asking
    for a 4-h guarantee (mixed shapes, 1-4 workers), which wait for quota for the whole run: a
-   production-sized queue the passes must not slow down on (services/livebench/pipeline_ramp.py);
+   production-sized queue the passes must not slow down on (services/livebench/pipeline/ramp.py);
 4. for `--seconds`, offers task events at `--rate` per second: submissions and finishes
    (WorkerExited for every worker of a running task), chosen to hold the allocation near the
    target; it plays the node agents' part for evictions (an EvictAck at once), so held binds go
@@ -19,13 +19,13 @@ What it does, on the running stack (`make up`):
    read back), split into "no preemption" and "with preemption" (which includes the ack round
    trip), a latency histogram, and the decisions committed per second. With `--ramp` it instead
    offers rising rates in steps of `--step-s` and prints each step's p50/p99 and lag, and the
-   highest rate whose p99 stayed under `--p99-limit-ms` without the lag growing (pipeline_ramp.py).
+   highest rate whose p99 stayed under `--p99-limit-ms` without the lag growing (pipeline/ramp.py).
 
 Heartbeats are not sent during the run (the node timeout is set out of reach): 4,278 agents
 every 5 s would be another 856 records/s through the router; they change nothing durable.
 
-Parts: this module runs the benchmark; pipeline_load.py offers the load and models the cluster,
-pipeline_readback.py reads the commands back and reports, pipeline_ramp.py runs `--ramp`.
+Parts: this module runs the benchmark; pipeline/load.py offers the load and models the cluster,
+pipeline/readback.py reads the commands back and reports, pipeline/ramp.py runs `--ramp`.
 """
 
 from __future__ import annotations
@@ -57,14 +57,14 @@ from schemas.topics import (
     TASK_SUBMIT_TOPIC,
     TELEMETRY_TOPIC,
 )
-from services.livebench.pipeline_load import (
+from services.livebench.pipeline.load import (
     BenchState,
     Load,
     Running,
     signed,
 )
-from services.livebench.pipeline_ramp import RampOptions, run_ramp, submit_backlog
-from services.livebench.pipeline_readback import _read, _report
+from services.livebench.pipeline.ramp import RampOptions, run_ramp, submit_backlog
+from services.livebench.pipeline.readback import _read, _report
 from services.platform.kafka.producer import EnvelopeProducer
 from services.platform.migrations import discover, migrate, with_search_path
 from services.platform.paths import state_dir

@@ -135,7 +135,7 @@ async def _run(
 ) -> Outcome:  # fmt: skip
     import asyncpg
 
-    from services.livebench.pipeline_load import percentile as _percentile
+    from services.livebench.pipeline.load import percentile as _percentile
     from services.platform.kafka.producer import EnvelopeProducer
     from services.platform.kafka.topic_admin import ensure_topics
     from services.platform.migrations import migrated_schema

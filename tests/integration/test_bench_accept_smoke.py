@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from services.livebench.accept_bench import run_accept_bench
+from services.livebench.accept.bench import run_accept_bench
 from services.platform.kafka.topic_admin import TopicsReport
 from services.platform.settings import PlatformSettings
 

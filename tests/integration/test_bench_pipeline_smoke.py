@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from services.livebench.pipeline_ramp import RampOptions
+from services.livebench.pipeline.ramp import RampOptions
 from services.livebench.preemption_bench import _bench, _inventory
 from services.platform.kafka.topic_admin import TopicsReport
 from services.platform.settings import PlatformSettings

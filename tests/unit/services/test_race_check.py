@@ -1,4 +1,4 @@
-"""The race run's check (services/livebench/race_check.py) on small hand-made histories: every
+"""The race run's check (services/livebench/races/check.py) on small hand-made histories: every
 count below is worked out by hand from the records and journal entries built in each test."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from schemas.tasks import (
     TaskRejected,
 )
 from schemas.workers import WorkerExited
-from services.livebench.race_check import Seen, check
+from services.livebench.races.check import Seen, check
 from services.node_agent.journal import CommandEntry, WorkerEntry
 
 T0 = datetime(2026, 12, 4, 12, 0, tzinfo=UTC)

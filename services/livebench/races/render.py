@@ -1,4 +1,4 @@
-"""The lines `gfs livebench races` (services/livebench/races.py) prints: the checks' findings, the
+"""The lines `gfs livebench races` (services/livebench/races/bench.py) prints: the checks' findings, the
 races that really happened and the run's numbers."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from services.livebench.race_check import RaceReport
+from services.livebench.races.check import RaceReport
 
 
 def _pct(values: list[float], q: float) -> float:

@@ -1,4 +1,4 @@
-"""What `gfs livebench accept` (services/livebench/accept_bench.py) reads back after the load: every
+"""What `gfs livebench accept` (services/livebench/accept/bench.py) reads back after the load: every
 record of the run on the task and command topics, by task, with the broker's timestamps; the
 decisions' stage timings from the service's Postgres; and the latency summaries it prints."""
 
@@ -18,7 +18,7 @@ from schemas.topics import (
     TASK_LIFECYCLE_TOPIC,
     decode,
 )
-from services.livebench.accept_agents import FakeAgents
+from services.livebench.accept.agents import FakeAgents
 from services.platform.settings import PlatformSettings
 
 INBOX_PARTITIONS = 6  # the run's inbox topic (the service creates it with this many)

@@ -12,12 +12,12 @@ task names), so it never meets another run:
   many end on their own while an eviction is on its way; a share (`--trap-share`) exits 0 at once
   when signalled (a task that checkpoints and leaves), the rest die by the signal.
 Then it waits for every task to finish, and checks from the topics and the agents' journals
-(`race_check.py`): GPUs bound twice, false evictions, unfinished tasks (and whether the service
+(`races/check.py`): GPUs bound twice, false evictions, unfinished tasks (and whether the service
 still holds them), and counts the races that really happened. Prints the numbers (and writes them
 to `<workdir>/report.json`); exits 1 when a check fails.
 
-Parts: this module runs the races; race_processes.py starts the processes, race_records.py reads
-and keeps what the check needs, race_check.py checks it, race_render.py prints the result.
+Parts: this module runs the races; races/processes.py starts the processes, races/records.py reads
+and keeps what the check needs, races/check.py checks it, races/render.py prints the result.
 """
 
 from __future__ import annotations
@@ -46,10 +46,10 @@ from schemas.topics import (
     QUOTAS_TOPIC,
     TASK_SUBMIT_TOPIC,
 )
-from services.livebench.race_check import RaceReport, check
-from services.livebench.race_processes import _get, _Proc, _until
-from services.livebench.race_records import _Journals, _keep, _kill_workers, _Reader, recheck
-from services.livebench.race_render import render
+from services.livebench.races.check import RaceReport, check
+from services.livebench.races.processes import _get, _Proc, _until
+from services.livebench.races.records import _Journals, _keep, _kill_workers, _Reader, recheck
+from services.livebench.races.render import render
 from services.platform.kafka.producer import EnvelopeProducer
 from services.platform.migrations import migrated_schema
 from services.platform.settings import REPO_ROOT, PlatformSettings

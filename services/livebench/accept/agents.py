@@ -1,4 +1,4 @@
-"""The node agents' part in `gfs livebench accept` (services/livebench/accept_bench.py), played without
+"""The node agents' part in `gfs livebench accept` (services/livebench/accept/bench.py), played without
 real agents: WorkerStarted for every worker of a BindCommand and WorkerExited `run_s` later, an
 EvictAck at once for every EvictCommand, each signed with its node's key as agents do."""
 

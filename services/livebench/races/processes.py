@@ -1,4 +1,4 @@
-"""The processes `gfs livebench races` starts (services/livebench/races.py): the preemption service
+"""The processes `gfs livebench races` starts (services/livebench/races/bench.py): the preemption service
 and the node agents, each `python -m services ...` in its own process group (the tools' shared
 `services.toolkit.processes`), their CPU time, and the readiness probes the run waits on."""
 

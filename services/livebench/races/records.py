@@ -1,4 +1,4 @@
-"""What `gfs livebench races` (services/livebench/races.py) reads for its check (race_check.py): the
+"""What `gfs livebench races` (services/livebench/races/bench.py) reads for its check (races/check.py): the
 run's records on the task and command topics, filtered by key before decoding; the agents'
 journals, merged from snapshots; kept in the run's folder so `recheck` can check them again; and
 the workers still alive when the agents stopped."""
@@ -26,7 +26,7 @@ from schemas.topics import (
     decode,
     topic,
 )
-from services.livebench.race_check import RaceReport, Seen, check
+from services.livebench.races.check import RaceReport, Seen, check
 from services.node_agent.journal import CommandEntry, JournalState, WorkerEntry
 
 READ_TOPICS = (

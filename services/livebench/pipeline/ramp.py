@@ -27,7 +27,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 
 from schemas.tasks import TaskSubmitted
 from schemas.topics import topic
-from services.livebench.pipeline_load import BenchState, Load, on_arrival_latencies, percentile
+from services.livebench.pipeline.load import BenchState, Load, on_arrival_latencies, percentile
 from services.platform.settings import PlatformSettings
 
 

@@ -21,7 +21,7 @@ from schemas.topics import (
     decode,
     topic,
 )
-from services.livebench.pipeline_load import (
+from services.livebench.pipeline.load import (
     BenchState,
     on_arrival_latencies,
     percentile,

@@ -22,7 +22,7 @@ The default offered load (200 tasks/s, 2 s each, on 32 GPUs) is far above the po
 in the measurement of issue 22: the queue grows through the run, which is the point (accepting
 must not wait for the backlog).
 
-Parts: this module runs the benchmark; accept_agents.py plays the node agents, accept_readback.py
+Parts: this module runs the benchmark; accept/agents.py plays the node agents, accept/readback.py
 reads the run back and summarises the latencies.
 """
 
@@ -60,8 +60,8 @@ from schemas.topics import (
     key_of,
     topic,
 )
-from services.livebench.accept_agents import FakeAgents
-from services.livebench.accept_readback import (
+from services.livebench.accept.agents import FakeAgents
+from services.livebench.accept.readback import (
     INBOX_PARTITIONS,
     Seen,
     _line,
