@@ -33,3 +33,25 @@ stop_pid() {
     kill -KILL "$pid" 2>/dev/null || true
   fi
 }
+
+# await_ready LABEL LOG_FILE TIMEOUT_S ALIVE PROBE: waits until the command PROBE succeeds, checking
+# on every round that the daemon still runs (the command ALIVE, e.g. its *_pid function); fails
+# with the log's tail when the daemon died or after TIMEOUT_S seconds. The wait scripts of the
+# stack's daemons share it, so each says only what "ready" means for it.
+await_ready() {
+  local label="$1" log="$2" timeout_s="$3" alive="$4" probe="$5" deadline reason
+  deadline=$((SECONDS + timeout_s))
+  reason="not ready after ${timeout_s}s"
+  while ((SECONDS < deadline)); do
+    if ! "$alive" >/dev/null; then
+      reason="the $label process is not running"
+      break
+    fi
+    "$probe" && return 0
+    sleep 0.5
+  done
+  echo "$label: $reason" >&2
+  echo "---- tail of $log ----" >&2
+  tail -n 30 "$log" 2>/dev/null >&2 || true
+  return 1
+}

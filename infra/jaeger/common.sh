@@ -9,7 +9,6 @@ GFS_REPO_DIR="$(cd "$JAEGER_INFRA_DIR/../.." && pwd)"
 GFS_STACK_DIR="${GFS_STACK_DIR:-$GFS_REPO_DIR/.stack}"
 JAEGER_PKG="github.com/jaegertracing/jaeger/cmd/jaeger"
 JAEGER_BIN="$GFS_STACK_DIR/bin/jaeger"              # git-ignored build output
-JAEGER_BUILD_STAMP="$GFS_STACK_DIR/bin/jaeger.stamp" # hash of go.mod + go.sum it was built from
 JAEGER_CONFIG="$JAEGER_INFRA_DIR/config.yaml"
 JAEGER_STATE_DIR="$GFS_STACK_DIR/jaeger"            # log and PID file (traces live in memory)
 JAEGER_LOG_FILE="$JAEGER_STATE_DIR/jaeger.log"
@@ -18,10 +17,6 @@ JAEGER_PID_FILE="$JAEGER_STATE_DIR/jaeger.pid"
 JAEGER_QUERY_URL_DEFAULT="http://127.0.0.1:16686"   # UI + HTTP query API (/api/traces, /api/v3)
 JAEGER_OTLP_GRPC="127.0.0.1:4317"
 JAEGER_PORTS=(4317 4318 16685 16686 13133 8888)
-
-jaeger_build_hash() {
-  cat "$JAEGER_INFRA_DIR/go.mod" "$JAEGER_INFRA_DIR/go.sum" | sha256sum | cut -d' ' -f1
-}
 
 # Prints the PID when the PID file names a live process running our binary; fails otherwise
 # (guards against a stale PID file whose number was reused).
