@@ -44,10 +44,12 @@ status:
 reset:
 	bash $(STACK) reset
 
-# PYTEST_ARGS narrows a run (make test PYTEST_ARGS='-k quota'). pytest's own exit code is kept in
-# .stack/pytest.rc because make turns every failure into 2 (.ci/run exits with the real one).
+# scripts/test.sh: the pure tiers on both cores, then the integration tier alone, then the 25
+# slowest tests. PYTEST_ARGS narrows a run (make test PYTEST_ARGS='-k quota'). pytest's own exit
+# code is kept in .stack/pytest.rc because make turns every failure into 2 (.ci/run exits with the
+# real one).
 test: up
-	$(STACK_ENV); mkdir -p .stack; rc=0; $(VENV)/bin/python -m pytest -q $(PYTEST_ARGS) || rc=$$?; \
+	$(STACK_ENV); mkdir -p .stack; rc=0; bash scripts/test.sh $(PYTEST_ARGS) || rc=$$?; \
 	  echo $$rc > .stack/pytest.rc; exit $$rc
 
 # The demo is traced: every process it starts exports its spans to the stack's Jaeger.
