@@ -13,7 +13,7 @@ from typing import Any
 import asyncpg
 from rich.table import Table
 
-from services.demo.side_by_side import COLUMNS, TITLE, Row, caption, cells, live, simulated
+from services.demo.side_by_side import COLUMNS, TITLE, Row, caption, cells, live, simulated, verdict
 from services.demo.view import TARGET, View
 
 
@@ -130,5 +130,5 @@ def _side_by_side_table(rows: list[Row], speed: float, *, accelerated: bool = Fa
         table.add_column(column, justify="right")
     for r in rows:
         table.add_row(*cells(r))
-    table.caption = caption(speed, accelerated=accelerated)
+    table.caption = " ".join(filter(None, (verdict(rows), caption(speed, accelerated=accelerated))))
     return table

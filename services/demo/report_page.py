@@ -13,7 +13,7 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from services.demo.side_by_side import COLUMNS, TITLE, Row, caption, cells
+from services.demo.side_by_side import COLUMNS, TITLE, Row, caption, cells, verdict
 
 
 def _table(table_id: str, heads: tuple[str, ...], rows: list[tuple[str, ...]], note: str = "") -> str:
@@ -28,7 +28,8 @@ def _rate(r: dict[str, Any]) -> str:
 
 
 def render(report: dict[str, Any], speed: float, accelerated: bool) -> str:
-    side = [cells(Row(**r)) for r in report.get("side_by_side", [])]
+    side_rows = [Row(**r) for r in report.get("side_by_side", [])]
+    side = [cells(r) for r in side_rows]
     rates = [
         (pool, str(r["failed"]), str(r["periods"]), _rate(r), f"{r['target']:.3f}",
          "yes" if r.get("rate") is not None and r["rate"] <= r["target"] else "no")
@@ -47,6 +48,7 @@ def render(report: dict[str, Any], speed: float, accelerated: bool) -> str:
         "max-width:60em;font-size:90%;caption-side:bottom}</style></head><body>"
         f"<h1>GFS demo {run}: final report</h1>"
         f"<h2>{escape(TITLE)}</h2>"
+        + (f"<p id='verdict'>{escape(verdict(side_rows))}</p>" if verdict(side_rows) else "")
         + _table("side-by-side", COLUMNS, side, caption(speed, accelerated=accelerated))
         + "<h2>Eviction rate per pool (failed guarantee periods of the run's spot tasks)</h2>"
         + _table("eviction-rates", ("pool", "failed", "periods", "rate", "target", "within target"), rates)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -43,6 +43,9 @@ class Row:
     spot_gpu_hours_completed: float
     finished: int
     tasks: int
+    # GPU-hours left idle while a queued spot task fitted, by why (simulated rows only: the
+    # simulator's work-conservation audit, services/core/work_conservation.py); the verdict's "why".
+    idle_while_fits: dict[str, float] = field(default_factory=dict)
 
 
 def simulated(sample: Path, policies: Sequence[str] = SIM_POLICIES) -> list[Row]:
@@ -63,6 +66,11 @@ def simulated(sample: Path, policies: Sequence[str] = SIM_POLICIES) -> list[Row]
                 float(m["lp_gpu_hours_completed"]),
                 int(m["tasks_finished"]),
                 int(m["lp_tasks"] + m["hp_tasks"]),
+                {
+                    key.split(":", 1)[1]: float(value)
+                    for key, value in m.items()
+                    if key.startswith("idle_fit_gpu_hours:") and value > 0
+                },
             )
         )
     return rows
@@ -163,4 +171,56 @@ def caption(speed: float, *, accelerated: bool) -> str:
         "code but decides at the instants its inputs arrive, so it is not decision-for-decision "
         "equal to simulated GFS here; that equality holds on the controllable clock "
         "(`gfs parity run`, docs/parity.md)."
+    )
+
+
+# Why GPUs sat idle while a queued spot task fitted, in words (the reasons of
+# services/core/work_conservation.py).
+_IDLE_WHY = {
+    "quota:forecast": "the spot quota, sized from the forecast of HP demand, had no room left",
+    "quota:eta": "the spot quota had shrunk after failed guarantee periods",
+    "quota:floor": "the spot quota's floor for servable HP demand held them",
+    "reservation": "they were reserved for a queued HP gang",
+    "claimed": "queued HP tasks had claimed them",
+    "order": "the queue's order put a task that did not fit first",
+    "no-fit": "no queued spot task fitted on one node",
+}
+
+
+def verdict(rows: Sequence[Row]) -> str:
+    """One sentence on the simulated rows: does GFS keep its promise to spot (fewer evictions and
+    shorter queueing than FIFO, HP no worse) on this sample, and, where it does not, why (the idle
+    GPU-hours while spot fitted, by reason). Computed from the rows, never written in advance."""
+    by_name = {r.name: r for r in rows}
+    gfs, fifo = by_name.get("simulated gfs"), by_name.get("simulated fifo")
+    if gfs is None or fifo is None:
+        return ""
+    fewer = gfs.spot_evictions <= fifo.spot_evictions
+    shorter = gfs.spot_queue_mean_s <= fifo.spot_queue_mean_s
+    hp_ok = gfs.hp_queue_mean_s <= fifo.hp_queue_mean_s
+    outcome = "keeps" if fewer and shorter and hp_ok else "does not keep"
+    text = (
+        f"Verdict on this sample: simulated GFS {outcome} its promise to spot against FIFO: "
+        f"{gfs.spot_evictions} spot evictions against {fifo.spot_evictions}, spot queueing "
+        f"{minutes(gfs.spot_queue_mean_s)} against {minutes(fifo.spot_queue_mean_s)}, HP queueing "
+        f"{minutes(gfs.hp_queue_mean_s)} against {minutes(fifo.hp_queue_mean_s)}."
+    )
+    idle_gfs, idle_fifo = sum(gfs.idle_while_fits.values()), sum(fifo.idle_while_fits.values())
+    if not shorter and idle_gfs > idle_fifo:
+        reasons = sorted(gfs.idle_while_fits.items(), key=lambda kv: -kv[1])
+        named = "; ".join(
+            f"{hours:.1f} GPU-h because {_IDLE_WHY.get(why, why)}" for why, hours in reasons[:2]
+        )
+        text += (
+            f" Why spot waited longer: GFS left {idle_gfs:.1f} GPU-hours idle while a queued spot task "
+            f"fitted (FIFO {idle_fifo:.1f}): {named}."
+        )
+    if not fewer:
+        text += (
+            " GFS's evictions are of spot tasks it had started on GPUs an arriving HP task then "
+            "needed (reason PREEMPTED_BY_HP)."
+        )
+    return text + (
+        " One day of one sample is an anecdote: docs/evaluation.md measures the promise on 15 "
+        "workload regimes with 3 seeds each, and says where GFS loses."
     )

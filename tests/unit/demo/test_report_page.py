@@ -66,6 +66,16 @@ def test_the_page_holds_the_side_by_side_rows_as_the_terminal_prints_them() -> N
     assert side[2] == ["simulated fifo", "9", "1.0 min", "0.0 min", "30.0", "464 of 464"]
 
 
+def test_the_page_says_the_verdict_of_the_simulated_rows_when_both_are_there() -> None:
+    assert "id='verdict'" not in render(REPORT, 480.0, True)  # no simulated GFS row: no verdict
+    gfs = {**REPORT["side_by_side"][1], "name": "simulated gfs", "spot_evictions": 1,
+           "idle_while_fits": {"order": 0.5}}  # fmt: skip
+    both = {**REPORT, "side_by_side": [*REPORT["side_by_side"], gfs]}
+    page = render(both, 480.0, True)
+    assert "<p id='verdict'>Verdict on this sample: simulated GFS keeps its promise" in page
+    assert "1 spot evictions against 9" in page
+
+
 def test_the_page_says_per_pool_whether_the_eviction_rate_kept_its_target() -> None:
     rates = _parse(render(REPORT, 480.0, True))["eviction-rates"]
     assert rates[1] == ["A100", "4", "93", "0.043", "0.100", "yes"]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from services.demo.side_by_side import SIM_POLICIES, live, simulated
+from services.demo.side_by_side import SIM_POLICIES, Row, live, simulated, verdict
 from services.platform.settings import REPO_ROOT
 from services.simulator.traces.records import Trace, TraceJob, TraceNode
 
@@ -67,3 +67,40 @@ def test_the_simulated_rows_cover_every_sample_task() -> None:
     rows = simulated(Path(REPO_ROOT / "demo" / "sample"))
     assert [r.name for r in rows] == [f"simulated {p}" for p in SIM_POLICIES]
     assert all(r.tasks == 464 and r.finished == 464 for r in rows), rows  # demo/sample/README.md
+
+
+def _row(name: str, evictions: int, spot_q: float, hp_q: float, idle: dict[str, float] | None = None) -> Row:
+    return Row(name, evictions, spot_q, hp_q, 10.0, 5, 5, idle or {})
+
+
+def test_the_verdict_says_gfs_keeps_its_promise_only_when_all_three_hold() -> None:
+    fifo = _row("simulated fifo", 3, 1200.0, 600.0, {"order": 2.0})
+    kept = verdict([_row("simulated gfs", 1, 600.0, 600.0), fifo])
+    assert "keeps its promise" in kept and "does not keep" not in kept
+    assert "1 spot evictions against 3" in kept and "10.0 min against 20.0 min" in kept
+    assert "Why spot waited longer" not in kept and "PREEMPTED_BY_HP" not in kept
+    # HP one second worse breaks the promise, whatever spot gained.
+    assert "does not keep" in verdict([_row("simulated gfs", 1, 600.0, 601.0), fifo])
+
+
+def test_the_verdict_names_why_spot_waited_from_the_idle_gpu_hours() -> None:
+    fifo = _row("simulated fifo", 0, 600.0, 600.0, {"order": 2.0})
+    gfs = _row("simulated gfs", 2, 4800.0, 500.0,
+               {"quota:forecast": 19.25, "reservation": 9.5, "order": 1.0})  # fmt: skip
+    text = verdict([gfs, fifo])
+    assert "does not keep" in text and "2 spot evictions against 0" in text
+    assert "80.0 min against 10.0 min" in text  # 4800 s and 600 s
+    # The two largest reasons, largest first, with their hours; the total against FIFO's.
+    assert "left 29.8 GPU-hours idle" in text and "(FIFO 2.0)" in text
+    assert text.index("19.2 GPU-h because the spot quota") < text.index(
+        "9.5 GPU-h because they were reserved"
+    )
+    assert "1.0 GPU-h" not in text
+    assert "PREEMPTED_BY_HP" in text  # more evictions than FIFO: said what they were
+
+
+def test_no_verdict_without_both_simulated_rows_nor_a_why_when_gfs_idled_less() -> None:
+    assert verdict([_row("simulated gfs", 0, 1.0, 1.0)]) == ""
+    text = verdict([_row("simulated gfs", 0, 900.0, 0.0, {"order": 1.0}),
+                    _row("simulated fifo", 0, 600.0, 0.0, {"order": 3.0})])  # fmt: skip
+    assert "does not keep" in text and "Why spot waited longer" not in text
