@@ -16,6 +16,7 @@ again tries the unheld GPUs first.
 from __future__ import annotations
 
 import enum
+from dataclasses import replace
 
 import numpy as np
 
@@ -67,7 +68,15 @@ def spot_room(
         claims = plan.claims.copy()
         if res is not None:
             claims[list(res.nodes)] = 0.0  # the reservation's own holds cover its nodes
-    return SpotRoom(pool, res, now, lend=lend, claims=claims, hard=policy.spot_claims == "hard")
+    return SpotRoom(
+        pool,
+        res,
+        now,
+        lend=lend,
+        claims=claims,
+        hard=policy.spot_claims == "hard",
+        lend_first=policy.lend_first,
+    )
 
 
 class SpotRoom:
@@ -76,7 +85,7 @@ class SpotRoom:
     servable HP queue claims. A layer is lifted for one placement and put back on what is still
     idle, so the next spot task again tries the unheld GPUs first."""
 
-    __slots__ = ("claims", "hard", "lend", "now", "pool", "reservation")
+    __slots__ = ("claims", "hard", "lend", "lend_first", "now", "pool", "reservation")
 
     def __init__(
         self,
@@ -87,11 +96,13 @@ class SpotRoom:
         lend: bool,
         claims: np.ndarray | None,
         hard: bool,
+        lend_first: bool = False,
     ) -> None:
         self.pool = pool
         self.reservation = reservation
         self.now = now
         self.lend = lend
+        self.lend_first = lend_first and lend and reservation is not None
         self.claims = claims
         self.hard = hard
         self._hold_claims()
@@ -100,6 +111,10 @@ class SpotRoom:
         self, spec: TaskSpec, policy: SchedulingPolicy
     ) -> tuple[tuple[WorkerPlacement, ...] | None, Held]:
         pool = self.pool
+        if self.lend_first and not spec.is_fractional:
+            placements = self._on_reserved(spec, policy)
+            if placements is not None:
+                return placements, Held.NONE
         placements = place_task(pool, spec, policy.placement)
         if placements is not None:
             pool.add_task(RunningTask(spec, self.now, placements))
@@ -130,6 +145,34 @@ class SpotRoom:
                 attempt = why
                 break
         return None, attempt
+
+    def _on_reserved(self, spec: TaskSpec, policy: SchedulingPolicy) -> tuple[WorkerPlacement, ...] | None:
+        """Spot on the lent reserved nodes alone (`lend_first`): only the holder may take those
+        GPUs, and it cannot within the period, while the other nodes' idle GPUs are where HP that
+        arrives starts; so they are kept free when the reserved nodes can take the task."""
+        pool = self.pool
+        assert self.reservation is not None
+        reserved = set(self.reservation.nodes)
+        outside = [
+            (node, int(pool.free[node]))
+            for node in np.flatnonzero(pool.free > 0).tolist()
+            if node not in reserved
+        ]
+        self._lift(reservation=True, claims=False)
+        holds = []
+        for node, free in outside:
+            hold = replace(
+                claimed_spec(pool, node, free, self.now), task_id=TaskId(f"spot-room-outside:{node}")
+            )
+            pool.add_task(RunningTask(hold, self.now, (WorkerPlacement(node, free),)))
+            holds.append(hold.task_id)
+        placements = place_task(pool, spec, policy.placement)
+        if placements is not None:
+            pool.add_task(RunningTask(spec, self.now, placements))
+        for hold_tid in holds:
+            pool.remove_task(hold_tid)
+        self._restore(reservation=True, claims=False)
+        return placements
 
     def _lift(self, *, reservation: bool, claims: bool) -> None:
         pool = self.pool

@@ -102,6 +102,12 @@ def _claims_variant(name: str, claims: str) -> Callable[[QuotaSettings | None], 
     return factory
 
 
+def build_gfs_outside_first(settings: QuotaSettings | None = None) -> SchedulingPolicy:
+    """Spot tries the nodes outside a lent reservation first, its nodes only when nothing else
+    fits (issue 35's first test attempt)."""
+    return dataclasses.replace(build_gfs(settings), name="gfs-outside-first", lend_first=False)
+
+
 def build_gfs_issue21(settings: QuotaSettings | None = None) -> SchedulingPolicy:
     """Issue 21's defaults: the observed-demand series, the reservation's growth in the floor, and
     no spot on a reservation's idle GPUs (all three of issue 35's changes reverted)."""

@@ -42,6 +42,11 @@ class SchedulingPolicy:
     # servable.py's claims) are kept from spot: "hard" always, "soft" while spot fits anywhere
     # else, "off" not at all.
     spot_claims: str = "off"
+    # Issue 35: while the reservation is lent, spot goes to its nodes first (only the holder may
+    # take them, and it cannot within the period) and keeps the other nodes' idle GPUs for the HP
+    # that arrives; False: other nodes first, the reserved ones only when nothing else fits (gfs
+    # sets it: policies/gfs.py).
+    lend_first: bool = False
 
     def __post_init__(self) -> None:
         if self.spot_claims not in ("hard", "soft", "off"):

@@ -13,6 +13,7 @@ from services.core.policies.ablations import (
     build_gfs_no_feedback,
     build_gfs_no_forecast,
     build_gfs_no_reservation,
+    build_gfs_outside_first,
     build_quota_ablations,
 )
 from services.core.policies.chronus import build_chronus
@@ -59,6 +60,7 @@ def build_registry() -> Mapping[str, PolicyFactory]:
         "gfs-issue21": build_gfs_issue21,
         "gfs-claims-soft": _claims_variant("gfs-claims-soft", "soft"),
         "gfs-claims-off": _claims_variant("gfs-claims-off", "off"),
+        "gfs-outside-first": build_gfs_outside_first,
         # Issue 10's quota changes, each reverted alone, and all of them (gfs-paper).
         **build_quota_ablations(),
     }

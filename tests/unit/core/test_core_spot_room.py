@@ -1,7 +1,8 @@
 """Where spot may go while HP work waits (issue 35, core/cycle.py's spot room), worked by hand.
 
 1. Lending: a reservation's idle GPUs serve spot while its holder cannot start within the period;
-   the holder, tried first on every pass, evicts that spot when it can start.
+   the holder, tried first on every pass, evicts that spot when it can start. Lent spot goes to
+   the reserved nodes first, so the other nodes' idle GPUs stay free for arriving HP.
 2. Claims: GPUs the servable HP queue is expected to take within the period (core/servable.py)
    are kept from spot ("hard", gfs), so the HP task later starts there without an eviction.
 """
@@ -56,6 +57,27 @@ def test_spot_borrows_the_reserved_gpus_and_the_holder_evicts_it() -> None:
     (evicted,) = [o for o in outcomes if isinstance(o, Stopped)]
     assert evicted.task_id == "P" and evicted.preemptor == "G"
     assert "G" in _started(outcomes) and set(rt.reservation.nodes if rt.reservation else ()) == set()
+
+
+def test_lent_spot_goes_to_the_reserved_nodes_first_and_keeps_the_rest_for_hp() -> None:
+    """gfs (`lend_first`): at 8000 G's nodes are lent; spot P (2 GPUs) fits both on B's node (2
+    free, outside the reservation: the best fit of the whole pool) and on the reserved nodes. It
+    goes to the reserved ones (best fit there: the shared node's 4), so B's node keeps its 2 GPUs
+    for HP. HP H (2 GPUs) arriving next starts there at once, without an eviction.
+    gfs-outside-first: P takes B's node; H then finds no 2 GPUs outside the reservation free and
+    evicts P (the holder's nodes are not HP's while G waits)."""
+    for policy, p_node, evicts in (("gfs", "shared", False), ("gfs-outside-first", "b", True)):
+        rt = _reserved_world(policy)
+        nodes = {"shared": _node_of(rt, "S1"), "b": _node_of(rt, "B")}
+        rt.finish(TaskId("A"), 4000.0)
+        rt.schedule(4000.0)
+        assert rt.submit(a_spot("P", gpus=2, submit=8000.0), 8000.0) is None
+        assert _started(rt.schedule(8000.0).outcomes) == {"P"}
+        assert _node_of(rt, "P") == nodes[p_node], policy
+        assert rt.submit(a_task("H", gpus=2, submit=8100.0), 8100.0) is None
+        outcomes = rt.schedule(8100.0).outcomes
+        assert "H" in _started(outcomes), policy
+        assert any(isinstance(o, Stopped) and o.task_id == "P" for o in outcomes) is evicts, policy
 
 
 def test_no_lending_while_the_holder_can_start_within_the_period() -> None:
