@@ -20,6 +20,8 @@ import asyncpg
 import pytest
 import pytest_asyncio
 from aiokafka.errors import KafkaConnectionError
+from node_agent_world import ack_reader, publisher  # noqa: F401 (fixtures: see below)
+from preemption_world import world  # noqa: F401 (a fixture: see below)
 
 from schemas.topics import TOPICS
 from services.platform.kafka.topic_admin import TopicsReport, ensure_topics
@@ -98,6 +100,12 @@ async def registry_topics(kafka_bootstrap: str) -> TopicsReport:
                     f"Kafka at {kafka_bootstrap} did not answer within {CONNECT_DEADLINE_S:.0f}s: {exc}"
                 )
             await asyncio.sleep(1.0)
+
+
+# Fixtures of the harness modules, made this folder's so the modules that take them need not import
+# them (a module with one of the same name overrides it, as pytest does): `world`, the preemption
+# service's tests' (preemption_world.py: a migrated scratch schema, a tap and a Cluster, the test in
+# the node agents' seat); `ack_reader` and `publisher`, the node agent's (node_agent_world.py).
 
 
 @pytest.fixture

@@ -13,17 +13,15 @@ import asyncio
 import json
 import random
 import uuid
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Any
 
 import aiohttp
 import pytest
-import pytest_asyncio
 from jsonschema import Draft202012Validator
+from preemption_world import Cluster, _registered, _service, _settings, _until
 from quota_harness import READY_S, _free_port, _hour, _migrated, _start_at_the_end
 from quota_harness import _settings as _quota_settings
-from test_preemption_service import Cluster, _registered, _service, _settings, _until, cluster_world
 
 from schemas.commands import BindCommand
 from schemas.envelope import wrap
@@ -76,14 +74,6 @@ async def _served_document(http: aiohttp.ClientSession, base: str, name: str) ->
         doc: dict[str, Any] = await response.json()
     assert doc == json.loads((DOCS_DIR / f"{name}.openapi.json").read_text())  # the checked-in copy
     return doc
-
-
-@pytest_asyncio.fixture(loop_scope="session")
-async def world(
-    database_url: str, kafka_bootstrap: str, registry_topics: TopicsReport, scratch_schema: str
-) -> AsyncIterator[tuple[Cluster, str]]:
-    async with cluster_world(database_url, kafka_bootstrap, scratch_schema) as found:
-        yield found
 
 
 @pytest.mark.asyncio(loop_scope="session")
