@@ -19,7 +19,7 @@ from typing import Any
 import aiohttp
 import pytest_asyncio
 from live_harness import Tap, in_background, tap_and_producer
-from quota_harness import _migrated
+from quota_harness import _free_port, _migrated
 
 from schemas.commands import BindCommand, EvictAck, EvictCommand, EvictOutcome
 from schemas.envelope import wrap
@@ -199,6 +199,12 @@ def _settings(dsn: str, kafka: str, pool: str, **kw: Any) -> PreemptionSettings:
         "gfs_command_secret": SECRET,
     }
     return PreemptionSettings(**(values | kw))
+
+
+def _api_settings(dsn: str, kafka: str, pool: str, **kw: Any) -> tuple[int, PreemptionSettings]:
+    """`_settings` with the SRE API on a free port of its own, and that port."""
+    port = _free_port()
+    return port, _settings(dsn, kafka, pool, preemption_api_port=port, **kw)
 
 
 @contextlib.asynccontextmanager

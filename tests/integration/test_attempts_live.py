@@ -14,8 +14,7 @@ import pytest
 from live_harness import Tap
 from node_agent_world import Acks, _agent, _bind, _evict, _publish, _signed
 from node_agent_world import _node as _agent_node
-from preemption_world import Cluster, _metrics, _sample, _service, _settings
-from quota_harness import _free_port
+from preemption_world import Cluster, _api_settings, _metrics, _sample, _service, _settings
 
 from schemas.commands import BindCommand, EvictAck, EvictCommand, EvictOutcome
 from schemas.dead_letter import DeadLetter
@@ -88,8 +87,7 @@ async def test_an_evict_ack_not_signed_with_its_nodes_key_is_refused_and_the_hp_
     node itself signs is applied."""
     c, dsn = world
     _, b, h = _ids(c)
-    port = _free_port()
-    settings = _settings(dsn, kafka_bootstrap, c.pool, preemption_grace_s=20.0, preemption_api_port=port)
+    port, settings = _api_settings(dsn, kafka_bootstrap, c.pool, preemption_grace_s=20.0)
     async with _service(settings) as (decider, _):
         bind_a, bind_b, evict = await _victim_world(c, decider)
         assert bind_a.node != evict.node == bind_b.node

@@ -31,8 +31,7 @@ import asyncpg
 import pytest
 import pytest_asyncio
 from aiokafka.structs import RecordMetadata
-from preemption_world import Cluster, _service, _settings, _until, cluster_world
-from quota_harness import _free_port
+from preemption_world import Cluster, _api_settings, _service, _settings, _until, cluster_world
 
 from schemas.commands import BindCommand
 from schemas.dead_letter import DeadLetter
@@ -209,8 +208,7 @@ async def test_bad_query_parameters_are_400_with_a_message(
     hostile: tuple[Cluster, str], kafka_bootstrap: str
 ) -> None:
     c, dsn = hostile
-    port = _free_port()
-    settings = _settings(dsn, kafka_bootstrap, c.pool, preemption_api_port=port)
+    port, settings = _api_settings(dsn, kafka_bootstrap, c.pool)
     async with _service(settings), aiohttp.ClientSession() as http:
         base = f"http://127.0.0.1:{port}"
         for path, parameter in (

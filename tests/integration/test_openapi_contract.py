@@ -19,7 +19,7 @@ from typing import Any
 import aiohttp
 import pytest
 from jsonschema import Draft202012Validator
-from preemption_world import Cluster, _registered, _service, _settings, _until
+from preemption_world import Cluster, _api_settings, _registered, _service, _until
 from quota_harness import READY_S, _free_port, _hour, _migrated, _start_at_the_end
 from quota_harness import _settings as _quota_settings
 
@@ -81,8 +81,7 @@ async def test_every_preemption_route_answers_its_document(
     world: tuple[Cluster, str], kafka_bootstrap: str
 ) -> None:
     c, dsn = world
-    port = _free_port()
-    settings = _settings(dsn, kafka_bootstrap, c.pool, preemption_api_port=port, preemption_admin_token=TOKEN)
+    port, settings = _api_settings(dsn, kafka_bootstrap, c.pool, preemption_admin_token=TOKEN)
     # The router reads only what this test publishes: on a long-lived stack, reading the shared
     # topics from their start took minutes before the test's node and quota were registered.
     await _start_at_the_end(kafka_bootstrap, settings.preemption_router_group, ROUTED_TOPICS)

@@ -12,6 +12,7 @@ import asyncpg
 import pytest
 from preemption_world import (
     Cluster,
+    _api_settings,
     _key,
     _metrics,
     _sample,
@@ -19,7 +20,6 @@ from preemption_world import (
     _settings,
     _until,
 )
-from quota_harness import _free_port
 
 from schemas.commands import BindCommand, EvictCommand, EvictOutcome
 from schemas.envelope import wrap
@@ -44,8 +44,7 @@ async def test_hp_evicts_then_binds_after_the_ack_signed_and_explained(
     world: tuple[Cluster, str], kafka_bootstrap: str
 ) -> None:
     c, dsn = world
-    port = _free_port()
-    settings = _settings(dsn, kafka_bootstrap, c.pool, preemption_api_port=port)
+    port, settings = _api_settings(dsn, kafka_bootstrap, c.pool)
     async with _service(settings) as (decider, _):
         await c.up(decider, 2)
         bind_a, bind_b, evict = await c.hp_evicts_the_younger("A", "B", "H")

@@ -13,8 +13,16 @@ import asyncio
 from typing import Any
 
 import pytest
-from preemption_world import Cluster, Heartbeats, _metrics, _registered, _sample, _service, _settings, _until
-from quota_harness import _free_port
+from preemption_world import (
+    Cluster,
+    Heartbeats,
+    _api_settings,
+    _metrics,
+    _registered,
+    _sample,
+    _service,
+    _until,
+)
 
 from schemas.commands import EvictCommand
 from schemas.tasks import EvictionReason, TaskEvicted
@@ -44,10 +52,8 @@ async def test_an_input_stall_longer_than_the_node_timeout_evicts_nothing(
     world: tuple[Cluster, str], kafka_bootstrap: str
 ) -> None:
     c, dsn = world
-    port = _free_port()
-    settings = _settings(
-        dsn, kafka_bootstrap, c.pool, preemption_node_timeout_s=TIMEOUT_S, preemption_api_port=port,
-        preemption_inbox_partitions=1,
+    port, settings = _api_settings(
+        dsn, kafka_bootstrap, c.pool, preemption_node_timeout_s=TIMEOUT_S, preemption_inbox_partitions=1,
     )  # fmt: skip
     nodes = [c.node(i) for i in range(3)]
     alive = dict.fromkeys(nodes, 2)  # the nodes that report, each with 2 GPUs

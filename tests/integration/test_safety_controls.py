@@ -12,8 +12,7 @@ from typing import Any
 import aiohttp
 import asyncpg
 import pytest
-from preemption_world import Cluster, _service, _settings, _until
-from quota_harness import _free_port
+from preemption_world import Cluster, _api_settings, _service, _until
 
 from schemas.commands import BindCommand, EvictCommand
 from schemas.tasks import TaskClass
@@ -69,8 +68,7 @@ async def _two_spot(c: Cluster, decider: Decider) -> None:
 
 def _admin_settings(c: Cluster, dsn: str, kafka: str) -> tuple[int, PreemptionSettings]:
     """The service's settings with an SRE API on a port of its own that takes the admin token."""
-    port = _free_port()
-    return port, _settings(dsn, kafka, c.pool, preemption_api_port=port, preemption_admin_token=TOKEN)
+    return _api_settings(dsn, kafka, c.pool, preemption_admin_token=TOKEN)
 
 
 def _evictions_by(c: Cluster, preemptor: str) -> list[EvictCommand]:
@@ -83,14 +81,12 @@ async def test_writes_need_the_token_and_a_refused_write_changes_nothing(
 ) -> None:
     c, dsn = world
     body = {"on": True, "pool": c.pool, "reason": "test", "who": "mallory"}
-    port = _free_port()
-    async with _service(_settings(dsn, kafka_bootstrap, c.pool, preemption_api_port=port)):
+    port, settings = _api_settings(dsn, kafka_bootstrap, c.pool)
+    async with _service(settings):
         status, answer = await _post(port, "/controls/kill-switch", body, AUTH)  # no token configured
         assert status == 503 and "PREEMPTION_ADMIN_TOKEN" in answer["error"]
-    port = _free_port()
-    async with _service(
-        _settings(dsn, kafka_bootstrap, c.pool, preemption_api_port=port, preemption_admin_token=TOKEN)
-    ):
+    port, settings = _admin_settings(c, dsn, kafka_bootstrap)
+    async with _service(settings):
         assert (await _post(port, "/controls/kill-switch", body))[0] == 401
         assert (await _post(port, "/controls/kill-switch", body, {"Authorization": "Bearer wrong"}))[0] == 401
         assert (await _post(port, "/controls/kill-switch", {"on": True, "who": "x"}, AUTH))[
