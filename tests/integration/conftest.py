@@ -16,12 +16,12 @@ import uuid
 from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING
 
-import asyncpg
 import pytest
 import pytest_asyncio
 from aiokafka.errors import KafkaConnectionError
 from node_agent_world import ack_reader, publisher  # noqa: F401 (fixtures: see below)
 from preemption_world import world  # noqa: F401 (a fixture: see below)
+from quota_harness import _fresh_schema
 
 from schemas.topics import TOPICS
 from services.platform.kafka.topic_admin import TopicsReport, ensure_topics
@@ -118,14 +118,8 @@ def unique_group(request: pytest.FixtureRequest) -> str:
 async def scratch_schema(database_url: str) -> AsyncIterator[str]:
     """A fresh, empty Postgres schema (dropped afterwards), so migration tests start from zero
     without touching the stack's own tables in `public`."""
-    name = f"it_{uuid.uuid4().hex[:12]}"
-    connection = await asyncpg.connect(database_url)
-    try:
-        await connection.execute(f'CREATE SCHEMA "{name}"')
+    async with _fresh_schema(database_url) as name:
         yield name
-    finally:
-        await connection.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
-        await connection.close()
 
 
 @pytest.fixture(scope="session")

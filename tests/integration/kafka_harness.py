@@ -1,4 +1,5 @@
-"""Run the platform's `consume` loop in a test until a condition holds, then stop it cleanly."""
+"""Run the platform's `consume` loop in a test until a condition holds, then stop it cleanly; where
+a topic ends now (to read only what a test publishes after)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,9 @@ import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
 
 from schemas.envelope import Envelope
 from services.platform.kafka.consumer import consume
@@ -55,3 +59,17 @@ async def consume_until(
         timeout=WAIT_S,
     )
     return received, stats
+
+
+async def _end_offsets(kafka_bootstrap: str, topic_name: str) -> dict[TopicPartition, int]:
+    consumer = AIOKafkaConsumer(bootstrap_servers=kafka_bootstrap)
+    admin = AIOKafkaAdminClient(bootstrap_servers=kafka_bootstrap)
+    await consumer.start()
+    await admin.start()
+    try:
+        [described] = await admin.describe_topics([topic_name])
+        parts = [TopicPartition(topic_name, p["partition"]) for p in described["partitions"]]
+        return dict(await consumer.end_offsets(parts))
+    finally:
+        await consumer.stop()
+        await admin.close()

@@ -32,10 +32,9 @@ import pytest
 import pytest_asyncio
 from live_cluster import ack_like_agents
 from live_harness import REPO, ServiceProcess, Tap, tap_and_producer
-from quota_harness import _free_port, _hour, _migrated
+from quota_harness import _forecast, _free_port, _migrated
 
 from schemas.envelope import wrap
-from schemas.forecast import PoolDemandForecast
 from schemas.quota import GuaranteeQuota, SpotQuota
 from schemas.tasks import TaskClass, TaskEvicted, TaskStarted, TaskSubmitted
 from schemas.telemetry import GpuSample, NodeTelemetry
@@ -217,14 +216,7 @@ async def test_dashboard_in_headless_chromium_shows_what_the_api_says(world: Wor
     chromium = _chromium()
     now = datetime.now(UTC)
     # The quota service's latest pool forecast, as it stores it (same database).
-    forecast = PoolDemandForecast(
-        pool=pool,
-        origin_time=now.replace(minute=0, second=0, microsecond=0),
-        tenants=1,
-        model_name="lstm",
-        model_version=f"it-{pool}",
-        horizon=tuple(_hour(h, q) for h, q in ((1, 1.0), (2, 3.0), (3, 2.0), (4, 1.5))),
-    )
+    forecast = _forecast(pool, now, (1.0, 3.0, 2.0, 1.5), tenants=1)
     connection = await asyncpg.connect(w.dsn)
     try:
         await connection.execute(

@@ -32,6 +32,7 @@ import pytest
 import pytest_asyncio
 from aiokafka.structs import RecordMetadata
 from preemption_world import Cluster, _api_settings, _service, _settings, _until, cluster_world
+from quota_harness import _fetchval
 
 from schemas.commands import BindCommand
 from schemas.dead_letter import DeadLetter
@@ -120,13 +121,9 @@ async def test_a_nul_in_any_string_is_dead_lettered_and_the_partition_goes_on(
             assert letter.consumer_group == settings.preemption_router_group, what
             assert "control character U+0000" in letter.error, (what, letter.error)
         assert not service.done()
-        connection = await asyncpg.connect(dsn)
-        try:
-            routed = await connection.fetchval(
-                "SELECT count(*) FROM preemption_task_route WHERE task_id <> 'after-the-nuls'"
-            )
-        finally:
-            await connection.close()
+        routed = await _fetchval(
+            dsn, "SELECT count(*) FROM preemption_task_route WHERE task_id <> 'after-the-nuls'"
+        )
         assert routed == 0  # refused at decode: nothing of them reached Postgres
 
 

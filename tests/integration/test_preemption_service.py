@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 
 import aiohttp
-import asyncpg
 import pytest
 from preemption_world import (
     Cluster,
@@ -20,6 +19,7 @@ from preemption_world import (
     _settings,
     _until,
 )
+from quota_harness import _fetch
 
 from schemas.commands import BindCommand, EvictCommand, EvictOutcome
 from schemas.envelope import wrap
@@ -137,16 +137,10 @@ async def test_hp_evicts_then_binds_after_the_ack_signed_and_explained(
         assert {name: ctl.runtime.queued_ids() for name, ctl in again.owned_pools().items()} == queued
         assert {name: ctl.counter for name, ctl in again.owned_pools().items()} == counter
         assert not c.tap.payloads((BindCommand, EvictCommand))
-    connection = await asyncpg.connect(dsn)
-    try:
-        kinds = [
-            r["kind"]
-            for r in await connection.fetch(
-                "SELECT kind FROM preemption_decision WHERE task_id = 'H' ORDER BY id"
-            )
-        ]
-    finally:
-        await connection.close()
+    kinds = [
+        r["kind"]
+        for r in await _fetch(dsn, "SELECT kind FROM preemption_decision WHERE task_id = 'H' ORDER BY id")
+    ]
     assert kinds[:3] == ["accepted", "started", "bind_held"] and "bound" in kinds
 
 
@@ -162,11 +156,5 @@ async def test_dry_run_decides_and_records_but_publishes_nothing(
         await _until(lambda: decider.stats.decisions >= 3)
         await asyncio.sleep(1.0)
     assert not c.tap.payloads((BindCommand, TaskAccepted), lambda p: p.task_id == "D")
-    connection = await asyncpg.connect(dsn)
-    try:
-        rows = await connection.fetch(
-            "SELECT kind, dry_run FROM preemption_decision WHERE task_id = 'D' ORDER BY id"
-        )
-    finally:
-        await connection.close()
+    rows = await _fetch(dsn, "SELECT kind, dry_run FROM preemption_decision WHERE task_id = 'D' ORDER BY id")
     assert [(r["kind"], r["dry_run"]) for r in rows] == [("accepted", True), ("started", True)]

@@ -13,6 +13,7 @@ import aiohttp
 import asyncpg
 import pytest
 from preemption_world import Cluster, _api_settings, _service, _until
+from quota_harness import _fetch, _fetchval
 
 from schemas.commands import BindCommand, EvictCommand
 from schemas.tasks import TaskClass
@@ -42,15 +43,7 @@ async def _get(port: int, path: str) -> Any:
 
 
 async def _audit(dsn: str, pool: str) -> list[asyncpg.Record]:
-    connection = await asyncpg.connect(dsn)
-    try:
-        return list(
-            await connection.fetch(
-                "SELECT * FROM preemption_control_audit WHERE scope = $1 ORDER BY id", pool
-            )
-        )
-    finally:
-        await connection.close()
+    return await _fetch(dsn, "SELECT * FROM preemption_control_audit WHERE scope = $1 ORDER BY id", pool)
 
 
 def _check_audit(row: asyncpg.Record, who: str, control: str, reason: str) -> None:
@@ -163,13 +156,9 @@ async def test_a_frozen_quota_ignores_a_new_one_and_an_override_admits_up_to_it(
     first, second = await _audit(dsn, c.pool)
     _check_audit(first, "carol", "quota", "forecast model rollout")
     _check_audit(second, "dave", "quota", "pool drained for HP maintenance is back")
-    connection = await asyncpg.connect(dsn)
-    try:
-        held = await connection.fetchval(
-            "SELECT count(*) FROM preemption_decision WHERE pool = $1 AND kind = 'quota_held'", c.pool
-        )
-    finally:
-        await connection.close()
+    held = await _fetchval(
+        dsn, "SELECT count(*) FROM preemption_decision WHERE pool = $1 AND kind = 'quota_held'", c.pool
+    )
     assert held >= 1
 
 
