@@ -1,8 +1,10 @@
 """The live cluster the end-to-end tests drive (test_live_cluster.py, and the scale-out, key
-rotation, command security, bad input, Kafka security and Jaeger tests that reuse its pieces):
-`Live` starts real `gfs serve preemption` and `gfs serve node-agent` processes (fake GPUs) with
-groups, inbox and signing secret of their own, publishes quotas and signs as an agent would; the
-waits, probes and the cleanup of the agents' workers go with it."""
+rotation, command security, bad input, Kafka security, dashboard and Jaeger tests that reuse its
+pieces): `Live` starts real `gfs serve preemption` and `gfs serve node-agent` processes (fake GPUs)
+with groups, inbox and signing secret of their own, publishes quotas and signs as an agent would;
+`live_world` sets one up on a scratch schema and cleans up after it; `ack_like_agents` plays the
+agents where a test runs none; the waits, probes and the cleanup of the agents' workers go with
+it."""
 
 from __future__ import annotations
 

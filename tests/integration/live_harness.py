@@ -81,6 +81,12 @@ class Tap:
     ) -> list[Any]:
         return [e.payload for _, e, _ in self.items if isinstance(e.payload, kind) and where(e.payload)]
 
+    def once(self, kind: type) -> list[Any]:
+        """The payloads of `kind`, one per event id: the outbox publishes at least once, so a record
+        published again (same event id) counts once."""
+        seen = {e.event_id: e.payload for _, e, _ in self.items if isinstance(e.payload, kind)}
+        return list(seen.values())
+
     async def wait(
         self,
         kind: type | tuple[type, ...],

@@ -202,9 +202,9 @@ async def _rotate(r: Rotation, live: Live, kafka: str) -> None:
     # Events are delivered at least once (an outbox row published just before a stop is published
     # again by the next instance, with its event id): a start counts once per event id, and a
     # second start of a task is a second event id, which fails here.
-    started = {e.event_id: e.payload for _, e, _ in live.tap.items if isinstance(e.payload, TaskStarted)}
-    starts = Counter(s.task_id for s in started.values() if s.task_id in mine)
-    redelivered = len([1 for _, e, _ in live.tap.items if isinstance(e.payload, TaskStarted)]) - len(started)
+    started = live.tap.once(TaskStarted)
+    starts = Counter(s.task_id for s in started if s.task_id in mine)
+    redelivered = len(live.tap.payloads(TaskStarted)) - len(started)
     print(f"TaskStarted: {len(started)} events, {redelivered} delivered again with the same event id")
     assert starts == Counter(dict.fromkeys(mine, 1)), starts - Counter(dict.fromkeys(mine, 1))
     binds: dict[str, set[uuid.UUID]] = {}

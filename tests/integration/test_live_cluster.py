@@ -294,12 +294,7 @@ async def test_two_instances_split_pools_and_fail_over_without_lost_or_duplicate
 
         # No lost and no duplicated decision: every task accepted once (one event id, however
         # often the relay published it), bound once per start, one start record per bind.
-        accepted = Counter(
-            e.payload.task_id
-            for e in {
-                env.event_id: env for _, env, _ in live.tap.items if isinstance(env.payload, TaskAccepted)
-            }.values()
-        )
+        accepted = Counter(e.task_id for e in live.tap.once(TaskAccepted))
         assert {t: accepted[t] for t in submitted} == dict.fromkeys(submitted, 1)
         binds = Counter(
             b.task_id
