@@ -49,113 +49,46 @@ def _drop(path: tuple[str | int, ...]) -> Callable[[Message], None]:
     return apply
 
 
+def _at(case_id: str, event_type: str, path: tuple[str | int, ...], value: object, says: str) -> BrokenCase:
+    """`value` put at `path`, and the error points there (most cases; the others name their `loc`)."""
+    return BrokenCase(case_id, event_type, _set(path, value), path, says)
+
+
+def _without(case_id: str, event_type: str, path: tuple[str | int, ...], says: str) -> BrokenCase:
+    """The field at `path` dropped, and the error points there."""
+    return BrokenCase(case_id, event_type, _drop(path), path, says)
+
+
 CASES = [
-    BrokenCase(
-        "workers-zero",
-        "TaskSubmitted",
-        _set(("payload", "workers"), 0),
-        ("payload", "workers"),
-        "greater than or equal to 1",
-    ),
-    BrokenCase(
+    _at("workers-zero", "TaskSubmitted", ("payload", "workers"), 0, "greater than or equal to 1"),
+    _at(
         "gpus-non-positive",
         "TaskSubmitted",
-        _set(("payload", "gpus_per_worker"), 0),
         ("payload", "gpus_per_worker"),
+        0,
         "greater than or equal to 0.01",
     ),
-    # Issue 22: one GPU could take unlimited 1e-12-GPU workers; a gang had no upper bound.
-    BrokenCase(
+    _at(
         "gpus-below-the-granularity",
         "TaskSubmitted",
-        _set(("payload", "gpus_per_worker"), 1e-12),
         ("payload", "gpus_per_worker"),
+        1e-12,
         "greater than or equal to 0.01",
     ),
-    BrokenCase(
-        "workers-above-the-bound",
-        "TaskSubmitted",
-        _set(("payload", "workers"), 1025),
-        ("payload", "workers"),
-        "less than or equal to 1024",
+    _at(
+        "workers-above-the-bound", "TaskSubmitted", ("payload", "workers"), 1025, "less than or equal to 1024"
     ),
-    BrokenCase(
-        "tenant-not-a-name",
-        "TaskSubmitted",
-        _set(("payload", "tenant"), "org a/../b"),
-        ("payload", "tenant"),
-        "should match pattern",
-    ),
-    BrokenCase(
-        "tenant-too-long",
-        "TaskSubmitted",
-        _set(("payload", "tenant"), "o" * 129),
-        ("payload", "tenant"),
-        "at most 128 characters",
-    ),
-    BrokenCase(
-        "gpus-fractional-above-one",
-        "TaskSubmitted",
-        _set(("payload", "gpus_per_worker"), 1.5),
-        ("payload", "gpus_per_worker"),
-        "whole number",
-    ),
-    BrokenCase(
-        "guarantee-3h",
-        "TaskSubmitted",
-        _set(("payload", "guarantee_hours"), 3),
-        ("payload", "guarantee_hours"),
-        "1, 2 or 4",
-    ),
-    BrokenCase(
-        "unknown-class",
-        "TaskSubmitted",
-        _set(("payload", "task_class"), "LOW"),
-        ("payload", "task_class"),
-        "'HP' or 'SPOT'",
-    ),
-    BrokenCase(
-        "missing-tenant",
-        "TaskSubmitted",
-        _drop(("payload", "tenant")),
-        ("payload", "tenant"),
-        "Field required",
-    ),
-    BrokenCase(
-        "blank-task-id",
-        "TaskSubmitted",
-        _set(("payload", "task_id"), " job-1"),
-        ("payload", "task_id"),
-        "pattern",
-    ),
-    BrokenCase(
-        "extra-payload-field",
-        "TaskSubmitted",
-        _set(("payload", "priority"), 5),
-        ("payload", "priority"),
-        "Extra inputs are not permitted",
-    ),
-    BrokenCase(
-        "empty-command",
-        "TaskSubmitted",
-        _set(("payload", "command"), []),
-        ("payload", "command"),
-        "at least 1",
-    ),
-    BrokenCase(
-        "naive-occurred-at",
-        "TaskAccepted",
-        _set(("occurred_at",), "2024-08-03T09:14:28"),
-        ("occurred_at",),
-        "timezone",
-    ),
-    BrokenCase(
-        "naive-started-at",
-        "TaskStarted",
-        _set(("payload", "started_at"), "2024-08-03T10:00:00"),
-        ("payload", "started_at"),
-        "timezone",
-    ),
+    _at("tenant-not-a-name", "TaskSubmitted", ("payload", "tenant"), "org a/../b", "should match pattern"),
+    _at("tenant-too-long", "TaskSubmitted", ("payload", "tenant"), "o" * 129, "at most 128 characters"),
+    _at("gpus-fractional-above-one", "TaskSubmitted", ("payload", "gpus_per_worker"), 1.5, "whole number"),
+    _at("guarantee-3h", "TaskSubmitted", ("payload", "guarantee_hours"), 3, "1, 2 or 4"),
+    _at("unknown-class", "TaskSubmitted", ("payload", "task_class"), "LOW", "'HP' or 'SPOT'"),
+    _without("missing-tenant", "TaskSubmitted", ("payload", "tenant"), "Field required"),
+    _at("blank-task-id", "TaskSubmitted", ("payload", "task_id"), " job-1", "pattern"),
+    _at("extra-payload-field", "TaskSubmitted", ("payload", "priority"), 5, "Extra inputs are not permitted"),
+    _at("empty-command", "TaskSubmitted", ("payload", "command"), [], "at least 1"),
+    _at("naive-occurred-at", "TaskAccepted", ("occurred_at",), "2024-08-03T09:14:28", "timezone"),
+    _at("naive-started-at", "TaskStarted", ("payload", "started_at"), "2024-08-03T10:00:00", "timezone"),
     BrokenCase(
         "duplicate-worker",
         "TaskStarted",
@@ -163,13 +96,7 @@ CASES = [
         ("payload", "placements"),
         "distinct",
     ),
-    BrokenCase(
-        "unknown-rejection-reason",
-        "TaskRejected",
-        _set(("payload", "reason"), "BAD"),
-        ("payload", "reason"),
-        "UNKNOWN_GPU_MODEL",
-    ),
+    _at("unknown-rejection-reason", "TaskRejected", ("payload", "reason"), "BAD", "UNKNOWN_GPU_MODEL"),
     BrokenCase(
         "period-ends-before-start",
         "GuaranteePeriodClosed",
@@ -177,11 +104,11 @@ CASES = [
         ("payload",),
         "period_end",
     ),
-    BrokenCase(
+    _at(
         "utilisation-over-100",
         "NodeTelemetry",
-        _set(("payload", "gpus", 0, "utilisation_pct"), 120),
         ("payload", "gpus", 0, "utilisation_pct"),
+        120,
         "less than or equal to 100",
     ),
     BrokenCase(
@@ -212,13 +139,7 @@ CASES = [
         ("payload",),
         "placements must all be on node",
     ),
-    BrokenCase(
-        "negative-std",
-        "DemandForecast",
-        _set(("payload", "horizon", 0, "std"), -1),
-        ("payload", "horizon", 0, "std"),
-        "greater than or equal to 0",
-    ),
+    _at("negative-std", "DemandForecast", ("payload", "horizon", 0, "std"), -1, "greater than or equal to 0"),
     BrokenCase(
         "hour-gap",
         "DemandForecast",
@@ -226,11 +147,11 @@ CASES = [
         ("payload", "horizon"),
         "without gaps",
     ),
-    BrokenCase(
+    _at(
         "negative-quota",
         "SpotQuota",
-        _set(("payload", "quotas", 0, "quota_gpus"), -1),
         ("payload", "quotas", 0, "quota_gpus"),
+        -1,
         "greater than or equal to 0",
     ),
     BrokenCase(
@@ -240,41 +161,11 @@ CASES = [
         ("payload",),
         "valid_until",
     ),
-    BrokenCase(
-        "bad-command-id",
-        "EvictCommand",
-        _set(("payload", "command_id"), "evict-1"),
-        ("payload", "command_id"),
-        "UUID",
-    ),
-    BrokenCase(
-        "negative-grace",
-        "EvictCommand",
-        _set(("payload", "grace_seconds"), -5),
-        ("payload", "grace_seconds"),
-        "greater than or equal to 0",
-    ),
-    BrokenCase(
-        "no-victims",
-        "EvictCommand",
-        _set(("payload", "task_ids"), []),
-        ("payload", "task_ids"),
-        "at least 1 item",
-    ),
-    BrokenCase(
-        "unknown-ack-outcome",
-        "EvictAck",
-        _set(("payload", "outcome"), "DONE"),
-        ("payload", "outcome"),
-        "CHECKPOINTED",
-    ),
-    BrokenCase(
-        "bad-base64",
-        "DeadLetter",
-        _set(("payload", "original"), "not base64!"),
-        ("payload", "original"),
-        "base64",
-    ),
+    _at("bad-command-id", "EvictCommand", ("payload", "command_id"), "evict-1", "UUID"),
+    _at("negative-grace", "EvictCommand", ("payload", "grace_seconds"), -5, "greater than or equal to 0"),
+    _at("no-victims", "EvictCommand", ("payload", "task_ids"), [], "at least 1 item"),
+    _at("unknown-ack-outcome", "EvictAck", ("payload", "outcome"), "DONE", "CHECKPOINTED"),
+    _at("bad-base64", "DeadLetter", ("payload", "original"), "not base64!", "base64"),
     BrokenCase(
         "event-type-mismatch",
         "TaskSubmitted",
@@ -282,36 +173,24 @@ CASES = [
         ("payload", "gpu_model"),
         "Extra inputs are not permitted",
     ),
-    BrokenCase(
+    _at(
         "unknown-event-type",
         "TaskSubmitted",
-        _set(("event_type",), "TaskExploded"),
         ("event_type",),
+        "TaskExploded",
         "not carried by topic 'gfs.tasks.submit'",
     ),
-    BrokenCase(
-        "missing-event-type", "TaskSubmitted", _drop(("event_type",)), ("event_type",), "must be present"
+    _without("missing-event-type", "TaskSubmitted", ("event_type",), "must be present"),
+    _at(
+        "envelope-extra-field", "TaskSubmitted", ("traceparent",), "00-abc", "Extra inputs are not permitted"
     ),
-    BrokenCase(
-        "envelope-extra-field",
-        "TaskSubmitted",
-        _set(("traceparent",), "00-abc"),
-        ("traceparent",),
-        "Extra inputs are not permitted",
-    ),
-    BrokenCase(
-        "schema-version-zero",
-        "TaskSubmitted",
-        _set(("schema_version",), 0),
-        ("schema_version",),
-        "greater than or equal to 1",
-    ),
-    BrokenCase("missing-producer", "TaskSubmitted", _drop(("producer",)), ("producer",), "Field required"),
-    BrokenCase(
+    _at("schema-version-zero", "TaskSubmitted", ("schema_version",), 0, "greater than or equal to 1"),
+    _without("missing-producer", "TaskSubmitted", ("producer",), "Field required"),
+    _at(
         "schema-version-from-the-future",
         "SpotQuota",
-        _set(("schema_version",), 2),
         ("schema_version",),
+        2,
         "schema_version 2 is not supported",
     ),
 ]

@@ -16,10 +16,12 @@ import uuid
 from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING
 
-import asyncpg
 import pytest
 import pytest_asyncio
 from aiokafka.errors import KafkaConnectionError
+from node_agent_world import ack_reader, publisher  # noqa: F401 (fixtures: see below)
+from preemption_world import world  # noqa: F401 (a fixture: see below)
+from quota_harness import _fresh_schema
 
 from schemas.topics import TOPICS
 from services.platform.kafka.topic_admin import TopicsReport, ensure_topics
@@ -100,6 +102,12 @@ async def registry_topics(kafka_bootstrap: str) -> TopicsReport:
             await asyncio.sleep(1.0)
 
 
+# Fixtures of the harness modules, made this folder's so the modules that take them need not import
+# them (a module with one of the same name overrides it, as pytest does): `world`, the preemption
+# service's tests' (preemption_world.py: a migrated scratch schema, a tap and a Cluster, the test in
+# the node agents' seat); `ack_reader` and `publisher`, the node agent's (node_agent_world.py).
+
+
 @pytest.fixture
 def unique_group(request: pytest.FixtureRequest) -> str:
     """A consumer group nobody else uses, so each test reads its topics from the beginning."""
@@ -110,14 +118,8 @@ def unique_group(request: pytest.FixtureRequest) -> str:
 async def scratch_schema(database_url: str) -> AsyncIterator[str]:
     """A fresh, empty Postgres schema (dropped afterwards), so migration tests start from zero
     without touching the stack's own tables in `public`."""
-    name = f"it_{uuid.uuid4().hex[:12]}"
-    connection = await asyncpg.connect(database_url)
-    try:
-        await connection.execute(f'CREATE SCHEMA "{name}"')
+    async with _fresh_schema(database_url) as name:
         yield name
-    finally:
-        await connection.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
-        await connection.close()
 
 
 @pytest.fixture(scope="session")

@@ -2,7 +2,7 @@
 test_forecast_task_expiry.py): a real `gfs serve forecast` process of its own app id, and the
 ordering barrier the tests feed it through (each event handled, its offsets committed, before the
 next is sent), the reads of what it published after given offsets, and its catching up with the
-task topics' history."""
+task topics' history; the forecasts of a pool and the dead letters of a worker's group among them."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from datetime import datetime
 from pathlib import Path
@@ -19,8 +20,11 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
+from quota_harness import _free_port
 
+from schemas.dead_letter import DeadLetter
 from schemas.envelope import Envelope, wrap
+from schemas.forecast import DemandForecast, PoolDemandForecast
 from schemas.tasks import TaskClass, TaskSubmitted
 from schemas.topics import decode
 from services.platform.kafka.producer import EnvelopeProducer
@@ -73,6 +77,18 @@ def _worker(
         except subprocess.TimeoutExpired:
             worker.kill()
         log.close()
+
+
+@contextlib.contextmanager
+def _stream(
+    kafka_bootstrap: str, tmp_path: Path, prefix: str, **extra_env: str
+) -> Iterator[tuple[str, Path, int]]:
+    """A forecast worker of its own (app id `prefix`-<hex>) serving on a free web port: its app id,
+    log and port; stopped after the block."""
+    app_id = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    port = _free_port()
+    with _worker(kafka_bootstrap, app_id, tmp_path / "worker.log", web_port=port, **extra_env) as log_path:
+        yield app_id, log_path, port
 
 
 def _submit(task_id: str, tenant: str, pool: str, gpus: int) -> TaskSubmitted:
@@ -144,20 +160,6 @@ async def _committed_to_the_end(
 Read = list[tuple[Envelope[Any], tuple[tuple[str, bytes], ...]]]  # (envelope, headers), in order
 
 
-async def _ends_now(kafka_bootstrap: str, topic_name: str) -> dict[TopicPartition, int]:
-    admin = AIOKafkaAdminClient(bootstrap_servers=kafka_bootstrap)
-    reader = AIOKafkaConsumer(bootstrap_servers=kafka_bootstrap)
-    await admin.start()
-    await reader.start()
-    try:
-        [described] = await admin.describe_topics([topic_name])
-        parts = [TopicPartition(topic_name, p["partition"]) for p in described["partitions"]]
-        return dict(await reader.end_offsets(parts))
-    finally:
-        await reader.stop()
-        await admin.close()
-
-
 async def _read_after(
     kafka_bootstrap: str, topic_name: str, offsets: dict[TopicPartition, int], done: Callable[[Read], bool]
 ) -> Read:
@@ -180,6 +182,40 @@ async def _read_after(
     finally:
         await reader.stop()
     return got
+
+
+async def _forecasts_of(
+    kafka_bootstrap: str, offsets: dict[TopicPartition, int], pool: str, origin: datetime, count: int
+) -> tuple[Read, list[tuple[Any, tuple[tuple[str, bytes], ...]]]]:
+    """What gfs.forecasts got after `offsets` until `count` forecasts of `pool` from `origin` (the
+    pool's and its tenants'); and those forecasts, with their headers."""
+
+    def ours(env: Envelope[Any]) -> bool:
+        p = env.payload
+        return (
+            isinstance(p, DemandForecast | PoolDemandForecast) and p.pool == pool and p.origin_time == origin
+        )
+
+    received = await _read_after(
+        kafka_bootstrap, "gfs.forecasts", offsets, done=lambda got: sum(ours(env) for env, _ in got) >= count
+    )
+    return received, [(env.payload, headers) for env, headers in received if ours(env)]
+
+
+async def _letter_of(
+    kafka_bootstrap: str, offsets: dict[TopicPartition, int], app_id: str, match: Callable[[DeadLetter], bool]
+) -> DeadLetter:
+    """The first dead letter of `app_id`'s group after `offsets` that `match` picks."""
+
+    def ours(env: Envelope[Any]) -> bool:
+        p = env.payload
+        return isinstance(p, DeadLetter) and p.consumer_group == app_id and match(p)
+
+    letters = await _read_after(
+        kafka_bootstrap, "gfs.deadletter", offsets, done=lambda got: any(ours(env) for env, _ in got)
+    )
+    found: DeadLetter = next(env.payload for env, _ in letters if ours(env))
+    return found
 
 
 async def _caught_up(kafka_bootstrap: str, app_id: str) -> None:

@@ -1,4 +1,6 @@
-"""Run the platform's `consume` loop in a test until a condition holds, then stop it cleanly."""
+"""Run the platform's `consume` loop in a test until a condition holds, then stop it cleanly (and so
+read the dead letters a group wrote); where a topic ends now (to read only what a test publishes
+after)."""
 
 from __future__ import annotations
 
@@ -7,7 +9,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
+
+from schemas.dead_letter import DeadLetter
 from schemas.envelope import Envelope
+from schemas.topics import DEAD_LETTER_TOPIC
 from services.platform.kafka.consumer import consume
 from services.platform.kafka.processing import NO_RETRY, ConsumeStats, MessageContext, RetryPolicy
 
@@ -55,3 +62,35 @@ async def consume_until(
         timeout=WAIT_S,
     )
     return received, stats
+
+
+async def dead_letters_of(
+    group: str, sent: Sequence[Any], *, bootstrap_servers: str
+) -> dict[int, DeadLetter]:
+    """The dead letters `group` wrote for the records at `sent` (the producer's RecordMetadata of
+    each), by source offset, read by a group of their own (`group`-reader) until there is one each."""
+    ours = {(where.partition, where.offset) for where in sent}
+
+    def is_ours(envelope: Envelope[Any]) -> bool:
+        letter = envelope.payload
+        return letter.consumer_group == group and (letter.source_partition, letter.source_offset) in ours
+
+    letters, _ = await consume_until(
+        DEAD_LETTER_TOPIC, f"{group}-reader", bootstrap_servers=bootstrap_servers,
+        done=lambda got: sum(is_ours(envelope) for envelope, _ in got.items) == len(ours),
+    )  # fmt: skip
+    return {env.payload.source_offset: env.payload for env, _ in letters.items if is_ours(env)}
+
+
+async def _end_offsets(kafka_bootstrap: str, topic_name: str) -> dict[TopicPartition, int]:
+    consumer = AIOKafkaConsumer(bootstrap_servers=kafka_bootstrap)
+    admin = AIOKafkaAdminClient(bootstrap_servers=kafka_bootstrap)
+    await consumer.start()
+    await admin.start()
+    try:
+        [described] = await admin.describe_topics([topic_name])
+        parts = [TopicPartition(topic_name, p["partition"]) for p in described["partitions"]]
+        return dict(await consumer.end_offsets(parts))
+    finally:
+        await consumer.stop()
+        await admin.close()

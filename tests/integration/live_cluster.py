@@ -1,29 +1,35 @@
 """The live cluster the end-to-end tests drive (test_live_cluster.py, and the scale-out, key
-rotation, command security, bad input, Kafka security and Jaeger tests that reuse its pieces):
-`Live` starts real `gfs serve preemption` and `gfs serve node-agent` processes (fake GPUs) with
-groups, inbox and signing secret of their own, publishes quotas and signs as an agent would; the
-waits, probes and the cleanup of the agents' workers go with it."""
+rotation, command security, bad input, Kafka security, dashboard and Jaeger tests that reuse its
+pieces): `Live` starts real `gfs serve preemption` and `gfs serve node-agent` processes (fake GPUs)
+with groups, inbox and signing secret of their own, publishes quotas and signs as an agent would;
+`live_world` sets one up on a scratch schema and cleans up after it; `ack_like_agents` plays the
+agents where a test runs none; the waits, probes and the cleanup of the agents' workers go with
+it."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import sys
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import aiohttp
-from live_harness import ServiceProcess, Tap
+from live_harness import ServiceProcess, Tap, tap_and_producer
+from quota_harness import _migrated
 
+from schemas.commands import BindCommand, EvictAck, EvictCommand, EvictOutcome
 from schemas.envelope import wrap
 from schemas.quota import GuaranteeQuota, SpotQuota
+from schemas.workers import WorkerStarted
 from services.platform.kafka.producer import EnvelopeProducer
-from services.platform.signing import SignedCommand, node_key, sign
+from services.platform.signing import SignedCommand, SignedMessage, node_key, sign
 
 TAPPED = (
     "gfs.tasks.submit",
@@ -92,6 +98,10 @@ class Live:
         """An agent's message signed with its node's key, as the agent signs it."""
         return sign(message, key=node_key(self.secret.encode(), message.node))
 
+    async def report(self, topic_name: str, message: SignedMessage) -> None:
+        """An agent's message, signed with its node's key, published as the agent does."""
+        await self.producer.send(topic_name, wrap(self.signed(message), producer="e2e"))
+
     def preemption(self, name: str, port: int, pools: list[str], **env: str) -> ServiceProcess:
         extra = {
             "PREEMPTION_API_PORT": str(port),
@@ -104,7 +114,8 @@ class Live:
         self.procs.append(proc)
         return proc
 
-    def agent(self, node: str, pool: str, gpus: int = 2) -> ServiceProcess:
+    def agent(self, node: str, pool: str, gpus: int = 2, **env: str) -> ServiceProcess:
+        """`gfs serve node-agent` for `node` of `pool` (fake GPUs); `env` added to the base one."""
         args = [
             "serve",
             "node-agent",
@@ -120,7 +131,7 @@ class Live:
             "--state-dir",
             str(self.tmp / node),
         ]
-        proc = ServiceProcess(args, self.base, self.tmp / f"agent-{node}.log").start()
+        proc = ServiceProcess(args, self.base | env, self.tmp / f"agent-{node}.log").start()
         self.procs.append(proc)
         return proc
 
@@ -145,6 +156,62 @@ class Live:
     def stop_all(self) -> None:
         for proc in self.procs:
             proc.stop()
+
+    def kill_workers(self, nodes: str) -> None:
+        """The workers started on the nodes named `nodes`* (as the tap saw them), killed: agents
+        leave their workers running when they stop (a restarted agent re-adopts them); the test's
+        own must not outlive it."""
+        for started in self.tap.payloads(WorkerStarted, lambda w: w.node.startswith(nodes)):
+            _kill_fake_task(started.pid)
+
+
+@contextlib.asynccontextmanager
+async def live_world(
+    database_url: str,
+    kafka: str,
+    schema: str,
+    tmp: Path,
+    client_id: str,
+    tapped: Sequence[str] = TAPPED,
+    make: Callable[[str, str, Path, Tap, EnvelopeProducer], Live] = Live,
+    nodes: str = "e2e",
+) -> AsyncIterator[Live]:
+    """A `Live` (`make` builds it) on a migrated scratch schema, its tap on `tapped` started first;
+    after the test, its processes stopped and the workers of its nodes (named `nodes`-<run>-*)
+    killed."""
+    dsn = await _migrated(database_url, schema)
+    async with tap_and_producer(kafka, tapped, client_id) as (tap, producer):
+        world = make(dsn, kafka, tmp, tap, producer)
+        try:
+            yield world
+        finally:
+            world.stop_all()
+            world.kill_workers(f"{nodes}-{world.run}")
+
+
+async def ack_like_agents(
+    tap: Tap, ours: Callable[[Any], bool], report: Callable[[str, Any], Awaitable[None]], pid: int
+) -> None:
+    """The test in the agents' seat, until cancelled: a WorkerStarted (`pid`) for every worker of
+    every bind, and an EvictAck (CHECKPOINTED) for every eviction, of the commands `ours` picks,
+    each published once through `report` (which signs it as the node's agent would)."""
+    done: set[Any] = set()
+    while True:
+        for payload in tap.payloads((BindCommand, EvictCommand), ours):
+            if payload.command_id in done:
+                continue
+            done.add(payload.command_id)
+            if isinstance(payload, BindCommand):
+                for p in payload.placements:
+                    ack: Any = WorkerStarted(command_id=payload.command_id, node=payload.node,
+                                             task_id=payload.task_id, worker_index=p.worker_index,
+                                             pid=pid, started_at=_now())  # fmt: skip
+                    await report("gfs.commands.worker-ack", ack)
+            else:
+                ack = EvictAck(command_id=payload.command_id, node=payload.node, task_ids=payload.task_ids,
+                               outcome=EvictOutcome.CHECKPOINTED, acked_at=_now())  # fmt: skip
+                await report("gfs.commands.evict-ack", ack)
+        await asyncio.sleep(0.05)
 
 
 def _pools_ready(port: int, want: dict[str, int]) -> Callable[[], Any]:

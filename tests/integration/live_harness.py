@@ -1,4 +1,5 @@
-"""Helpers for tests of the live services: a tap on topics from "now", and a service process."""
+"""Helpers for tests of the live services: a tap on topics from "now" (with the producer the test
+publishes through), work run in the background for the length of a block, and a service process."""
 
 from __future__ import annotations
 
@@ -9,26 +10,42 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from schemas.envelope import Envelope
 from schemas.topics import decode, topic
+from services.platform.kafka.producer import EnvelopeProducer
 
 REPO = Path(__file__).resolve().parents[2]
 
 
+class TapRecord(NamedTuple):
+    """A record a tap decoded, with where it stands in the log and its Kafka key."""
+
+    envelope: Envelope[Any]
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    key: bytes | None
+    headers: list[tuple[str, bytes]]
+
+
 class Tap:
     """Reads `topics` from their end at `start()` on, decoding every record (filtering is the
-    test's business). Manual assignment: no consumer group, nothing committed."""
+    test's business). Manual assignment: no consumer group, nothing committed. `items` holds
+    (topic, envelope, headers) in arrival order (a test may clear it); `records`, the same records
+    with their key and place in the log."""
 
     def __init__(self, bootstrap: str, topics: Sequence[str]) -> None:
         self.bootstrap = bootstrap
         self.topics = list(topics)
         self.items: list[tuple[str, Envelope[Any], list[tuple[str, bytes]]]] = []
+        self.records: list[TapRecord] = []
         self._consumer: AIOKafkaConsumer | None = None
         self._task: asyncio.Task[None] | None = None
 
@@ -50,13 +67,25 @@ class Tap:
             batch = await self._consumer.getmany(timeout_ms=100)
             for records in batch.values():
                 for r in records:
-                    with contextlib.suppress(ValueError):
-                        self.items.append((r.topic, decode(r.topic, r.value or b""), list(r.headers or ())))
+                    try:
+                        envelope = decode(r.topic, r.value or b"")
+                    except ValueError:
+                        continue
+                    headers = list(r.headers or ())
+                    self.items.append((r.topic, envelope, headers))
+                    place = (r.topic, r.partition, r.offset, r.timestamp, r.key)
+                    self.records.append(TapRecord(envelope, *place, headers))
 
     def payloads(
         self, kind: type | tuple[type, ...], where: Callable[[Any], bool] = lambda _: True
     ) -> list[Any]:
         return [e.payload for _, e, _ in self.items if isinstance(e.payload, kind) and where(e.payload)]
+
+    def once(self, kind: type) -> list[Any]:
+        """The payloads of `kind`, one per event id: the outbox publishes at least once, so a record
+        published again (same event id) counts once."""
+        seen = {e.event_id: e.payload for _, e, _ in self.items if isinstance(e.payload, kind)}
+        return list(seen.values())
 
     async def wait(
         self,
@@ -77,6 +106,12 @@ class Tap:
             f"timed out waiting for {count} x {kind}: saw {len(self.items)} records ({kinds})"
         )
 
+    async def end_offset(self, topic_name: str, partition: int) -> int:
+        """Where `topic_name`'s `partition` ends now (the next offset to be written)."""
+        assert self._consumer is not None
+        tp = TopicPartition(topic_name, partition)
+        return int((await self._consumer.end_offsets([tp]))[tp])
+
     async def stop(self) -> None:
         if self._task is not None:
             self._task.cancel()
@@ -84,6 +119,33 @@ class Tap:
                 await self._task
         if self._consumer is not None:
             await self._consumer.stop()
+
+
+@contextlib.asynccontextmanager
+async def tap_and_producer(
+    bootstrap: str, tapped: Sequence[str], client_id: str
+) -> AsyncIterator[tuple[Tap, EnvelopeProducer]]:
+    """A tap on `tapped` started before anything is published, and the producer the test publishes
+    through; the tap is stopped before the producer closes."""
+    tap = await Tap(bootstrap, tapped).start()
+    async with EnvelopeProducer(bootstrap_servers=bootstrap, client_id=client_id) as producer:
+        try:
+            yield tap, producer
+        finally:
+            await tap.stop()
+
+
+@contextlib.asynccontextmanager
+async def in_background(work: Coroutine[Any, Any, None]) -> AsyncIterator[asyncio.Task[None]]:
+    """`work` runs as a task for the length of the block (heartbeats, a reader's pump, agents that
+    ack), and is cancelled after it."""
+    task = asyncio.create_task(work)
+    try:
+        yield task
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
 
 class ServiceProcess:

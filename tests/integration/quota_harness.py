@@ -1,13 +1,16 @@
 """The quota service on the real broker and Postgres, as the integration tests run it: a migrated
 schema of its own, settings with a group and fence key of their own, the group started at the
-topics' ends, and readers of what it published (moved from test_quota_service.py as is)."""
+topics' ends, and readers of what it published (moved from test_quota_service.py as is); the
+inputs of its hand-worked case; a fresh scratch schema, and one query on a connection of its own."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from datetime import datetime
 from typing import Any
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
@@ -16,7 +19,8 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
 from schemas.envelope import Envelope
-from schemas.forecast import HourlyDemand
+from schemas.forecast import HourlyDemand, PoolDemandForecast
+from schemas.pool_status import PoolStatus
 from schemas.topics import decode
 from services.platform.migrations import discover, migrate
 from services.quota.service import QuotaServiceSettings
@@ -30,6 +34,19 @@ def _dsn(database_url: str, schema: str) -> str:
     return urlunsplit(parts._replace(query=query))
 
 
+@contextlib.asynccontextmanager
+async def _fresh_schema(database_url: str) -> AsyncIterator[str]:
+    """A fresh, empty Postgres schema of its own, dropped after the block."""
+    name = f"it_{uuid.uuid4().hex[:12]}"
+    connection = await asyncpg.connect(database_url)
+    try:
+        await connection.execute(f'CREATE SCHEMA "{name}"')
+        yield name
+    finally:
+        await connection.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
+        await connection.close()
+
+
 async def _migrated(database_url: str, schema: str) -> str:
     dsn = _dsn(database_url, schema)
     connection = await asyncpg.connect(dsn)
@@ -38,6 +55,24 @@ async def _migrated(database_url: str, schema: str) -> str:
     finally:
         await connection.close()
     return dsn
+
+
+async def _fetch(dsn: str, sql: str, *args: Any) -> list[asyncpg.Record]:
+    """The rows of one query, on a connection of its own (closed after)."""
+    connection = await asyncpg.connect(dsn)
+    try:
+        return list(await connection.fetch(sql, *args))
+    finally:
+        await connection.close()
+
+
+async def _fetchval(dsn: str, sql: str, *args: Any) -> Any:
+    """The first value of one query, on a connection of its own (closed after)."""
+    connection = await asyncpg.connect(dsn)
+    try:
+        return await connection.fetchval(sql, *args)
+    finally:
+        await connection.close()
 
 
 def _settings(dsn: str, kafka: str, key: int, **kw: Any) -> QuotaServiceSettings:
@@ -63,6 +98,34 @@ def _hour(h: int, q90: float) -> HourlyDemand:
     return HourlyDemand(hour_ahead=h, mean=q90 - 5.0, std=4.0, quantiles={"0.5": q90 - 5.0, "0.9": q90})
 
 
+def _forecast(
+    pool: str, at: datetime, q90: tuple[float, ...] = (40.5, 60.0, 10.0, 10.0), **fields: Any
+) -> PoolDemandForecast:
+    """An HP demand forecast of `pool` from `at`'s hour (the LSTM's, of 2 tenants, version it-<pool>:
+    `fields` where a test wants others), `q90` its 0.9-quantile for each hour ahead."""
+    values: dict[str, Any] = {
+        "pool": pool,
+        "origin_time": at.replace(minute=0, second=0, microsecond=0),
+        "tenants": 2,
+        "model_name": "lstm",
+        "model_version": f"it-{pool}",
+        "horizon": tuple(_hour(h, q) for h, q in enumerate(q90, start=1)),
+    }
+    return PoolDemandForecast(**(values | fields))
+
+
+def _hand_worked(pool: str, at: datetime, **forecast: Any) -> tuple[PoolStatus, PoolDemandForecast]:
+    """The quota's hand-worked inputs (test_quota_service.py): 100 GPUs of which 30 idle, 10 in spot
+    use, 50 running HP and 5 queued, at `at`; the forecast's q90 [40.5, 60, 10, 10] (`forecast`: its
+    fields where a test wants others). Floor 50 + 5 = 55 over that q90: spare [45, 40, 45, 45], so
+    at eta 1 Q(1) = 45, Q(2) = Q(4) = 40."""
+    status = PoolStatus(
+        pool=pool, observed_at=at, capacity_gpus=100, idle_gpus=30, spot_in_use_gpus=10.0,
+        hp_running_gpus=50.0, hp_queued_gpus=5.0,
+    )  # fmt: skip
+    return status, _forecast(pool, at, **forecast)
+
+
 async def _start_at_the_end(kafka_bootstrap: str, group: str, topics: tuple[str, ...]) -> None:
     """Commit `group` at the current end of `topics`: the service then reads only what the test
     publishes. On the topic clock every status older tests left would otherwise be quoted (and
@@ -76,20 +139,6 @@ async def _start_at_the_end(kafka_bootstrap: str, group: str, topics: tuple[str,
         parts = [TopicPartition(d["topic"], p["partition"]) for d in described for p in d["partitions"]]
         consumer.assign(parts)
         await consumer.commit(dict(await consumer.end_offsets(parts)))
-    finally:
-        await consumer.stop()
-        await admin.close()
-
-
-async def _end_offsets(kafka_bootstrap: str, topic_name: str) -> dict[TopicPartition, int]:
-    consumer = AIOKafkaConsumer(bootstrap_servers=kafka_bootstrap)
-    admin = AIOKafkaAdminClient(bootstrap_servers=kafka_bootstrap)
-    await consumer.start()
-    await admin.start()
-    try:
-        [described] = await admin.describe_topics([topic_name])
-        parts = [TopicPartition(topic_name, p["partition"]) for p in described["partitions"]]
-        return dict(await consumer.end_offsets(parts))
     finally:
         await consumer.stop()
         await admin.close()

@@ -10,45 +10,20 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import aiohttp
 import pytest
 from live_harness import Tap
-from quota_harness import _free_port
-from test_node_agent import (  # noqa: F401  (fixtures)
-    Acks,
-    _agent,
-    _bind,
-    _evict,
-    _publish,
-    _signed,
-    ack_reader,
-    publisher,
-)
-from test_node_agent import _node as _agent_node
-from test_preemption_service import (  # noqa: F401  (world: a fixture)
-    Cluster,
-    _registered,
-    _sample,
-    _service,
-    _settings,
-    _until,
-    world,
-)
+from node_agent_world import Acks, _agent, _bind, _evict, _publish, _signed
+from node_agent_world import _node as _agent_node
+from preemption_world import Cluster, _api_settings, _metrics, _sample, _service, _settings
 
 from schemas.commands import BindCommand, EvictAck, EvictCommand, EvictOutcome
 from schemas.dead_letter import DeadLetter
 from schemas.envelope import wrap
-from schemas.tasks import (
-    GuaranteeOutcome,
-    GuaranteePeriodClosed,
-    TaskClass,
-    TaskEvicted,
-    TaskFinished,
-    TaskStarted,
-)
+from schemas.tasks import GuaranteeOutcome, GuaranteePeriodClosed, TaskEvicted, TaskFinished
 from schemas.topics import DEAD_LETTER_TOPIC
 from schemas.workers import WorkerExited, WorkerStarted
 from services.platform.kafka.producer import EnvelopeProducer
+from services.preemption.decider import Decider
 
 pytestmark = pytest.mark.integration
 
@@ -57,33 +32,19 @@ def _ids(c: Cluster) -> tuple[str, str, str]:
     return f"A-{c.pool}", f"B-{c.pool}", f"H-{c.pool}"
 
 
-async def _victim_world(c: Cluster, decider: object) -> tuple[BindCommand, BindCommand, EvictCommand]:
+async def _victim_world(c: Cluster, decider: Decider) -> tuple[BindCommand, BindCommand, EvictCommand]:
     """Two 2-GPU nodes, spot A then B on them, HP H evicts B (the cheaper victim). Task ids carry
     the pool's name: other runs on the shared broker use the same topics."""
     a, b, h = _ids(c)
-    await c.telemetry(c.node(0), 2)
-    await c.telemetry(c.node(1), 2)
-    await c.quota(4.0)
-    await _until(_registered(decider, c.pool, 2))
-    await c.submit(a, TaskClass.SPOT)
-    (bind_a,) = await c.bind_of(a)
-    await c.started(bind_a)
-    await c.tap.wait(TaskStarted, lambda e: e.task_id == a)
-    await asyncio.sleep(1.0)
-    await c.submit(b, TaskClass.SPOT)
-    (bind_b,) = await c.bind_of(b)
-    await c.started(bind_b)
-    await c.tap.wait(TaskStarted, lambda e: e.task_id == b)
-    await c.submit(h, TaskClass.HP)
-    (evict,) = await c.tap.wait(EvictCommand, lambda e: e.preemptor_task_id == h)
+    await c.up(decider, 2)
+    bind_a, bind_b, evict = await c.hp_evicts_the_younger(a, b, h)
     assert evict.task_ids == (b,) and evict.node == bind_b.node
     return bind_a, bind_b, evict
 
 
 @pytest.mark.asyncio(loop_scope="session")
 async def test_an_evict_ack_from_the_wrong_node_is_refused_and_dead_lettered(
-    world: tuple[Cluster, str],  # noqa: F811 (the fixture)
-    kafka_bootstrap: str,
+    world: tuple[Cluster, str], kafka_bootstrap: str
 ) -> None:
     c, dsn = world
     _, b, h = _ids(c)
@@ -92,8 +53,7 @@ async def test_an_evict_ack_from_the_wrong_node_is_refused_and_dead_lettered(
         bind_a, _, evict = await _victim_world(c, decider)
         # The real command id of the eviction addressed to B's node, answered by A's node (and
         # published under A's node's Kafka key and signed with its own key: a real node, wrong ack).
-        forged = EvictAck(command_id=evict.command_id, node=bind_a.node, task_ids=(b,),
-                          outcome=EvictOutcome.CHECKPOINTED, acked_at=datetime.now(UTC))  # fmt: skip
+        forged = c.ack_of(evict, EvictOutcome.CHECKPOINTED, node=bind_a.node)
         assert forged.node != evict.node
         letters = await Tap(kafka_bootstrap, (DEAD_LETTER_TOPIC,)).start()
         try:
@@ -118,8 +78,7 @@ async def test_an_evict_ack_from_the_wrong_node_is_refused_and_dead_lettered(
 
 @pytest.mark.asyncio(loop_scope="session")
 async def test_an_evict_ack_not_signed_with_its_nodes_key_is_refused_and_the_hp_bind_waits(
-    world: tuple[Cluster, str],  # noqa: F811 (the fixture)
-    kafka_bootstrap: str,
+    world: tuple[Cluster, str], kafka_bootstrap: str
 ) -> None:
     """Issue 22 item 1, "only from that node": an ack matching the eviction in every field (command
     id, node, task, attempt, published under the node's Kafka key) is still not that node's word
@@ -128,13 +87,11 @@ async def test_an_evict_ack_not_signed_with_its_nodes_key_is_refused_and_the_hp_
     node itself signs is applied."""
     c, dsn = world
     _, b, h = _ids(c)
-    port = _free_port()
-    settings = _settings(dsn, kafka_bootstrap, c.pool, preemption_grace_s=20.0, preemption_api_port=port)
+    port, settings = _api_settings(dsn, kafka_bootstrap, c.pool, preemption_grace_s=20.0)
     async with _service(settings) as (decider, _):
         bind_a, bind_b, evict = await _victim_world(c, decider)
         assert bind_a.node != evict.node == bind_b.node
-        ack = EvictAck(command_id=evict.command_id, node=evict.node, task_ids=(b,), attempt=evict.attempt,
-                       outcome=EvictOutcome.CHECKPOINTED, acked_at=datetime.now(UTC))  # fmt: skip
+        ack = c.ack_of(evict, EvictOutcome.CHECKPOINTED, attempt=evict.attempt)
         letters = await Tap(kafka_bootstrap, (DEAD_LETTER_TOPIC,)).start()
         try:
             await c.report("gfs.commands.evict-ack", ack, signer=bind_a.node)  # A's key, B's name
@@ -153,8 +110,7 @@ async def test_an_evict_ack_not_signed_with_its_nodes_key_is_refused_and_the_hp_
         # Nothing applied: H is not bound onto B's GPUs while B may still run there; B not evicted.
         assert not c.tap.payloads(BindCommand, lambda x: x.task_id == h)
         assert not c.tap.payloads(TaskEvicted, lambda e: e.task_id == b)
-        async with aiohttp.ClientSession() as http, http.get(f"http://127.0.0.1:{port}/metrics") as response:
-            metrics = await response.text()
+        metrics = await _metrics(port)
         refused = "gfs_preemption_acks_refused_total"
         assert _sample(metrics, refused, {"type": "EvictAck", "reason": "signature_mismatch"}) == 1.0
         assert _sample(metrics, refused, {"type": "EvictAck", "reason": "unsigned"}) == 1.0
@@ -169,8 +125,7 @@ async def test_an_evict_ack_not_signed_with_its_nodes_key_is_refused_and_the_hp_
 
 @pytest.mark.asyncio(loop_scope="session")
 async def test_a_victim_that_exits_0_while_its_eviction_is_in_flight_finished(
-    world: tuple[Cluster, str],  # noqa: F811 (the fixture)
-    kafka_bootstrap: str,
+    world: tuple[Cluster, str], kafka_bootstrap: str
 ) -> None:
     c, dsn = world
     _, b, h = _ids(c)
@@ -180,13 +135,9 @@ async def test_a_victim_that_exits_0_while_its_eviction_is_in_flight_finished(
         # B's worker exited 0 on its own just before the agent read the eviction: the agent
         # reports the exit, then answers NOT_RUNNING (a message without attempt, as an agent
         # written before attempts existed would send it).
-        done = WorkerExited(command_id=bind_b.command_id, node=bind_b.node, task_id=b, worker_index=0,
-                            exit_code=0, exited_at=datetime.now(UTC))  # fmt: skip
-        await c.report("gfs.commands.worker-ack", done)
+        await c.exited(bind_b)
         await asyncio.sleep(0.5)
-        ack = EvictAck(command_id=evict.command_id, node=evict.node, task_ids=(b,),
-                       outcome=EvictOutcome.NOT_RUNNING, acked_at=datetime.now(UTC))  # fmt: skip
-        await c.report("gfs.commands.evict-ack", ack)
+        await c.report("gfs.commands.evict-ack", c.ack_of(evict, EvictOutcome.NOT_RUNNING))
         (finished,) = await c.tap.wait(TaskFinished, lambda e: e.task_id == b)
         assert finished.exit_code == 0
         (bind_h,) = await c.bind_of(h)
@@ -203,8 +154,8 @@ async def test_a_victim_that_exits_0_while_its_eviction_is_in_flight_finished(
 @pytest.mark.asyncio(loop_scope="session")
 async def test_the_agent_never_starts_an_attempt_it_was_told_to_evict_first(
     kafka_bootstrap: str,
-    publisher: EnvelopeProducer,  # noqa: F811 (the fixture)
-    ack_reader: Callable[[str], Acks],  # noqa: F811 (the fixture)
+    publisher: EnvelopeProducer,
+    ack_reader: Callable[[str], Acks],
     tmp_path: Path,
 ) -> None:
     node = _agent_node()
@@ -243,40 +194,23 @@ async def test_the_agent_never_starts_an_attempt_it_was_told_to_evict_first(
 
 @pytest.mark.asyncio(loop_scope="session")
 async def test_a_task_is_not_bound_again_on_a_node_before_that_node_ended_its_previous_attempt(
-    world: tuple[Cluster, str],  # noqa: F811 (the fixture)
-    kafka_bootstrap: str,
+    world: tuple[Cluster, str], kafka_bootstrap: str
 ) -> None:
     c, dsn = world
     a, b, h = _ids(c)
     settings = _settings(dsn, kafka_bootstrap, c.pool, preemption_grace_s=20.0)
     async with _service(settings) as (decider, _):
         # One 4-GPU node: spot A and B (2 GPUs each); HP H evicts B, the cheaper victim.
-        await c.telemetry(c.node(0), 4)
-        await c.quota(4.0)
-        await _until(_registered(decider, c.pool, 1))
-        await c.submit(a, TaskClass.SPOT)
-        (bind_a,) = await c.bind_of(a)
-        await c.started(bind_a)
-        await c.tap.wait(TaskStarted, lambda e: e.task_id == a)
-        await asyncio.sleep(1.0)
-        await c.submit(b, TaskClass.SPOT)
-        (bind_b,) = await c.bind_of(b)
-        await c.started(bind_b)
-        await c.tap.wait(TaskStarted, lambda e: e.task_id == b)
-        await c.submit(h, TaskClass.HP)
-        (evict,) = await c.tap.wait(EvictCommand, lambda e: e.preemptor_task_id == h)
+        await c.up(decider, 1, gpus=4)
+        bind_a, _, evict = await c.hp_evicts_the_younger(a, b, h)
         assert evict.task_ids == (b,)
         # A finishes: its GPUs could take the requeued B at once, on the very node that has not
         # yet stopped B's first attempt (its agent may read that bind before the eviction).
-        done = WorkerExited(command_id=bind_a.command_id, node=bind_a.node, task_id=a, worker_index=0,
-                            exit_code=0, exited_at=datetime.now(UTC))  # fmt: skip
-        await c.report("gfs.commands.worker-ack", done)
+        await c.exited(bind_a)
         await c.tap.wait(TaskFinished, lambda e: e.task_id == a)
         await asyncio.sleep(1.5)
         assert len(c.tap.payloads(BindCommand, lambda x: x.task_id == b)) == 1  # held
-        ack = EvictAck(command_id=evict.command_id, node=evict.node, task_ids=(b,),
-                       outcome=EvictOutcome.KILLED, acked_at=datetime.now(UTC))  # fmt: skip
-        await c.report("gfs.commands.evict-ack", ack)
+        await c.report("gfs.commands.evict-ack", c.ack_of(evict, EvictOutcome.KILLED))
         (_, again) = await c.bind_of(b, count=2)
         assert again.node == c.node(0) and again.attempt == 2 and evict.attempt == 1
         await c.tap.wait(TaskEvicted, lambda e: e.task_id == b)

@@ -20,7 +20,7 @@ import os
 import shutil
 import subprocess
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
 from datetime import UTC, datetime, timedelta
 from html.parser import HTMLParser
 from pathlib import Path
@@ -30,16 +30,14 @@ import aiohttp
 import asyncpg
 import pytest
 import pytest_asyncio
-from live_harness import REPO, ServiceProcess, Tap
-from quota_harness import _free_port, _hour, _migrated
+from live_cluster import ack_like_agents
+from live_harness import REPO, ServiceProcess, Tap, tap_and_producer
+from quota_harness import _forecast, _free_port, _migrated
 
-from schemas.commands import BindCommand, EvictAck, EvictCommand, EvictOutcome
 from schemas.envelope import wrap
-from schemas.forecast import PoolDemandForecast
 from schemas.quota import GuaranteeQuota, SpotQuota
 from schemas.tasks import TaskClass, TaskEvicted, TaskStarted, TaskSubmitted
 from schemas.telemetry import GpuSample, NodeTelemetry
-from schemas.workers import WorkerStarted
 from services.platform.kafka.producer import EnvelopeProducer
 from services.platform.kafka.topic_admin import TopicsReport
 from services.platform.signing import node_key, sign
@@ -175,43 +173,18 @@ async def world(
 ) -> AsyncIterator[World]:
     _chromium()
     dsn = await _migrated(database_url, scratch_schema)
-    tap = await Tap(kafka_bootstrap, TAPPED).start()
-    async with EnvelopeProducer(bootstrap_servers=kafka_bootstrap, client_id="it-dash") as producer:
+    async with tap_and_producer(kafka_bootstrap, TAPPED, "it-dash") as (tap, producer):
         w = World(dsn, kafka_bootstrap, tmp_path, tap, producer)
         try:
             yield w
         finally:
             if w.proc is not None:
                 w.proc.stop()
-            await tap.stop()
 
 
-async def _ack_like_agents(w: World) -> None:
-    done: set[Any] = set()
-    while True:
-        for payload in w.tap.payloads(
-            (BindCommand, EvictCommand), lambda c: c.node.startswith(w.pool.lower())
-        ):
-            if payload.command_id in done:
-                continue
-            done.add(payload.command_id)
-            now = datetime.now(UTC)
-            if isinstance(payload, BindCommand):
-                for p in payload.placements:
-                    ack: Any = WorkerStarted(
-                        command_id=payload.command_id,
-                        node=payload.node,
-                        task_id=payload.task_id,
-                        worker_index=p.worker_index,
-                        pid=4242,
-                        started_at=now,
-                    )
-                    await w.report("gfs.commands.worker-ack", ack)
-            else:
-                ack = EvictAck(command_id=payload.command_id, node=payload.node, task_ids=payload.task_ids,
-                               outcome=EvictOutcome.CHECKPOINTED, acked_at=now)  # fmt: skip
-                await w.report("gfs.commands.evict-ack", ack)
-        await asyncio.sleep(0.05)
+def _ack_like_agents(w: World) -> Coroutine[Any, Any, None]:
+    """WorkerStarted for every bind and an EvictAck for every eviction of the pool's nodes."""
+    return ack_like_agents(w.tap, lambda c: c.node.startswith(w.pool.lower()), w.report, pid=4242)
 
 
 async def _until(check: Any, timeout: float, what: str) -> Any:
@@ -243,14 +216,7 @@ async def test_dashboard_in_headless_chromium_shows_what_the_api_says(world: Wor
     chromium = _chromium()
     now = datetime.now(UTC)
     # The quota service's latest pool forecast, as it stores it (same database).
-    forecast = PoolDemandForecast(
-        pool=pool,
-        origin_time=now.replace(minute=0, second=0, microsecond=0),
-        tenants=1,
-        model_name="lstm",
-        model_version=f"it-{pool}",
-        horizon=tuple(_hour(h, q) for h, q in ((1, 1.0), (2, 3.0), (3, 2.0), (4, 1.5))),
-    )
+    forecast = _forecast(pool, now, (1.0, 3.0, 2.0, 1.5), tenants=1)
     connection = await asyncpg.connect(w.dsn)
     try:
         await connection.execute(

@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 
 import pytest
 import pytest_asyncio
-from test_preemption_service import Cluster, _registered, _service, _settings, _until, cluster_world
+from preemption_world import Cluster, _service, _settings, cluster_world
 
 from schemas.envelope import wrap
 from schemas.tasks import TaskAccepted, TaskClass, TaskRejected, TaskSubmitted
@@ -60,9 +60,7 @@ async def test_replay_applies_a_fixed_letter_once_and_refuses_a_bad_one(
 ) -> None:
     c, dsn = world
     async with _service(_settings(dsn, kafka_bootstrap, c.pool)) as (decider, _):
-        await c.telemetry(c.node(0), 4)
-        await c.quota(4.0)
-        await _until(_registered(decider, c.pool, 1))
+        await c.up(decider, 1, gpus=4)
 
         good_id, bad_id = f"{c.pool}-good", f"{c.pool}-bad-{uuid.uuid4().hex[:6]}"
         task = TaskSubmitted(task_id=good_id, tenant="org-it", gpu_model=c.pool, gpus_per_worker=1, workers=1,

@@ -5,17 +5,15 @@ with a malformed record on that topic dead-lettered with its reason while good o
 from __future__ import annotations
 
 import base64
-import socket
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 import pytest
-from forecast_worker import _committed_to_the_end, _ends_now, _read_after, _wait_for_log, _worker
+from forecast_worker import _committed_to_the_end, _forecasts_of, _letter_of, _stream, _wait_for_log
+from kafka_harness import _end_offsets
 
-from schemas.dead_letter import DeadLetter
 from schemas.envelope import wrap
 from schemas.forecast import DemandForecast, PoolDemandForecast
 from schemas.pool_demand import PoolDemandLevel
@@ -30,14 +28,9 @@ BAD = b'{"event_type":"PoolDemandLevel","payload":{"pool":"x"}}'
 
 @pytest.fixture
 def stream(kafka_bootstrap: str, tmp_path: Path, registry_topics: TopicsReport) -> Iterator[tuple[str, Path]]:
-    app_id = f"it-servable-{uuid.uuid4().hex[:8]}"
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = int(probe.getsockname()[1])
-    with _worker(
-        kafka_bootstrap, app_id, tmp_path / "worker.log", web_port=port, FORECAST_DEMAND_SOURCE="servable"
-    ) as log_path:
-        yield app_id, log_path
+    servable = {"FORECAST_DEMAND_SOURCE": "servable"}
+    with _stream(kafka_bootstrap, tmp_path, "it-servable", **servable) as (app_id, log, _):
+        yield app_id, log
 
 
 async def test_published_levels_become_forecasts_of_servable_demand(
@@ -48,8 +41,8 @@ async def test_published_levels_become_forecasts_of_servable_demand(
     pool = f"SV-{run}"
     t0 = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) - timedelta(hours=3)
     at = lambda minutes: t0 + timedelta(minutes=minutes)  # noqa: E731
-    forecasts_from = await _ends_now(kafka_bootstrap, "gfs.forecasts")
-    letters_from = await _ends_now(kafka_bootstrap, "gfs.deadletter")
+    forecasts_from = await _end_offsets(kafka_bootstrap, "gfs.forecasts")
+    letters_from = await _end_offsets(kafka_bootstrap, "gfs.deadletter")
     barrier = (LEVELS, f"{app_id}-demand-by-pool")
     async with EnvelopeProducer(bootstrap_servers=kafka_bootstrap) as producer:
         # A malformed record first: once the worker dead-letters it, it reads the topic in order.
@@ -66,17 +59,8 @@ async def test_published_levels_become_forecasts_of_servable_demand(
             await _committed_to_the_end(kafka_bootstrap, app_id, barrier)
 
     origin = t0 + timedelta(hours=3)
-
-    def ours(env: Any) -> bool:
-        p = env.payload
-        return (
-            isinstance(p, DemandForecast | PoolDemandForecast) and p.pool == pool and p.origin_time == origin
-        )
-
-    received = await _read_after(
-        kafka_bootstrap, "gfs.forecasts", forecasts_from, done=lambda got: sum(ours(e) for e, _ in got) >= 3
-    )
-    mine = [env.payload for env, _ in received if ours(env)]
+    _, found = await _forecasts_of(kafka_bootstrap, forecasts_from, pool, origin, count=3)
+    mine = [payload for payload, _ in found]
     pool_fc = next(p for p in mine if isinstance(p, PoolDemandForecast))
     tenants = {p.tenant: p for p in mine if isinstance(p, DemandForecast)}
     # Three hours of history: the LSTM's documented fallback (persistence of the last completed
@@ -86,14 +70,7 @@ async def test_published_levels_become_forecasts_of_servable_demand(
     assert tenants["y"].horizon[0].quantiles["0.5"] == 0.0
     assert pool_fc.horizon[0].quantiles["0.5"] == 8.0
 
-    def our_letter(env: Any) -> bool:
-        p = env.payload
-        return (
-            isinstance(p, DeadLetter) and p.consumer_group == app_id and base64.b64decode(p.original) == BAD
-        )
-
-    letters = await _read_after(
-        kafka_bootstrap, "gfs.deadletter", letters_from, done=lambda got: any(our_letter(e) for e, _ in got)
+    letter = await _letter_of(
+        kafka_bootstrap, letters_from, app_id, lambda p: base64.b64decode(p.original) == BAD
     )
-    letter = next(env.payload for env, _ in letters if our_letter(env))
     assert letter.source_topic == LEVELS and "payload" in letter.error

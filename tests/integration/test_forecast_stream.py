@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import socket
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -27,16 +26,18 @@ from forecast_worker import (
     _caught_up,
     _committed_to_the_end,
     _consuming,
-    _ends_now,
+    _forecasts_of,
+    _letter_of,
     _read_after,
     _send_in_order,
+    _stream,
     _submit,
     _worker,
 )
+from kafka_harness import _end_offsets
 from opentelemetry.sdk.trace import TracerProvider
 
 from schemas.clock import ClockPhase, ClockTick
-from schemas.dead_letter import DeadLetter
 from schemas.envelope import wrap
 from schemas.forecast import DemandForecast, PoolDemandForecast
 from schemas.tasks import TaskAccepted, TaskCancelled, TaskClass, TaskFinished
@@ -50,11 +51,7 @@ pytestmark = pytest.mark.integration
 @pytest.fixture
 def stream(kafka_bootstrap: str, tmp_path: Path, registry_topics: TopicsReport) -> Iterator[tuple[str, Path]]:
     """A forecast worker of its own, stopped after the test."""
-    app_id = f"it-forecast-{uuid.uuid4().hex[:8]}"
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = int(probe.getsockname()[1])
-    with _worker(kafka_bootstrap, app_id, tmp_path / "worker.log", web_port=port) as log_path:
+    with _stream(kafka_bootstrap, tmp_path, "it-forecast") as (app_id, log_path, port):
         (tmp_path / "port").write_text(str(port))
         yield app_id, log_path
 
@@ -68,8 +65,8 @@ async def test_task_events_become_forecasts_of_observed_demand(
     t0 = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) - timedelta(hours=3)
     at = lambda minutes: t0 + timedelta(minutes=minutes)  # noqa: E731
     tracer = TracerProvider().get_tracer("it-forecast")
-    forecasts_from = await _ends_now(kafka_bootstrap, "gfs.forecasts")
-    letters_from = await _ends_now(kafka_bootstrap, "gfs.deadletter")
+    forecasts_from = await _end_offsets(kafka_bootstrap, "gfs.forecasts")
+    letters_from = await _end_offsets(kafka_bootstrap, "gfs.deadletter")
     async with EnvelopeProducer(bootstrap_servers=kafka_bootstrap) as producer:
         # First a malformed record, and wait until the worker dead-letters it: the worker is then
         # consuming (after the rebalance that follows its start), so what comes next is read in order.
@@ -96,20 +93,8 @@ async def test_task_events_become_forecasts_of_observed_demand(
             trace_id = f"{span.get_span_context().trace_id:032x}"
 
     origin = t0 + timedelta(hours=3)
-
-    def ours(env: Any) -> bool:
-        p = env.payload
-        return (
-            isinstance(p, DemandForecast | PoolDemandForecast) and p.pool == pool and p.origin_time == origin
-        )
-
-    received = await _read_after(
-        kafka_bootstrap,
-        "gfs.forecasts",
-        forecasts_from,
-        done=lambda got: sum(ours(env) for env, _ in got) >= 3,  # 2 tenants + the pool
-    )
-    mine = [(env.payload, headers) for env, headers in received if ours(env)]
+    # 2 tenants + the pool
+    received, mine = await _forecasts_of(kafka_bootstrap, forecasts_from, pool, origin, count=3)
     # Before any hour completed, the pool's first demand change read sent the empty-history
     # forecast (zeros, flagged) from its hour: x's at t0, or y's at t0 + 1 h when a's partition
     # was still catching up behind older tests' records (a late change counts when it is read).
@@ -135,18 +120,9 @@ async def test_task_events_become_forecasts_of_observed_demand(
         parent = traceparent_of(headers)
         assert parent is not None and parent.split("-")[1] == trace_id
 
-    def our_letter(env: Any) -> bool:
-        p = env.payload
-        mine = isinstance(p, DeadLetter) and p.consumer_group == app_id
-        return mine and base64.b64decode(p.original) == BAD
-
-    letters = await _read_after(
-        kafka_bootstrap,
-        "gfs.deadletter",
-        letters_from,
-        done=lambda got: any(our_letter(env) for env, _ in got),
+    letter = await _letter_of(
+        kafka_bootstrap, letters_from, app_id, lambda p: base64.b64decode(p.original) == BAD
     )
-    letter = next(env.payload for env, _ in letters if our_letter(env))
     assert letter.source_topic == "gfs.tasks.submit" and "malformed JSON" in letter.error
     # The worker's counters on /metrics (Prometheus format).
     port = (log.parent / "port").read_text()
@@ -208,8 +184,8 @@ async def test_a_cancel_stamped_far_in_the_future_is_dead_lettered_and_the_pool_
     pool = f"FF-{run}"
     t0 = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) - timedelta(hours=3)
     at = lambda minutes: t0 + timedelta(minutes=minutes)  # noqa: E731
-    forecasts_from = await _ends_now(kafka_bootstrap, "gfs.forecasts")
-    letters_from = await _ends_now(kafka_bootstrap, "gfs.deadletter")
+    forecasts_from = await _end_offsets(kafka_bootstrap, "gfs.forecasts")
+    letters_from = await _end_offsets(kafka_bootstrap, "gfs.deadletter")
     async with EnvelopeProducer(bootstrap_servers=kafka_bootstrap) as producer:
         await _consuming(producer, log, run)
         await _caught_up(kafka_bootstrap, app_id)
@@ -247,22 +223,15 @@ async def test_a_cancel_stamped_far_in_the_future_is_dead_lettered_and_the_pool_
     # The cancel was not applied: x's 8 GPUs held through hour 2 (persistence of the last hour).
     assert pool_fc.horizon[0].quantiles["0.5"] == 8.0
 
-    def the_cancel(env: Any) -> bool:
-        p = env.payload
-        return (
-            isinstance(p, DeadLetter)
-            and p.consumer_group == app_id
-            and (p.source_topic, p.source_partition, p.source_offset)
-            == (cancel.topic, cancel.partition, cancel.offset)
-        )
-
-    letters = await _read_after(
+    letter = await _letter_of(
         kafka_bootstrap,
-        "gfs.deadletter",
         letters_from,
-        done=lambda got: any(the_cancel(env) for env, _ in got),
+        app_id,
+        lambda p: (
+            (p.source_topic, p.source_partition, p.source_offset)
+            == (cancel.topic, cancel.partition, cancel.offset)
+        ),
     )
-    letter = next(env.payload for env, _ in letters if the_cancel(env))
     assert "FutureEventError: occurred_at is" in letter.error
     assert "ahead of the stream's clock; at most 300 s is accepted" in letter.error
 
@@ -281,7 +250,7 @@ async def test_a_restarted_stream_rebuilds_its_tables_from_the_changelogs(
     at = lambda minutes: t0 + timedelta(minutes=minutes)  # noqa: E731
     a, c, d = f"{run}-a", f"{run}-c", f"{run}-d"
     accept = lambda task: TaskAccepted(task_id=task, pool=pool, task_class=TaskClass.HP)  # noqa: E731
-    forecasts_from = await _ends_now(kafka_bootstrap, "gfs.forecasts")
+    forecasts_from = await _end_offsets(kafka_bootstrap, "gfs.forecasts")
     async with EnvelopeProducer(bootstrap_servers=kafka_bootstrap) as producer:
         with _worker(kafka_bootstrap, app_id, tmp_path / "first.log") as log:
             await _consuming(producer, log, f"{run}-1")
@@ -344,7 +313,7 @@ async def test_on_the_topic_clock_advance_ticks_close_the_hours(
     # the trace's t = 0): those hours are zeros, and persistence's residuals see them.
     env = {"GFS_FORECAST_CLOCK": "topic", "GFS_FORECAST_CLOCK_NAME": clock, "FORECAST_ARTIFACT": "",
            "FORECAST_TICK_S": "0.2", "FORECAST_HISTORY_ORIGIN": at(-300).isoformat()}  # fmt: skip
-    forecasts_from = await _ends_now(kafka_bootstrap, "gfs.forecasts")
+    forecasts_from = await _end_offsets(kafka_bootstrap, "gfs.forecasts")
     async with EnvelopeProducer(bootstrap_servers=kafka_bootstrap) as producer:
         with _worker(kafka_bootstrap, app_id, tmp_path / "worker.log", **env) as log:
             await _consuming(producer, log, run)

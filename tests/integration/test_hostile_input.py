@@ -31,9 +31,8 @@ import asyncpg
 import pytest
 import pytest_asyncio
 from aiokafka.structs import RecordMetadata
-from live_harness import Tap
-from quota_harness import _free_port, _migrated
-from test_preemption_service import Cluster, _service, _settings, _until
+from preemption_world import Cluster, _api_settings, _service, _settings, _until, cluster_world
+from quota_harness import _fetchval
 
 from schemas.commands import BindCommand
 from schemas.dead_letter import DeadLetter
@@ -41,7 +40,6 @@ from schemas.envelope import wrap
 from schemas.tasks import TaskAccepted, TaskCancelled, TaskClass, TaskSubmitted
 from schemas.topics import encode
 from schemas.workers import WorkerExited
-from services.platform.kafka.producer import EnvelopeProducer
 from services.platform.kafka.topic_admin import TopicsReport
 
 pytestmark = pytest.mark.integration
@@ -54,13 +52,8 @@ TAPPED = ("gfs.commands.bind", "gfs.tasks.lifecycle", DEAD)
 async def hostile(
     database_url: str, kafka_bootstrap: str, registry_topics: TopicsReport, scratch_schema: str
 ) -> AsyncIterator[tuple[Cluster, str]]:
-    dsn = await _migrated(database_url, scratch_schema)
-    tap = await Tap(kafka_bootstrap, TAPPED).start()
-    async with EnvelopeProducer(bootstrap_servers=kafka_bootstrap, client_id="it-hostile") as producer:
-        try:
-            yield Cluster(producer, tap), dsn
-        finally:
-            await tap.stop()
+    async with cluster_world(database_url, kafka_bootstrap, scratch_schema, TAPPED, "it-hostile") as found:
+        yield found
 
 
 def _raw(payload: Any, **changes: Any) -> bytes:
@@ -128,13 +121,9 @@ async def test_a_nul_in_any_string_is_dead_lettered_and_the_partition_goes_on(
             assert letter.consumer_group == settings.preemption_router_group, what
             assert "control character U+0000" in letter.error, (what, letter.error)
         assert not service.done()
-        connection = await asyncpg.connect(dsn)
-        try:
-            routed = await connection.fetchval(
-                "SELECT count(*) FROM preemption_task_route WHERE task_id <> 'after-the-nuls'"
-            )
-        finally:
-            await connection.close()
+        routed = await _fetchval(
+            dsn, "SELECT count(*) FROM preemption_task_route WHERE task_id <> 'after-the-nuls'"
+        )
         assert routed == 0  # refused at decode: nothing of them reached Postgres
 
 
@@ -216,8 +205,7 @@ async def test_bad_query_parameters_are_400_with_a_message(
     hostile: tuple[Cluster, str], kafka_bootstrap: str
 ) -> None:
     c, dsn = hostile
-    port = _free_port()
-    settings = _settings(dsn, kafka_bootstrap, c.pool, preemption_api_port=port)
+    port, settings = _api_settings(dsn, kafka_bootstrap, c.pool)
     async with _service(settings), aiohttp.ClientSession() as http:
         base = f"http://127.0.0.1:{port}"
         for path, parameter in (

@@ -9,11 +9,11 @@ import json
 import uuid
 
 import pytest
-from kafka_harness import consume_until
+from kafka_harness import consume_until, dead_letters_of
 from payload_examples import task_submitted
 
 from schemas.envelope import wrap
-from schemas.topics import DEAD_LETTER_TOPIC, encode
+from schemas.topics import encode
 from services.platform.kafka.producer import EnvelopeProducer
 from services.platform.kafka.topic_admin import TopicsReport
 
@@ -45,19 +45,9 @@ async def test_bad_records_are_dead_lettered_and_the_next_good_one_is_handled(
     assert good.event_id in received.event_ids()
     assert stats.dead_lettered >= 2  # ours; older runs' bad records on the topic add to this
 
-    ours = {(bad_json_at.partition, bad_json_at.offset), (bad_schema_at.partition, bad_schema_at.offset)}
-
-    def is_ours(envelope) -> bool:
-        letter = envelope.payload
-        return (
-            letter.consumer_group == unique_group and (letter.source_partition, letter.source_offset) in ours
-        )
-
-    letters, _ = await consume_until(
-        DEAD_LETTER_TOPIC, f"{unique_group}-reader", bootstrap_servers=kafka_bootstrap,
-        done=lambda got: sum(is_ours(envelope) for envelope, _ in got.items) == 2,
-    )  # fmt: skip
-    by_offset = {env.payload.source_offset: env.payload for env, _ in letters.items if is_ours(env)}
+    by_offset = await dead_letters_of(
+        unique_group, [bad_json_at, bad_schema_at], bootstrap_servers=kafka_bootstrap
+    )
 
     json_letter = by_offset[bad_json_at.offset]
     assert json_letter.source_topic == SUBMIT
@@ -91,20 +81,7 @@ async def test_a_newer_schema_version_and_a_large_record_are_dead_lettered_with_
         SUBMIT, unique_group, bootstrap_servers=kafka_bootstrap,
         done=lambda got: good.event_id in got.event_ids(),
     )  # fmt: skip
-    ours = {future_at.offset: future_at.partition, large_at.offset: large_at.partition}
-
-    def is_ours(envelope) -> bool:  # type: ignore[no-untyped-def]
-        letter = envelope.payload
-        return (
-            letter.consumer_group == unique_group
-            and ours.get(letter.source_offset) == letter.source_partition
-        )
-
-    letters, _ = await consume_until(
-        DEAD_LETTER_TOPIC, f"{unique_group}-reader", bootstrap_servers=kafka_bootstrap,
-        done=lambda got: sum(is_ours(envelope) for envelope, _ in got.items) == 2,
-    )  # fmt: skip
-    by_offset = {env.payload.source_offset: env.payload for env, _ in letters.items if is_ours(env)}
+    by_offset = await dead_letters_of(unique_group, [future_at, large_at], bootstrap_servers=kafka_bootstrap)
     version_letter = by_offset[future_at.offset]
     assert "schema_version 2 is not supported" in version_letter.error
     assert base64.b64decode(version_letter.original) == future_bytes and not version_letter.truncated

@@ -34,9 +34,9 @@ from pathlib import Path
 
 import pytest
 import pytest_asyncio
-from live_cluster import TAPPED, Live, _fake, _kill_fake_task, _pools_ready, _until
-from live_harness import ServiceProcess, Tap
-from quota_harness import _free_port, _migrated
+from live_cluster import TAPPED, Live, _fake, _pools_ready, _until, live_world
+from live_harness import ServiceProcess
+from quota_harness import _free_port
 
 from schemas.commands import BindCommand, EvictAck, EvictOutcome
 from schemas.dead_letter import DeadLetter
@@ -44,7 +44,6 @@ from schemas.envelope import wrap
 from schemas.tasks import Placement, TaskClass, TaskEvicted, TaskFinished, TaskStarted
 from schemas.topics import DEAD_LETTER_TOPIC
 from schemas.workers import WorkerStarted
-from services.platform.kafka.producer import EnvelopeProducer
 from services.platform.kafka.topic_admin import TopicsReport
 from services.platform.signing import node_key, sign
 from services.producers.client import GfsClient
@@ -70,17 +69,11 @@ async def live(
     scratch_schema: str,
     tmp_path: Path,
 ) -> AsyncIterator[Live]:
-    dsn = await _migrated(database_url, scratch_schema)
-    tap = await Tap(kafka_bootstrap, (*TAPPED, DEAD_LETTER_TOPIC)).start()
-    async with EnvelopeProducer(bootstrap_servers=kafka_bootstrap, client_id="rotation") as producer:
-        world = Live(dsn, kafka_bootstrap, tmp_path, tap, producer)
-        try:
-            yield world
-        finally:
-            world.stop_all()
-            for started in tap.payloads(WorkerStarted, lambda w: w.node.startswith(f"e2e-{world.run}")):
-                _kill_fake_task(started.pid)
-            await tap.stop()
+    tapped = (*TAPPED, DEAD_LETTER_TOPIC)
+    async with live_world(
+        database_url, kafka_bootstrap, scratch_schema, tmp_path, "rotation", tapped
+    ) as world:
+        yield world
 
 
 class Rotation:
@@ -209,9 +202,9 @@ async def _rotate(r: Rotation, live: Live, kafka: str) -> None:
     # Events are delivered at least once (an outbox row published just before a stop is published
     # again by the next instance, with its event id): a start counts once per event id, and a
     # second start of a task is a second event id, which fails here.
-    started = {e.event_id: e.payload for _, e, _ in live.tap.items if isinstance(e.payload, TaskStarted)}
-    starts = Counter(s.task_id for s in started.values() if s.task_id in mine)
-    redelivered = len([1 for _, e, _ in live.tap.items if isinstance(e.payload, TaskStarted)]) - len(started)
+    started = live.tap.once(TaskStarted)
+    starts = Counter(s.task_id for s in started if s.task_id in mine)
+    redelivered = len(live.tap.payloads(TaskStarted)) - len(started)
     print(f"TaskStarted: {len(started)} events, {redelivered} delivered again with the same event id")
     assert starts == Counter(dict.fromkeys(mine, 1)), starts - Counter(dict.fromkeys(mine, 1))
     binds: dict[str, set[uuid.UUID]] = {}

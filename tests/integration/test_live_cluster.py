@@ -25,7 +25,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -34,27 +34,26 @@ import asyncpg
 import pytest
 import pytest_asyncio
 from live_cluster import (
-    TAPPED,
     Live,
     _alive,
     _fake,
     _get,
-    _kill_fake_task,
     _now,
     _owned,
     _pool_has,
     _pools_ready,
     _until,
+    ack_like_agents,
+    live_world,
 )
-from live_harness import REPO, Tap
-from quota_harness import _free_port, _migrated
+from live_harness import REPO
+from quota_harness import _free_port
 
 from schemas.commands import BindCommand, EvictAck, EvictCommand, EvictOutcome
 from schemas.envelope import wrap
 from schemas.tasks import EvictionReason, TaskAccepted, TaskClass, TaskEvicted, TaskFinished, TaskStarted
 from schemas.telemetry import GpuSample, NodeTelemetry
 from schemas.workers import WorkerStarted
-from services.platform.kafka.producer import EnvelopeProducer
 from services.platform.kafka.topic_admin import TopicsReport
 from services.producers.client import GfsClient
 from services.producers.partitioning import partition_for_key
@@ -70,19 +69,8 @@ async def live(
     scratch_schema: str,
     tmp_path: Path,
 ) -> AsyncIterator[Live]:
-    dsn = await _migrated(database_url, scratch_schema)
-    tap = await Tap(kafka_bootstrap, TAPPED).start()
-    async with EnvelopeProducer(bootstrap_servers=kafka_bootstrap, client_id="e2e") as producer:
-        world = Live(dsn, kafka_bootstrap, tmp_path, tap, producer)
-        try:
-            yield world
-        finally:
-            world.stop_all()
-            # Agents leave their workers running when they stop (a restarted agent re-adopts
-            # them); the test's own workers must not outlive it.
-            for started in tap.payloads(WorkerStarted, lambda w: w.node.startswith(f"e2e-{world.run}")):
-                _kill_fake_task(started.pid)
-            await tap.stop()
+    async with live_world(database_url, kafka_bootstrap, scratch_schema, tmp_path, "e2e") as world:
+        yield world
 
 
 @pytest.mark.asyncio(loop_scope="session")
@@ -247,13 +235,8 @@ async def test_two_instances_split_pools_and_fail_over_without_lost_or_duplicate
             samples = tuple(
                 GpuSample(index=g, utilisation_pct=0, memory_used_mib=0, memory_total_mib=1) for g in range(4)
             )
-            await live.producer.send(
-                "gfs.nodes.telemetry",
-                wrap(
-                    live.signed(NodeTelemetry(node=nodes[p], gpu_model=p, sampled_at=_now(), gpus=samples)),
-                    producer="e2e",
-                ),
-            )
+            telemetry = NodeTelemetry(node=nodes[p], gpu_model=p, sampled_at=_now(), gpus=samples)
+            await live.report("gfs.nodes.telemetry", telemetry)
             await live.quota(p, 4.0, 4)
         await _until(_pools_ready(port1, {p: 1 for p in pools}), 60, "both pools on the first instance")
         submitted: list[str] = []
@@ -311,12 +294,7 @@ async def test_two_instances_split_pools_and_fail_over_without_lost_or_duplicate
 
         # No lost and no duplicated decision: every task accepted once (one event id, however
         # often the relay published it), bound once per start, one start record per bind.
-        accepted = Counter(
-            e.payload.task_id
-            for e in {
-                env.event_id: env for _, env, _ in live.tap.items if isinstance(env.payload, TaskAccepted)
-            }.values()
-        )
+        accepted = Counter(e.task_id for e in live.tap.once(TaskAccepted))
         assert {t: accepted[t] for t in submitted} == dict.fromkeys(submitted, 1)
         binds = Counter(
             b.task_id
@@ -356,35 +334,6 @@ async def _owns_all(port: int, pools: list[str]) -> bool:
     return set(pools) <= await _owned(port)
 
 
-async def _ack_like_agents(live: Live) -> None:
+def _ack_like_agents(live: Live) -> Coroutine[Any, Any, None]:
     """WorkerStarted for every bind and an EvictAck for every eviction of the F* pools' nodes."""
-    done: set[Any] = set()
-    while True:
-        for _, env, _ in list(live.tap.items):
-            payload = env.payload
-            if (
-                not payload.__class__.__name__.endswith("Command")
-                or getattr(payload, "command_id", None) in done
-            ):
-                continue
-            if not payload.node.startswith("f"):
-                continue
-            done.add(payload.command_id)
-            if isinstance(payload, BindCommand):
-                for p in payload.placements:
-                    ack: Any = WorkerStarted(
-                        command_id=payload.command_id,
-                        node=payload.node,
-                        task_id=payload.task_id,
-                        worker_index=p.worker_index,
-                        pid=1,
-                        started_at=_now(),
-                    )
-                    await live.producer.send(
-                        "gfs.commands.worker-ack", wrap(live.signed(ack), producer="e2e")
-                    )
-            elif isinstance(payload, EvictCommand):
-                ack = EvictAck(command_id=payload.command_id, node=payload.node, task_ids=payload.task_ids,
-                               outcome=EvictOutcome.CHECKPOINTED, acked_at=_now())  # fmt: skip
-                await live.producer.send("gfs.commands.evict-ack", wrap(live.signed(ack), producer="e2e"))
-        await asyncio.sleep(0.05)
+    return ack_like_agents(live.tap, lambda c: c.node.startswith("f"), live.report, pid=1)

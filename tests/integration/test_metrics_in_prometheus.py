@@ -37,11 +37,10 @@ import pytest
 import pytest_asyncio
 from grafana_queries import queries as dashboard_queries
 from live_harness import ServiceProcess, Tap
-from quota_harness import _hour, _migrated
+from quota_harness import _forecast, _migrated
 from test_observability_stack import PROMETHEUS_URL, _require
 
 from schemas.envelope import wrap
-from schemas.forecast import PoolDemandForecast
 from schemas.pool_status import PoolStatus
 from schemas.tasks import TaskAccepted, TaskClass, TaskSubmitted
 from schemas.telemetry import GpuSample, NodeTelemetry
@@ -170,14 +169,7 @@ async def test_prometheus_has_the_decision_latency_histogram_and_the_quota_per_p
                 hp_running_gpus=0.0,
                 hp_queued_gpus=0.0,
             )
-            forecast = PoolDemandForecast(
-                pool=pool,
-                origin_time=now.replace(minute=0, second=0, microsecond=0),
-                tenants=1,
-                model_name="lstm",
-                model_version=f"it-{pool}",
-                horizon=tuple(_hour(h, 7.0) for h in (1, 2, 3, 4)),
-            )
+            forecast = _forecast(pool, now, (7.0,) * 4, tenants=1)
             await producer.send("gfs.pools.status", wrap(status, producer="it"))
             await producer.send("gfs.forecasts", wrap(forecast, producer="it"))
             # The preemption service's: one 8-GPU node, then tasks once the quota is in force.

@@ -6,201 +6,48 @@ re-adopts its worker. Each test uses its own node name (so its own partition key
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
-import uuid
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 import aiohttp
 import pytest
-import pytest_asyncio
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaProducer, TopicPartition
+from node_agent_world import (
+    SECRET,
+    TRACE_ID,
+    WAIT_S,
+    Acks,
+    _agent,
+    _bind,
+    _evict,
+    _journal,
+    _kill_workers,
+    _node,
+    _publish,
+    _signed,
+)
+from quota_harness import _free_port
 
-from schemas.commands import BindCommand, EvictAck, EvictCommand, EvictOutcome
-from schemas.envelope import Envelope, wrap
-from schemas.tasks import EvictionReason, Placement, TaskClass
+from schemas.commands import EvictAck, EvictOutcome
+from schemas.envelope import wrap
 from schemas.telemetry import NodeTelemetry
 from schemas.topics import decode, encode
 from schemas.workers import WorkerExited, WorkerStarted
 from services.node_agent import procs
 from services.node_agent.agent import UNKNOWN_EXIT_CODE
-from services.node_agent.service import AgentOptions, CommandReader, run_node_agent
-from services.node_agent.settings import NodeAgentSettings
+from services.node_agent.service import CommandReader
 from services.platform.kafka.producer import EnvelopeProducer
 from services.platform.kafka.topic_admin import TopicsReport
-from services.platform.signing import node_key, sign
+from services.platform.signing import node_key
 
 pytestmark = pytest.mark.integration
-
-SECRET = "integration-master-secret-" + "x" * 16
-WAIT_S = 30.0
-ACK_TOPICS = ("gfs.commands.worker-ack", "gfs.commands.evict-ack", "gfs.nodes.telemetry")
-TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
-TRACEPARENT = f"00-{TRACE_ID}-00f067aa0ba902b7-01"
-
-
-def _node() -> str:
-    return f"it-node-{uuid.uuid4().hex[:8]}"
-
-
-def _fake_task(*args: str) -> tuple[str, ...]:
-    return (sys.executable, "-m", "services.node_agent.fake_task", *args)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _bind(node: str, task_id: str, *args: str, gpus: tuple[int, ...] = (0,), **changes: Any) -> BindCommand:
-    fields: dict[str, Any] = {
-        "command_id": uuid.uuid4(),
-        "node": node,
-        "task_id": task_id,
-        "task_class": TaskClass.SPOT,
-        "placements": (Placement(worker_index=0, node=node, gpu_indices=gpus),),
-        "command": _fake_task(*args),
-        "issued_at": datetime.now(UTC),
-    }
-    return BindCommand(**(fields | changes))
-
-
-def _evict(node: str, *task_ids: str, grace: float = 2.0, **changes: Any) -> EvictCommand:
-    fields: dict[str, Any] = {
-        "command_id": uuid.uuid4(),
-        "node": node,
-        "task_ids": task_ids,
-        "reason": EvictionReason.PREEMPTED_BY_HP,
-        "grace_seconds": grace,
-        "issued_at": datetime.now(UTC),
-    }
-    return EvictCommand(**(fields | changes))
-
-
-def _signed(command: Any, node: str, master: str = SECRET) -> Any:
-    return sign(command, key=node_key(master.encode(), node))
-
-
-@dataclass
-class Acks:
-    """Everything the agent of `node` published on the ack and telemetry topics, with headers."""
-
-    node: str
-    records: list[tuple[Envelope[Any], dict[str, bytes]]] = field(default_factory=list)
-
-    def of(self, kind: type[Any]) -> list[Any]:
-        return [env.payload for env, _ in self.records if isinstance(env.payload, kind)]
-
-    def headers_of(self, kind: type[Any]) -> list[dict[str, bytes]]:
-        return [headers for env, headers in self.records if isinstance(env.payload, kind)]
-
-    async def until(self, predicate: Callable[[Acks], bool], what: str, timeout: float = WAIT_S) -> None:
-        deadline = time.monotonic() + timeout
-        while not predicate(self):
-            if time.monotonic() > deadline:
-                seen = [(type(env.payload).__name__) for env, _ in self.records]
-                raise AssertionError(f"timed out waiting for {what}; seen: {seen}")
-            await asyncio.sleep(0.05)
-
-
-@pytest_asyncio.fixture(loop_scope="session")
-async def ack_reader(
-    kafka_bootstrap: str, registry_topics: TopicsReport
-) -> AsyncIterator[Callable[[str], Acks]]:
-    """Reads the ack topics from their current end (no group); `watch(node)` collects a node's."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=kafka_bootstrap, enable_auto_commit=False)
-    await consumer.start()
-    partitions = [TopicPartition(t, p) for t in ACK_TOPICS for p in range(6)]
-    consumer.assign(partitions)
-    await consumer.seek_to_end(*partitions)
-    watched: dict[bytes, Acks] = {}
-
-    async def pump() -> None:
-        while True:
-            for records in (await consumer.getmany(timeout_ms=100)).values():
-                for record in records:
-                    acks = watched.get(record.key or b"")
-                    if acks is not None:
-                        headers = {k: v for k, v in record.headers or ()}
-                        acks.records.append((decode(record.topic, record.value or b""), headers))
-
-    task = asyncio.create_task(pump())
-
-    def watch(node: str) -> Acks:
-        return watched.setdefault(node.encode(), Acks(node))
-
-    try:
-        yield watch
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-        await consumer.stop()
-
-
-@pytest_asyncio.fixture(loop_scope="session")
-async def publisher(kafka_bootstrap: str, registry_topics: TopicsReport) -> AsyncIterator[EnvelopeProducer]:
-    async with EnvelopeProducer(bootstrap_servers=kafka_bootstrap) as producer:
-        yield producer
-
-
-async def _publish(producer: EnvelopeProducer, command: BindCommand | EvictCommand) -> None:
-    topic = "gfs.commands.bind" if isinstance(command, BindCommand) else "gfs.commands.evict"
-    await producer.send(topic, wrap(command, producer="it"), headers=[("traceparent", TRACEPARENT.encode())])
-
-
-def _settings(kafka: str, tmp_path: Path) -> NodeAgentSettings:
-    return NodeAgentSettings(
-        kafka_bootstrap_servers=kafka,
-        gfs_command_secret=SECRET,  # type: ignore[arg-type]
-        agent_state_root=tmp_path,
-        agent_kill_wait_s=5.0,
-    )
-
-
-@contextlib.asynccontextmanager
-async def _agent(kafka: str, tmp_path: Path, node: str, metrics_port: int = 0) -> AsyncIterator[Path]:
-    """An in-process agent with 4 fake GPUs; yields its state dir. Its workers are killed after."""
-    state_dir = tmp_path / node
-    stop, ready = asyncio.Event(), asyncio.Event()
-    options = AgentOptions(
-        node=node, gpu_model="IT-GPU", gpus=4, fake_gpus=True, telemetry_s=1.0, state_dir=state_dir,
-        metrics_port=metrics_port,
-    )  # fmt: skip
-    task = asyncio.create_task(run_node_agent(_settings(kafka, tmp_path), options, stop, ready=ready))
-    waiter = asyncio.create_task(ready.wait())
-    await asyncio.wait([task, waiter], timeout=WAIT_S, return_when=asyncio.FIRST_COMPLETED)
-    if task.done():
-        task.result()  # raises the agent's start-up error
-    assert ready.is_set(), "the agent did not become ready"
-    try:
-        yield state_dir
-    finally:
-        stop.set()
-        await asyncio.wait_for(task, WAIT_S)
-        _kill_workers(state_dir)
-
-
-def _journal(state_dir: Path) -> dict[str, Any]:
-    return dict(json.loads((state_dir / "journal.json").read_text()))
-
-
-def _kill_workers(state_dir: Path) -> None:
-    with contextlib.suppress(FileNotFoundError):
-        for worker in _journal(state_dir)["workers"].values():
-            if worker["pid"] and worker["start_ticks"] and worker["exited_at"] is None:
-                procs.signal_group(worker["pid"], worker["start_ticks"], signal.SIGKILL)
 
 
 def _log_of(state_dir: Path, task_id: str) -> str:

@@ -9,38 +9,30 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
-import signal
-import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 import pytest_asyncio
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from live_harness import Tap
+from node_agent_world import WAIT_S, _kill_workers, _node, _settings, _signed, agent_in_process
+from node_agent_world import _bind as _bind_command
+from node_agent_world import _evict as _evict_command
 
 from schemas.clock import ClockAck, ClockPhase, ClockTick
 from schemas.commands import BindCommand, EvictAck, EvictCommand, EvictOutcome
 from schemas.envelope import wrap
-from schemas.tasks import EvictionReason, Placement, TaskClass
-from schemas.topics import decode, topic
 from schemas.workers import WorkerExited, WorkerStarted
-from services.node_agent import procs
-from services.node_agent.service import AgentOptions, run_node_agent
-from services.node_agent.settings import NodeAgentSettings
+from services.node_agent.service import AgentOptions
 from services.platform.kafka.producer import EnvelopeProducer
 from services.platform.kafka.topic_admin import TopicsReport
-from services.platform.signing import node_key, sign
 
 pytestmark = pytest.mark.integration
 
-SECRET = "integration-master-secret-" + "x" * 16
-WAIT_S = 30.0
 WORKER_ACKS = "gfs.commands.worker-ack"
 READ_TOPICS = (WORKER_ACKS, "gfs.commands.evict-ack", "gfs.control.clock-acks")
 # Years away from the wall clock: the agents accept these commands only on the sim clock.
@@ -51,17 +43,15 @@ def at(seconds: float) -> datetime:
     return T0 + timedelta(seconds=seconds)
 
 
-def _node() -> str:
-    return f"it-clk-{uuid.uuid4().hex[:8]}"
-
-
-@dataclass
 class Seen:
-    """Records read from the ack topics, in arrival order, with their Kafka coordinates."""
+    """Records read from the ack topics (by `tap`), in arrival order, with their Kafka coordinates."""
 
-    records: list[tuple[Any, str, int, int, int]] = field(
-        default_factory=list
-    )  # payload, topic, part, off, ts
+    def __init__(self, tap: Tap) -> None:
+        self.tap = tap
+
+    @property
+    def records(self) -> list[tuple[Any, str, int, int, int]]:  # payload, topic, part, off, ts
+        return [(r.envelope.payload, r.topic, r.partition, r.offset, r.timestamp) for r in self.tap.records]
 
     def of(self, kind: type[Any], node: str | None = None) -> list[Any]:
         return [
@@ -84,66 +74,20 @@ class Seen:
 
 
 @pytest_asyncio.fixture(loop_scope="session")
-async def reader(
-    kafka_bootstrap: str, registry_topics: TopicsReport
-) -> AsyncIterator[tuple[Seen, AIOKafkaConsumer]]:
-    consumer = AIOKafkaConsumer(bootstrap_servers=kafka_bootstrap, enable_auto_commit=False)
-    await consumer.start()
-    partitions = [TopicPartition(t, p) for t in READ_TOPICS for p in range(topic(t).partitions)]
-    consumer.assign(partitions)
-    await consumer.seek_to_end(*partitions)
-    for tp in partitions:
-        await consumer.position(tp)
-    seen = Seen()
-
-    async def pump() -> None:
-        while True:
-            for records in (await consumer.getmany(timeout_ms=100)).values():
-                for r in records:
-                    with contextlib.suppress(ValueError):
-                        payload = decode(r.topic, r.value or b"").payload
-                        seen.records.append((payload, r.topic, r.partition, r.offset, r.timestamp))
-
-    task = asyncio.create_task(pump())
+async def seen(kafka_bootstrap: str, registry_topics: TopicsReport) -> AsyncIterator[Seen]:
+    tap = await Tap(kafka_bootstrap, READ_TOPICS).start()
     try:
-        yield seen, consumer
+        yield Seen(tap)
     finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-        await consumer.stop()
-
-
-@pytest_asyncio.fixture(loop_scope="session")
-async def publisher(kafka_bootstrap: str, registry_topics: TopicsReport) -> AsyncIterator[EnvelopeProducer]:
-    async with EnvelopeProducer(bootstrap_servers=kafka_bootstrap) as producer:
-        yield producer
+        await tap.stop()
 
 
 def _bind(node: str, task_id: str, issued_at: datetime, *args: str, **changes: Any) -> BindCommand:
-    command = BindCommand(
-        command_id=uuid.uuid4(),
-        node=node,
-        task_id=task_id,
-        task_class=TaskClass.SPOT,
-        placements=(Placement(worker_index=0, node=node, gpu_indices=(0,)),),
-        command=(sys.executable, "-m", "services.node_agent.fake_task", *args),
-        issued_at=issued_at,
-        **changes,
-    )
-    return sign(command, key=node_key(SECRET.encode(), node))
+    return _signed(_bind_command(node, task_id, *args, issued_at=issued_at, **changes), node)
 
 
 def _evict(node: str, task_id: str, issued_at: datetime) -> EvictCommand:
-    command = EvictCommand(
-        command_id=uuid.uuid4(),
-        node=node,
-        task_ids=(task_id,),
-        reason=EvictionReason.PREEMPTED_BY_HP,
-        grace_seconds=5.0,
-        issued_at=issued_at,
-    )
-    return sign(command, key=node_key(SECRET.encode(), node))
+    return _signed(_evict_command(node, task_id, grace=5.0, issued_at=issued_at), node)
 
 
 class Driver:
@@ -186,61 +130,36 @@ async def _agent(
 ) -> AsyncIterator[Path]:
     """An in-process agent on the topic clock `clock_name`; yields its state dir."""
     state_dir = tmp_path / node
-    settings = NodeAgentSettings(
-        kafka_bootstrap_servers=kafka,
-        gfs_command_secret=SECRET,  # type: ignore[arg-type]
-        agent_state_root=tmp_path,
-        agent_kill_wait_s=5.0,
-        agent_clock="topic",
-        agent_clock_name=clock_name,
-        agent_checkpoint_root=checkpoints,
-        agent_clock_wait_s=20.0,
-    )
+    settings = _settings(
+        kafka, tmp_path, agent_clock="topic", agent_clock_name=clock_name,
+        agent_checkpoint_root=checkpoints, agent_clock_wait_s=20.0,
+    )  # fmt: skip
     options = AgentOptions(
         node=node, gpu_model="IT-GPU", gpus=2, fake_gpus=True, telemetry_s=5.0, state_dir=state_dir
     )
-    stop, ready = asyncio.Event(), asyncio.Event()
-    task = asyncio.create_task(run_node_agent(settings, options, stop, ready=ready))
-    waiter = asyncio.create_task(ready.wait())
-    await asyncio.wait([task, waiter], timeout=WAIT_S, return_when=asyncio.FIRST_COMPLETED)
-    if task.done():
-        task.result()
-    assert ready.is_set(), "the agent did not become ready"
     try:
-        yield state_dir
+        async with agent_in_process(settings, options):
+            yield state_dir
     finally:
-        stop.set()
-        await asyncio.wait_for(task, WAIT_S)
         _kill_workers(state_dir)
 
 
-def _kill_workers(state_dir: Path) -> None:
-    with contextlib.suppress(FileNotFoundError):
-        for worker in json.loads((state_dir / "journal.json").read_text())["workers"].values():
-            if worker["pid"] and worker["start_ticks"] and worker["exited_at"] is None:
-                procs.signal_group(worker["pid"], worker["start_ticks"], signal.SIGKILL)
-
-
-async def _published_before(
-    consumer: AIOKafkaConsumer, seen: Seen, exit_ack: WorkerExited, clock_ack: ClockAck
-) -> None:
+async def _published_before(seen: Seen, exit_ack: WorkerExited, clock_ack: ClockAck) -> None:
     """The WorkerExited was in the log before the ClockAck was sent: stamped no later, and below
     the end offset its partition had when the ClockAck was read."""
     name, partition, offset, stamp = seen.where(exit_ack)
     assert name == WORKER_ACKS
-    ends = await consumer.end_offsets([TopicPartition(name, partition)])
-    assert offset < ends[TopicPartition(name, partition)]
+    assert offset < await seen.tap.end_offset(name, partition)
     assert stamp <= seen.where(clock_ack)[3]
 
 
 async def test_ticks_move_a_fake_task_to_its_checkpoint_and_its_exit(
     kafka_bootstrap: str,
     publisher: EnvelopeProducer,
-    reader: tuple[Seen, AIOKafkaConsumer],
+    seen: Seen,
     tmp_path: Path,
 ) -> None:
-    seen, consumer = reader
-    node = _node()
+    node = _node("it-clk")
     driver = Driver(publisher, seen, [node])
     async with _agent(kafka_bootstrap, tmp_path, node, driver.name, tmp_path / "checkpoints") as state_dir:
         first = (await driver.advance(at(0)))[node]
@@ -266,17 +185,16 @@ async def test_ticks_move_a_fake_task_to_its_checkpoint_and_its_exit(
         assert (exited.command_id, exited.exit_code, exited.evicted, exited.exited_at) == (
             bind.command_id, 0, False, at(600),
         )  # fmt: skip
-        await _published_before(consumer, seen, exited, end)
+        await _published_before(seen, exited, end)
 
 
 async def test_evicted_at_a_tick_and_resumed_on_another_node_from_its_checkpoint(
     kafka_bootstrap: str,
     publisher: EnvelopeProducer,
-    reader: tuple[Seen, AIOKafkaConsumer],
+    seen: Seen,
     tmp_path: Path,
 ) -> None:
-    seen, consumer = reader
-    first_node, second_node = _node(), _node()
+    first_node, second_node = _node("it-clk"), _node("it-clk")
     driver = Driver(publisher, seen, [first_node, second_node])
     shared = tmp_path / "checkpoints"  # one root for both agents: the checkpoint follows the task
     async with (
@@ -328,4 +246,4 @@ async def test_evicted_at_a_tick_and_resumed_on_another_node_from_its_checkpoint
         assert (done.command_id, done.exit_code, done.evicted, done.exited_at) == (
             restart.command_id, 0, False, at(1240),
         )  # fmt: skip
-        await _published_before(consumer, seen, done, acks[second_node])
+        await _published_before(seen, done, acks[second_node])

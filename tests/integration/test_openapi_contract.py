@@ -13,22 +13,18 @@ import asyncio
 import json
 import random
 import uuid
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Any
 
 import aiohttp
 import pytest
-import pytest_asyncio
 from jsonschema import Draft202012Validator
-from quota_harness import READY_S, _free_port, _hour, _migrated, _start_at_the_end
+from preemption_world import Cluster, _api_settings, _registered, _service, _until
+from quota_harness import READY_S, _free_port, _hand_worked, _migrated, _start_at_the_end
 from quota_harness import _settings as _quota_settings
-from test_preemption_service import Cluster, _registered, _service, _settings, _until, cluster_world
 
 from schemas.commands import BindCommand
 from schemas.envelope import wrap
-from schemas.forecast import PoolDemandForecast
-from schemas.pool_status import PoolStatus
 from schemas.tasks import TaskClass
 from services.api_docs import DOCS_DIR
 from services.platform.kafka.producer import EnvelopeProducer
@@ -78,21 +74,12 @@ async def _served_document(http: aiohttp.ClientSession, base: str, name: str) ->
     return doc
 
 
-@pytest_asyncio.fixture(loop_scope="session")
-async def world(
-    database_url: str, kafka_bootstrap: str, registry_topics: TopicsReport, scratch_schema: str
-) -> AsyncIterator[tuple[Cluster, str]]:
-    async with cluster_world(database_url, kafka_bootstrap, scratch_schema) as found:
-        yield found
-
-
 @pytest.mark.asyncio(loop_scope="session")
 async def test_every_preemption_route_answers_its_document(
     world: tuple[Cluster, str], kafka_bootstrap: str
 ) -> None:
     c, dsn = world
-    port = _free_port()
-    settings = _settings(dsn, kafka_bootstrap, c.pool, preemption_api_port=port, preemption_admin_token=TOKEN)
+    port, settings = _api_settings(dsn, kafka_bootstrap, c.pool, preemption_admin_token=TOKEN)
     # The router reads only what this test publishes: on a long-lived stack, reading the shared
     # topics from their start took minutes before the test's node and quota were registered.
     await _start_at_the_end(kafka_bootstrap, settings.preemption_router_group, ROUTED_TOPICS)
@@ -175,15 +162,7 @@ async def test_the_quota_api_answers_its_document_on_gfs_http_host(
         await asyncio.wait_for(ready.wait(), READY_S)
         now = datetime.now(UTC)
         async with EnvelopeProducer(bootstrap_servers=kafka_bootstrap) as producer:
-            status = PoolStatus(
-                pool=pool, observed_at=now, capacity_gpus=100, idle_gpus=30, spot_in_use_gpus=10.0,
-                hp_running_gpus=50.0, hp_queued_gpus=5.0,
-            )  # fmt: skip
-            forecast = PoolDemandForecast(
-                pool=pool, origin_time=now.replace(minute=0, second=0, microsecond=0), tenants=2,
-                model_name="lstm", model_version=f"it-{pool}",
-                horizon=tuple(_hour(h, q) for h, q in ((1, 40.5), (2, 60.0), (3, 10.0), (4, 10.0))),
-            )  # fmt: skip
+            status, forecast = _hand_worked(pool, now)
             await producer.send("gfs.pools.status", wrap(status, producer="it"))
             await producer.send("gfs.forecasts", wrap(forecast, producer="it"))
         async with aiohttp.ClientSession() as http:

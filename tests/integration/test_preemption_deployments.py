@@ -15,15 +15,13 @@ from typing import Any
 import asyncpg
 import pytest
 import pytest_asyncio
-from live_harness import Tap
+from live_harness import Tap, tap_and_producer
+from preemption_world import TAPPED, Cluster, _service, _settings
 from quota_harness import _dsn, _migrated
-from test_preemption_service import TAPPED, Cluster, _registered, _service, _settings, _until
 
-from schemas.tasks import TaskClass, TaskStarted
 from services.platform.kafka.producer import EnvelopeProducer
 from services.platform.kafka.topic_admin import TopicsReport
 from services.platform.migrations import discover, migrate
-from services.preemption.decider import Decider
 from services.preemption.journal import store
 from services.preemption.service import run_preemption_service
 
@@ -35,19 +33,8 @@ async def world(
     database_url: str, kafka_bootstrap: str, registry_topics: TopicsReport, scratch_schema: str
 ) -> AsyncIterator[tuple[EnvelopeProducer, Tap, str]]:
     dsn = await _migrated(database_url, scratch_schema)
-    tap = await Tap(kafka_bootstrap, TAPPED).start()
-    async with EnvelopeProducer(bootstrap_servers=kafka_bootstrap, client_id="it-deployments") as producer:
-        try:
-            yield producer, tap, dsn
-        finally:
-            await tap.stop()
-
-
-async def _run_and_start(c: Cluster, decider: Decider, tid: str) -> None:
-    await c.submit(tid, TaskClass.SPOT, gpus=1)
-    (bind,) = await c.bind_of(tid)
-    await c.started(bind)
-    await c.tap.wait(TaskStarted, lambda e: e.task_id == tid)
+    async with tap_and_producer(kafka_bootstrap, TAPPED, "it-deployments") as (tap, producer):
+        yield producer, tap, dsn
 
 
 @pytest.mark.asyncio(loop_scope="session")
@@ -61,10 +48,8 @@ async def test_a_dry_run_beside_a_live_owner_refuses_and_the_live_owner_keeps_it
     # same database and schema.
     shadow = _settings(dsn, kafka_bootstrap, c.pool, preemption_dry_run=True)
     async with _service(live) as (decider, _):
-        await c.telemetry(c.node(0), 4)
-        await c.quota(4.0)
-        await _until(_registered(decider, c.pool, 1))
-        await _run_and_start(c, decider, f"{c.pool}-a")
+        await c.up(decider, 1, gpus=4)
+        await c.spot_running(f"{c.pool}-a", gpus=1)
         owned = sorted(decider.partitions)
 
         stop, ready = asyncio.Event(), asyncio.Event()
@@ -73,8 +58,8 @@ async def test_a_dry_run_beside_a_live_owner_refuses_and_the_live_owner_keeps_it
         await asyncio.wait([shadow_run, waiting], timeout=40, return_when=asyncio.FIRST_COMPLETED)
         try:
             # The live owner goes on: every input after the shadow's start is processed.
-            await _run_and_start(c, decider, f"{c.pool}-b")
-            await _run_and_start(c, decider, f"{c.pool}-c")
+            await c.spot_running(f"{c.pool}-b", gpus=1)
+            await c.spot_running(f"{c.pool}-c", gpus=1)
             assert sorted(decider.partitions) == owned and decider.stats.fenced == 0
             # The shadow refused the live schema, with the reason.
             assert shadow_run.done(), "the dry run started on a live schema"
@@ -96,16 +81,12 @@ async def test_two_deployments_with_their_own_inboxes_share_a_schema(
     s1 = _settings(dsn, kafka_bootstrap, first.pool)
     s2 = _settings(dsn, kafka_bootstrap, second.pool)
     async with _service(s1) as (d1, _):
-        await first.telemetry(first.node(0), 4)
-        await first.quota(4.0)
-        await _until(_registered(d1, first.pool, 1))
-        await _run_and_start(first, d1, f"{first.pool}-a")
+        await first.up(d1, 1, gpus=4)
+        await first.spot_running(f"{first.pool}-a", gpus=1)
         async with _service(s2) as (d2, _):  # same partition numbers, another inbox topic
-            await second.telemetry(second.node(0), 4)
-            await second.quota(4.0)
-            await _until(_registered(d2, second.pool, 1))
-            await _run_and_start(second, d2, f"{second.pool}-a")
-            await _run_and_start(first, d1, f"{first.pool}-b")  # the first one was not fenced
+            await second.up(d2, 1, gpus=4)
+            await second.spot_running(f"{second.pool}-a", gpus=1)
+            await first.spot_running(f"{first.pool}-b", gpus=1)  # the first one was not fenced
             assert d1.stats.fenced == 0 and d2.stats.fenced == 0
     async with _service(s2) as (again, _):  # a restart replays its own journal only
         assert set(again.owned_pools()) == {second.pool}

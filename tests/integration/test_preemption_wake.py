@@ -2,7 +2,7 @@
 tick: a held start's binds go out at its deadline, within tens of milliseconds, with a tick far
 longer than the test; and an idle pool whose due times lie an hour ahead does not wake at all.
 
-On the real broker and Postgres, the test in the agents' seat (test_preemption_service's world):
+On the real broker and Postgres, the test in the agents' seat (preemption_world.py's world):
 two 2-GPU nodes, A and B (spot) running, H (HP) evicts B and waits for an ack that never comes;
 grace 1 s + margin 0.5 s, so H's binds are due 1.5 s after the eviction."""
 
@@ -11,10 +11,9 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from test_preemption_service import Cluster, _registered, _service, _settings, _until, world  # noqa: F401
+from preemption_world import Cluster, _service, _settings, _until
 
-from schemas.commands import BindCommand, EvictCommand
-from schemas.tasks import TaskClass, TaskStarted
+from schemas.commands import BindCommand
 from services.core.ids import TaskId
 from services.preemption.decider import DueWake
 
@@ -25,8 +24,7 @@ TICK_S = 120.0  # far longer than the test: only a wake at the due time can rele
 
 @pytest.mark.asyncio(loop_scope="session")
 async def test_a_held_start_is_bound_at_its_deadline_not_at_the_next_tick(
-    world: tuple[Cluster, str],  # noqa: F811
-    kafka_bootstrap: str,
+    world: tuple[Cluster, str], kafka_bootstrap: str
 ) -> None:
     c, dsn = world
     settings = _settings(
@@ -34,21 +32,8 @@ async def test_a_held_start_is_bound_at_its_deadline_not_at_the_next_tick(
         preemption_ack_margin_s=0.5,
     )  # fmt: skip
     async with _service(settings) as (decider, _):
-        await c.telemetry(c.node(0), 2)
-        await c.telemetry(c.node(1), 2)
-        await c.quota(4.0)
-        await _until(_registered(decider, c.pool, 2))
-        await c.submit("A", TaskClass.SPOT)
-        (bind_a,) = await c.bind_of("A")
-        await c.started(bind_a)
-        await c.tap.wait(TaskStarted, lambda e: e.task_id == "A")
-        await asyncio.sleep(1.0)  # B runs for less time than A: B is the cheaper victim
-        await c.submit("B", TaskClass.SPOT)
-        (bind_b,) = await c.bind_of("B")
-        await c.started(bind_b)
-        await c.tap.wait(TaskStarted, lambda e: e.task_id == "B")
-        await c.submit("H", TaskClass.HP)
-        await c.tap.wait(EvictCommand, lambda e: e.preemptor_task_id == "H")
+        await c.up(decider, 2)
+        await c.hp_evicts_the_younger("A", "B", "H")
         controller = decider.owned_pools()[c.pool]
         deadline = controller.driver.held.held[TaskId("H")].deadline
         (bind_h,) = await c.tap.wait(BindCommand, lambda b: b.task_id == "H", timeout=10.0)

@@ -15,7 +15,6 @@ import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
-from urllib.parse import urlencode, urlsplit, urlunsplit
 
 import asyncpg
 import pytest
@@ -26,17 +25,15 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from quota_harness import _hand_worked, _migrated
 
 from schemas.envelope import Envelope, wrap
-from schemas.forecast import HourlyDemand, PoolDemandForecast
-from schemas.pool_status import PoolStatus
 from schemas.quota import SpotQuota
 from schemas.tasks import GuaranteeOutcome, GuaranteePeriodClosed
 from services.platform.clock import ManualClock
 from services.platform.kafka.processing import MessageContext
 from services.platform.kafka.producer import EnvelopeProducer
 from services.platform.kafka.topic_admin import TopicsReport
-from services.platform.migrations import discover, migrate
 from services.platform.outbox import OutboxRelay, unpublished
 from services.platform.tracing import traceparent_of
 from services.quota.service import QuotaService, QuotaServiceSettings
@@ -49,17 +46,7 @@ NOW = datetime.now(UTC).replace(minute=5, second=0, microsecond=0)
 
 @pytest_asyncio.fixture(loop_scope="session")
 async def pool(database_url: str, scratch_schema: str) -> AsyncIterator[asyncpg.Pool]:
-    parts = urlsplit(database_url)
-    dsn = urlunsplit(
-        parts._replace(
-            query="&".join(filter(None, [parts.query, urlencode({"search_path": scratch_schema})]))
-        )
-    )
-    connection = await asyncpg.connect(dsn)
-    try:
-        await migrate(connection, discover())
-    finally:
-        await connection.close()
+    dsn = await _migrated(database_url, scratch_schema)
     created = await asyncpg.create_pool(dsn, min_size=1, max_size=4)
     try:
         yield created
@@ -84,31 +71,8 @@ def _context(ctx: otel_context.Context | None = None) -> MessageContext:
 
 
 def _inputs(name: str) -> list[Envelope[Any]]:
-    origin = NOW.replace(minute=0)
-    hours = tuple(
-        HourlyDemand(hour_ahead=h, mean=q - 5, std=4.0, quantiles={"0.5": q - 5, "0.9": q})
-        for h, q in ((1, 40.5), (2, 60.0), (3, 10.0), (4, 10.0))
-    )
-    return [
-        wrap(
-            PoolStatus(
-                pool=name,
-                observed_at=NOW,
-                capacity_gpus=100,
-                idle_gpus=30,
-                spot_in_use_gpus=10.0,
-                hp_running_gpus=50.0,
-                hp_queued_gpus=5.0,
-            ),
-            producer="it",
-        ),
-        wrap(
-            PoolDemandForecast(
-                pool=name, origin_time=origin, horizon=hours, tenants=1, model_name="lstm", model_version="it"
-            ),
-            producer="it",
-        ),
-    ]
+    status, forecast = _hand_worked(name, NOW, tenants=1, model_version="it")
+    return [wrap(status, producer="it"), wrap(forecast, producer="it")]
 
 
 async def test_killed_after_the_db_write_publishes_once_on_restart(

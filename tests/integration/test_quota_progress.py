@@ -18,7 +18,8 @@ import uuid
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from quota_harness import READY_S, _end_offsets, _hour, _migrated, _read_from, _settings, _start_at_the_end
+from kafka_harness import _end_offsets
+from quota_harness import READY_S, _hour, _migrated, _read_from, _settings, _start_at_the_end
 
 from schemas.envelope import wrap
 from schemas.forecast import PoolDemandForecast

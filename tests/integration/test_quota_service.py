@@ -18,12 +18,13 @@ import aiohttp
 import asyncpg
 import pytest
 import pytest_asyncio
+from kafka_harness import _end_offsets
 from quota_harness import (
     READY_S,
     _committed_past,
-    _end_offsets,
     _free_port,
-    _hour,
+    _fresh_schema,
+    _hand_worked,
     _migrated,
     _read_from,
     _settings,
@@ -31,8 +32,6 @@ from quota_harness import (
 )
 
 from schemas.envelope import wrap
-from schemas.forecast import PoolDemandForecast
-from schemas.pool_status import PoolStatus
 from schemas.quota import SpotQuota
 from schemas.tasks import GuaranteeOutcome, GuaranteePeriodClosed
 from services.platform.kafka.producer import EnvelopeProducer
@@ -45,14 +44,8 @@ pytestmark = pytest.mark.integration
 @pytest_asyncio.fixture(loop_scope="session")
 async def neighbour_schema(database_url: str) -> AsyncIterator[str]:
     """A second fresh schema (dropped afterwards): another deployment's database."""
-    name = f"it_{uuid.uuid4().hex[:12]}"
-    connection = await asyncpg.connect(database_url)
-    try:
-        await connection.execute(f'CREATE SCHEMA "{name}"')
+    async with _fresh_schema(database_url) as name:
         yield name
-    finally:
-        await connection.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
-        await connection.close()
 
 
 async def test_inputs_in_quota_out_hand_checked(
@@ -61,7 +54,6 @@ async def test_inputs_in_quota_out_hand_checked(
     dsn = await _migrated(database_url, scratch_schema)
     pool = f"P-{uuid.uuid4().hex[:8]}"
     now = datetime.now(UTC)
-    origin = now.replace(minute=0, second=0, microsecond=0)
     stop, ready = asyncio.Event(), asyncio.Event()
     # QUOTA_POOLS: not every other run's pool on the shared topics, quoted every 0.3 s onto gfs.quotas.
     settings = _settings(dsn, kafka_bootstrap, random.getrandbits(48), quota_api_port=_free_port(),
@@ -74,14 +66,7 @@ async def test_inputs_in_quota_out_hand_checked(
     try:
         await asyncio.wait_for(ready.wait(), READY_S)
         async with EnvelopeProducer(bootstrap_servers=kafka_bootstrap) as producer:
-            status = PoolStatus(
-                pool=pool, observed_at=now, capacity_gpus=100, idle_gpus=30, spot_in_use_gpus=10.0,
-                hp_running_gpus=50.0, hp_queued_gpus=5.0,
-            )  # fmt: skip
-            forecast = PoolDemandForecast(
-                pool=pool, origin_time=origin, tenants=2, model_name="lstm", model_version=f"it-{pool}",
-                horizon=tuple(_hour(h, q) for h, q in ((1, 40.5), (2, 60.0), (3, 10.0), (4, 10.0))),
-            )  # fmt: skip
+            status, forecast = _hand_worked(pool, now)
             await producer.send("gfs.pools.status", wrap(status, producer="it"))
             await producer.send("gfs.forecasts", wrap(forecast, producer="it"))
             # 2 outcomes only: fewer than min_periods (20), so eta stays 1.
@@ -230,11 +215,7 @@ async def test_on_the_topic_clock_a_status_is_quoted_at_its_time_before_it_is_co
     try:
         await asyncio.wait_for(asyncio.gather(ready.wait(), neighbour_ready.wait()), READY_S)
         async with EnvelopeProducer(bootstrap_servers=kafka_bootstrap) as producer:
-            forecast = PoolDemandForecast(
-                pool=pool, origin_time=t.replace(minute=0), tenants=2, model_name="persistence",
-                model_version=f"it-{pool}",
-                horizon=tuple(_hour(h, q) for h, q in ((1, 40.5), (2, 60.0), (3, 10.0), (4, 10.0))),
-            )  # fmt: skip
+            status, forecast = _hand_worked(pool, t, model_name="persistence")
             await producer.send("gfs.forecasts", wrap(forecast, producer="it"))
             # 6 of 20 periods failed in the last 4 h: ER 0.3 >= 1.5 x 0.1, so eta's feedback
             # shrinks it to 1 x 0.1 / 0.3 = 1/3 at the status.
@@ -259,10 +240,6 @@ async def test_on_the_topic_clock_a_status_is_quoted_at_its_time_before_it_is_co
             assert (outcomes, forecasts) == (20, 1)
             # A forecast alone is not a refresh on the topic clock.
             assert await connection.fetchval("SELECT count(*) FROM quota_version WHERE pool = $1", pool) == 0
-            status = PoolStatus(
-                pool=pool, observed_at=t, capacity_gpus=100, idle_gpus=30, spot_in_use_gpus=10.0,
-                hp_running_gpus=50.0, hp_queued_gpus=5.0,
-            )  # fmt: skip
             quotas_from = await _end_offsets(kafka_bootstrap, "gfs.quotas")
             # The neighbour's own pool: our instance reads it, and must leave it alone.
             theirs = status.model_copy(update={"pool": other})
@@ -348,13 +325,7 @@ async def test_a_timer_refresh_racing_a_forecast_refresh_does_not_step_the_insta
     async with open_pool(dsn) as pool:
         service = QuotaService(pool, settings, SystemClock())
         await service.load()
-        status = PoolStatus(pool=name, observed_at=now, capacity_gpus=100, idle_gpus=30,
-                            spot_in_use_gpus=10.0, hp_running_gpus=50.0, hp_queued_gpus=5.0)  # fmt: skip
-        origin = now.replace(minute=0, second=0, microsecond=0)
-        forecast = PoolDemandForecast(
-            pool=name, origin_time=origin, tenants=1, model_name="lstm", model_version="race",
-            horizon=tuple(_hour(h, 40.0) for h in (1, 2, 3, 4)),
-        )  # fmt: skip
+        status, forecast = _hand_worked(name, now, q90=(40.0,) * 4, tenants=1, model_version="race")
         book = service.book(name)
         book.update_status(status_view(status))
         book.update_forecast(forecast_view(forecast))

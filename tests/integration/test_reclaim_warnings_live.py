@@ -14,21 +14,12 @@ from typing import Any
 
 import asyncpg
 import pytest
-from test_preemption_service import (
-    TAPPED,
-    Cluster,
-    _key,
-    _registered,
-    _service,
-    _settings,
-    _until,
-    cluster_world,
-)
+from preemption_world import TAPPED, Cluster, _key, _registered, _service, _settings, _until, cluster_world
 
 from schemas.commands import WarnCommand
 from schemas.envelope import wrap
 from schemas.quota import GuaranteeQuota, HpDemandHour, SpotQuota
-from schemas.tasks import TaskClass, TaskReclaimWarning, TaskStarted
+from schemas.tasks import TaskReclaimWarning
 from services.platform.kafka.topic_admin import TopicsReport
 from services.platform.signing import SignatureCheck, check_signature
 
@@ -56,10 +47,7 @@ async def test_a_spot_task_is_warned_once_signed_and_recorded(
             await c.telemetry(c.node(1), 2)
             await _quota_with_forecast(c, 3.0)
             await _until(_registered(decider, c.pool, 2), timeout=120)  # a busy shared broker
-            await c.submit("A", TaskClass.SPOT)
-            (bind,) = await c.bind_of("A")
-            await c.started(bind)
-            await c.tap.wait(TaskStarted, lambda e: e.task_id == "A")
+            bind = await c.spot_running("A")
             (event,) = await c.tap.wait(TaskReclaimWarning, lambda e: e.task_id == "A")
             assert (event.pool, event.attempt, event.lead_s, event.shortfall_gpus) == (c.pool, 1, 600.0, 1.0)
             (command,) = await c.tap.wait(WarnCommand, lambda w: w.task_id == "A")

@@ -8,27 +8,25 @@ never answer them, which is all a refusal looks like to the service)."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import signal
 import sys
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 from live_harness import Tap
-from test_preemption_service import Cluster, _registered, _service, _settings, _until, world  # noqa: F401
+from node_agent_world import _settings as _agent_settings
+from node_agent_world import agent_in_process
+from preemption_world import Cluster, Heartbeats, Running, _registered, _service, _settings, _until
 
 from schemas.commands import BindCommand, EvictAck, EvictCommand, EvictOutcome
 from schemas.envelope import wrap
 from schemas.tasks import EvictionReason, TaskClass, TaskEvicted, TaskStarted, TaskSubmitted
-from schemas.telemetry import GpuSample, NodeTelemetry, RunningWorker
-from schemas.workers import WorkerExited, WorkerStarted
+from schemas.workers import WorkerExited
 from services.node_agent import procs
 from services.node_agent.journal import Journal
-from services.node_agent.service import AgentOptions, run_node_agent
-from services.node_agent.settings import NodeAgentSettings
+from services.node_agent.service import AgentOptions
 
 pytestmark = pytest.mark.integration
 
@@ -40,51 +38,19 @@ RECONCILE = {
 }
 
 
-@contextlib.asynccontextmanager
-async def _reporting(
-    c: Cluster, nodes: dict[str, int], running: dict[str, set[tuple[str, int, int]]]
-) -> AsyncIterator[None]:
+def _reporting(c: Cluster, nodes: dict[str, int], running: Running) -> Heartbeats:
     """Heartbeats every 0.3 s for `nodes` (name -> GPUs), each reporting `running[node]` as it is
     then; a node taken out of `nodes` goes silent."""
-
-    async def beat() -> None:
-        while True:
-            for node, gpus in list(nodes.items()):
-                samples = tuple(
-                    GpuSample(index=i, utilisation_pct=0, memory_used_mib=0, memory_total_mib=80_000)
-                    for i in range(gpus)
-                )
-                report = tuple(
-                    RunningWorker(task_id=t, attempt=a, worker_index=w)
-                    for t, a, w in sorted(running.get(node, ()))
-                )
-                now = datetime.now(UTC)
-                telemetry = NodeTelemetry(node=node, gpu_model=c.pool, sampled_at=now, gpus=samples,
-                                          running=report)  # fmt: skip
-                await c.report("gfs.nodes.telemetry", telemetry)
-            await asyncio.sleep(0.3)
-
-    task = asyncio.create_task(beat())
-    try:
-        yield
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+    return Heartbeats(c, nodes, running, every=0.3)
 
 
 async def _start(c: Cluster, bind: BindCommand, attempt: int) -> None:
-    for p in bind.placements:
-        ack = WorkerStarted(command_id=bind.command_id, node=bind.node, task_id=bind.task_id,
-                            worker_index=p.worker_index, pid=5000 + p.worker_index,
-                            started_at=datetime.now(UTC), attempt=attempt)  # fmt: skip
-        await c.report("gfs.commands.worker-ack", ack)
+    await c.started(bind, attempt=attempt, pid=5000)
 
 
 @pytest.mark.asyncio(loop_scope="session")
 async def test_a_bind_the_agent_refused_as_stale_is_issued_again_and_the_task_starts(
-    world: tuple[Cluster, str],  # noqa: F811 (the fixture)
-    kafka_bootstrap: str,
+    world: tuple[Cluster, str], kafka_bootstrap: str
 ) -> None:
     c, dsn = world
     tid = f"S-{c.pool}"
@@ -115,8 +81,7 @@ async def test_a_bind_the_agent_refused_as_stale_is_issued_again_and_the_task_st
 
 @pytest.mark.asyncio(loop_scope="session")
 async def test_an_eviction_refused_as_stale_is_issued_again_and_the_hp_bind_waits_for_its_end(
-    world: tuple[Cluster, str],  # noqa: F811 (the fixture)
-    kafka_bootstrap: str,
+    world: tuple[Cluster, str], kafka_bootstrap: str
 ) -> None:
     c, dsn = world
     a, b, h = f"A-{c.pool}", f"B-{c.pool}", f"H-{c.pool}"
@@ -141,8 +106,7 @@ async def test_an_eviction_refused_as_stale_is_issued_again_and_the_hp_bind_wait
         # The agent takes the latest command and stops B: H goes, B's eviction is reported once.
         latest = c.tap.payloads(EvictCommand, lambda e: e.task_ids == (b,))[-1]
         running[evict.node].discard((b, 1, 0))
-        ack = EvictAck(command_id=latest.command_id, node=evict.node, task_ids=(b,),
-                       outcome=EvictOutcome.KILLED, acked_at=datetime.now(UTC), attempt=1)  # fmt: skip
+        ack = c.ack_of(latest, EvictOutcome.KILLED, node=evict.node, attempt=1)
         await c.report("gfs.commands.evict-ack", ack)
         (bind_h,) = await c.bind_of(h)
         assert bind_h.node == evict.node
@@ -153,8 +117,7 @@ async def test_an_eviction_refused_as_stale_is_issued_again_and_the_hp_bind_wait
 
 @pytest.mark.asyncio(loop_scope="session")
 async def test_a_forged_report_without_the_victim_does_not_release_the_hp_bind(
-    world: tuple[Cluster, str],  # noqa: F811 (the fixture)
-    kafka_bootstrap: str,
+    world: tuple[Cluster, str], kafka_bootstrap: str
 ) -> None:
     """Why telemetry is signed (docs/decisions.md): a report of what runs that leaves the victim's
     attempt out releases its GPUs to the HP task. One in the victim's node's name, signed with the
@@ -169,12 +132,8 @@ async def test_a_forged_report_without_the_victim_does_not_release_the_hp_bind(
     async with _service(settings) as (decider, _), _reporting(c, nodes, running):
         _, evict = await _two_spots_then_hp(c, decider, running, a, b, h)
         victim, other = evict.node, (n0 if evict.node == n1 else n1)
-        samples = tuple(
-            GpuSample(index=i, utilisation_pct=0, memory_used_mib=0, memory_total_mib=80_000)
-            for i in range(2)
-        )
         ahead = datetime.now(UTC) + timedelta(minutes=10)
-        forged = NodeTelemetry(node=victim, gpu_model=c.pool, sampled_at=ahead, gpus=samples, running=())
+        forged = c.node_telemetry(victim, 2, running=(), sampled_at=ahead)
         await c.report("gfs.nodes.telemetry", forged, signer=other)
         await c.producer.send("gfs.nodes.telemetry", wrap(forged, producer="it"))
         await _until(lambda: decider.stats.unauthenticated == 2, timeout=10.0)
@@ -184,8 +143,7 @@ async def test_a_forged_report_without_the_victim_does_not_release_the_hp_bind(
         # The victim's node itself answers (the latest eviction command): H goes.
         latest = c.tap.payloads(EvictCommand, lambda e: e.task_ids == (b,))[-1]
         running[victim].discard((b, 1, 0))
-        ack = EvictAck(command_id=latest.command_id, node=victim, task_ids=(b,),
-                       outcome=EvictOutcome.KILLED, acked_at=datetime.now(UTC), attempt=1)  # fmt: skip
+        ack = c.ack_of(latest, EvictOutcome.KILLED, node=victim, attempt=1)
         await c.report("gfs.commands.evict-ack", ack)
         (bind_h,) = await c.bind_of(h)
         assert bind_h.node == victim
@@ -194,8 +152,7 @@ async def test_a_forged_report_without_the_victim_does_not_release_the_hp_bind(
 
 @pytest.mark.asyncio(loop_scope="session")
 async def test_a_node_back_after_a_long_partition_is_told_to_stop_the_attempt_rerun_elsewhere(
-    world: tuple[Cluster, str],  # noqa: F811 (the fixture)
-    kafka_bootstrap: str,
+    world: tuple[Cluster, str], kafka_bootstrap: str
 ) -> None:
     c, dsn = world
     b = f"B-{c.pool}"
@@ -231,8 +188,7 @@ async def test_a_node_back_after_a_long_partition_is_told_to_stop_the_attempt_re
         assert stop.command_id != lost.command_id and stop.issued_at > lost.issued_at
         assert (stop.node, stop.attempt, stop.grace_seconds) == (n1, 1, 0.0)
         running[n1].discard((b, 1, 0))
-        ack = EvictAck(command_id=stop.command_id, node=n1, task_ids=(b,), outcome=EvictOutcome.KILLED,
-                       acked_at=datetime.now(UTC), attempt=1)  # fmt: skip
+        ack = c.ack_of(stop, EvictOutcome.KILLED, attempt=1)
         await c.report("gfs.commands.evict-ack", ack)
         await asyncio.sleep(3.0)
         # Attempt 2 on n0 is untouched: never told to stop, never reported evicted after its start.
@@ -244,27 +200,9 @@ async def test_a_node_back_after_a_long_partition_is_told_to_stop_the_attempt_re
 AGENT_SECRET = "it-reconcile-master-secret-0123456789"
 
 
-@contextlib.asynccontextmanager
-async def _real_agent(settings: NodeAgentSettings, options: AgentOptions) -> AsyncIterator[None]:
-    """The project's node agent in-process; stopping it leaves its workers running (as a partition or
-    a crash of the agent would)."""
-    stop, ready = asyncio.Event(), asyncio.Event()
-    task = asyncio.create_task(run_node_agent(settings, options, stop, ready=ready))
-    waiter = asyncio.create_task(ready.wait())
-    await asyncio.wait([task, waiter], timeout=40, return_when=asyncio.FIRST_COMPLETED)
-    if task.done():
-        task.result()
-    assert ready.is_set(), "the agent did not become ready"
-    try:
-        yield
-    finally:
-        stop.set()
-        await asyncio.wait_for(task, 40)
-
-
 @pytest.mark.asyncio(loop_scope="session")
 async def test_the_real_agent_back_after_a_partition_stops_the_attempt_rerun_elsewhere(
-    world: tuple[Cluster, str],  # noqa: F811 (the fixture)
+    world: tuple[Cluster, str],
     kafka_bootstrap: str,
     tmp_path: Path,
 ) -> None:
@@ -283,9 +221,9 @@ async def test_the_real_agent_back_after_a_partition_stops_the_attempt_rerun_els
         **RECONCILE,
     )
     # The agent refuses commands older than 4 s: its partition below lasts longer than that.
-    agent_settings = NodeAgentSettings(
-        kafka_bootstrap_servers=kafka_bootstrap, gfs_command_secret=AGENT_SECRET,  # type: ignore[arg-type]
-        agent_state_root=tmp_path, agent_kill_wait_s=3.0, agent_command_max_age_s=4.0,
+    agent_settings = _agent_settings(
+        kafka_bootstrap, tmp_path, gfs_command_secret=AGENT_SECRET, agent_kill_wait_s=3.0,
+        agent_command_max_age_s=4.0,
     )  # fmt: skip
     options = AgentOptions(
         node=n1, gpu_model=c.pool, gpus=2, fake_gpus=True, telemetry_s=0.5, state_dir=tmp_path / n1
@@ -293,7 +231,7 @@ async def test_the_real_agent_back_after_a_partition_stops_the_attempt_rerun_els
     acks = await Tap(kafka_bootstrap, ("gfs.commands.evict-ack", "gfs.commands.worker-ack")).start()
     try:
         async with _service(settings) as (decider, _), _reporting(c, nodes, running):
-            async with _real_agent(agent_settings, options):
+            async with agent_in_process(agent_settings, options, wait_s=40):
                 await c.quota(4.0)
                 await _until(_registered(decider, c.pool, 1))
                 argv = (sys.executable, "-m", "services.node_agent.fake_task", "--duration", "300")
@@ -313,7 +251,7 @@ async def test_the_real_agent_back_after_a_partition_stops_the_attempt_rerun_els
             running[n0].add((b, 2, 0))
             await _start(c, bind_2, 2)
             await asyncio.sleep(5.0)  # the NODE_LOST eviction is now older than the agent accepts
-            async with _real_agent(agent_settings, options):
+            async with agent_in_process(agent_settings, options, wait_s=40):
                 # Back: the agent refuses the stale eviction, re-adopts attempt 1's worker and reports
                 # it; the service tells it to stop that attempt, and it does.
                 stops = await c.tap.wait(EvictCommand, lambda e: e.task_ids == (b,), count=2, timeout=30.0)
@@ -335,7 +273,7 @@ async def test_the_real_agent_back_after_a_partition_stops_the_attempt_rerun_els
 
 
 async def _two_spots_then_hp(
-    c: Cluster, decider: Any, running: dict[str, set[tuple[str, int, int]]], a: str, b: str, h: str
+    c: Cluster, decider: Any, running: Running, a: str, b: str, h: str
 ) -> tuple[BindCommand, EvictCommand]:
     """Spot A, then spot B (younger, so the cheaper victim) start as their agents report them; HP
     H then needs B's GPUs. Returns B's bind and the first eviction command for H."""

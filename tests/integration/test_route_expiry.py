@@ -23,9 +23,9 @@ import pytest
 import pytest_asyncio
 from live_harness import Tap
 from opentelemetry import context as otel_context
+from preemption_world import TAPPED, Cluster, _registered, _service, _settings, _until, cluster_world
 from quota_harness import _migrated
 from test_preemption_router import _inbox, _submitted
-from test_preemption_service import TAPPED, Cluster, _registered, _service, _settings, _until, cluster_world
 
 from schemas.commands import EvictCommand
 from schemas.dead_letter import DeadLetter

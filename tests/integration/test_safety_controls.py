@@ -1,7 +1,7 @@
 """SRE safety controls on the real broker and Postgres (issue 14 item 4): each control changes what
 the running preemption service decides, leaves an audit row (who, when, what, why) in Postgres and
-shows in `GET /controls`; writes need the admin bearer token. Reuses the preemption service test's
-cluster helpers (the test plays the node agents)."""
+shows in `GET /controls`; writes need the admin bearer token. On preemption_world.py's cluster
+(the test plays the node agents)."""
 
 from __future__ import annotations
 
@@ -12,12 +12,13 @@ from typing import Any
 import aiohttp
 import asyncpg
 import pytest
-from quota_harness import _free_port
-from test_preemption_service import Cluster, _registered, _service, _settings, _until, world  # noqa: F401
+from preemption_world import Cluster, _api_settings, _service, _until
+from quota_harness import _fetch, _fetchval
 
 from schemas.commands import BindCommand, EvictCommand
-from schemas.tasks import TaskClass, TaskStarted
+from schemas.tasks import TaskClass
 from services.preemption.decider import Decider
+from services.preemption.service import PreemptionSettings
 
 pytestmark = pytest.mark.integration
 
@@ -42,15 +43,7 @@ async def _get(port: int, path: str) -> Any:
 
 
 async def _audit(dsn: str, pool: str) -> list[asyncpg.Record]:
-    connection = await asyncpg.connect(dsn)
-    try:
-        return list(
-            await connection.fetch(
-                "SELECT * FROM preemption_control_audit WHERE scope = $1 ORDER BY id", pool
-            )
-        )
-    finally:
-        await connection.close()
+    return await _fetch(dsn, "SELECT * FROM preemption_control_audit WHERE scope = $1 ORDER BY id", pool)
 
 
 def _check_audit(row: asyncpg.Record, who: str, control: str, reason: str) -> None:
@@ -61,15 +54,14 @@ def _check_audit(row: asyncpg.Record, who: str, control: str, reason: str) -> No
 
 async def _two_spot(c: Cluster, decider: Decider) -> None:
     """Two 2-GPU nodes, each running one 2-GPU spot task (A, then B)."""
-    await c.telemetry(c.node(0), 2)
-    await c.telemetry(c.node(1), 2)
-    await c.quota(4.0)
-    await _until(_registered(decider, c.pool, 2))
+    await c.up(decider, 2)
     for tid in ("A", "B"):
-        await c.submit(tid, TaskClass.SPOT)
-        (bind,) = await c.bind_of(tid)
-        await c.started(bind)
-        await c.tap.wait(TaskStarted, lambda e, t=tid: e.task_id == t)
+        await c.spot_running(tid)
+
+
+def _admin_settings(c: Cluster, dsn: str, kafka: str) -> tuple[int, PreemptionSettings]:
+    """The service's settings with an SRE API on a port of its own that takes the admin token."""
+    return _api_settings(dsn, kafka, c.pool, preemption_admin_token=TOKEN)
 
 
 def _evictions_by(c: Cluster, preemptor: str) -> list[EvictCommand]:
@@ -78,19 +70,16 @@ def _evictions_by(c: Cluster, preemptor: str) -> list[EvictCommand]:
 
 @pytest.mark.asyncio(loop_scope="session")
 async def test_writes_need_the_token_and_a_refused_write_changes_nothing(
-    world: tuple[Cluster, str],  # noqa: F811 (the pytest fixture imported above)
-    kafka_bootstrap: str,
+    world: tuple[Cluster, str], kafka_bootstrap: str
 ) -> None:
     c, dsn = world
     body = {"on": True, "pool": c.pool, "reason": "test", "who": "mallory"}
-    port = _free_port()
-    async with _service(_settings(dsn, kafka_bootstrap, c.pool, preemption_api_port=port)):
+    port, settings = _api_settings(dsn, kafka_bootstrap, c.pool)
+    async with _service(settings):
         status, answer = await _post(port, "/controls/kill-switch", body, AUTH)  # no token configured
         assert status == 503 and "PREEMPTION_ADMIN_TOKEN" in answer["error"]
-    port = _free_port()
-    async with _service(
-        _settings(dsn, kafka_bootstrap, c.pool, preemption_api_port=port, preemption_admin_token=TOKEN)
-    ):
+    port, settings = _admin_settings(c, dsn, kafka_bootstrap)
+    async with _service(settings):
         assert (await _post(port, "/controls/kill-switch", body))[0] == 401
         assert (await _post(port, "/controls/kill-switch", body, {"Authorization": "Bearer wrong"}))[0] == 401
         assert (await _post(port, "/controls/kill-switch", {"on": True, "who": "x"}, AUTH))[
@@ -103,12 +92,10 @@ async def test_writes_need_the_token_and_a_refused_write_changes_nothing(
 
 @pytest.mark.asyncio(loop_scope="session")
 async def test_the_kill_switch_holds_a_preemption_until_it_is_off(
-    world: tuple[Cluster, str],  # noqa: F811 (the pytest fixture imported above)
-    kafka_bootstrap: str,
+    world: tuple[Cluster, str], kafka_bootstrap: str
 ) -> None:
     c, dsn = world
-    port = _free_port()
-    settings = _settings(dsn, kafka_bootstrap, c.pool, preemption_api_port=port, preemption_admin_token=TOKEN)
+    port, settings = _admin_settings(c, dsn, kafka_bootstrap)
     async with _service(settings) as (decider, _):
         await _two_spot(c, decider)
         on = {"on": True, "pool": c.pool, "reason": "bad victim choices in INC-42", "who": "alice"}
@@ -132,17 +119,12 @@ async def test_the_kill_switch_holds_a_preemption_until_it_is_off(
 
 @pytest.mark.asyncio(loop_scope="session")
 async def test_a_frozen_quota_ignores_a_new_one_and_an_override_admits_up_to_it(
-    world: tuple[Cluster, str],  # noqa: F811 (the pytest fixture imported above)
-    kafka_bootstrap: str,
+    world: tuple[Cluster, str], kafka_bootstrap: str
 ) -> None:
     c, dsn = world
-    port = _free_port()
-    settings = _settings(dsn, kafka_bootstrap, c.pool, preemption_api_port=port, preemption_admin_token=TOKEN)
+    port, settings = _admin_settings(c, dsn, kafka_bootstrap)
     async with _service(settings) as (decider, _):
-        await c.telemetry(c.node(0), 2)
-        await c.telemetry(c.node(1), 2)
-        await c.quota(0.0)
-        await _until(_registered(decider, c.pool, 2))
+        await c.up(decider, 2, quota=0.0)
         ctl = decider.owned_pools()[c.pool]
         freeze = {"pool": c.pool, "mode": "freeze", "reason": "forecast model rollout", "who": "carol"}
         assert (await _post(port, "/controls/quota", freeze, AUTH))[0] == 200
@@ -174,24 +156,18 @@ async def test_a_frozen_quota_ignores_a_new_one_and_an_override_admits_up_to_it(
     first, second = await _audit(dsn, c.pool)
     _check_audit(first, "carol", "quota", "forecast model rollout")
     _check_audit(second, "dave", "quota", "pool drained for HP maintenance is back")
-    connection = await asyncpg.connect(dsn)
-    try:
-        held = await connection.fetchval(
-            "SELECT count(*) FROM preemption_decision WHERE pool = $1 AND kind = 'quota_held'", c.pool
-        )
-    finally:
-        await connection.close()
+    held = await _fetchval(
+        dsn, "SELECT count(*) FROM preemption_decision WHERE pool = $1 AND kind = 'quota_held'", c.pool
+    )
     assert held >= 1
 
 
 @pytest.mark.asyncio(loop_scope="session")
 async def test_an_eviction_cap_of_one_per_hour_lets_one_preemption_through(
-    world: tuple[Cluster, str],  # noqa: F811 (the pytest fixture imported above)
-    kafka_bootstrap: str,
+    world: tuple[Cluster, str], kafka_bootstrap: str
 ) -> None:
     c, dsn = world
-    port = _free_port()
-    settings = _settings(dsn, kafka_bootstrap, c.pool, preemption_api_port=port, preemption_admin_token=TOKEN)
+    port, settings = _admin_settings(c, dsn, kafka_bootstrap)
     async with _service(settings) as (decider, _):
         await _two_spot(c, decider)
         cap = {"pool": c.pool, "max_evictions": 1, "interval_s": 3600, "reason": "limit churn", "who": "erin"}
@@ -220,12 +196,10 @@ async def test_an_eviction_cap_of_one_per_hour_lets_one_preemption_through(
 
 @pytest.mark.asyncio(loop_scope="session")
 async def test_a_tenant_budget_is_persisted_shown_with_what_is_left_and_yields_to_hp(
-    world: tuple[Cluster, str],  # noqa: F811 (the pytest fixture imported above)
-    kafka_bootstrap: str,
+    world: tuple[Cluster, str], kafka_bootstrap: str
 ) -> None:
     c, dsn = world
-    port = _free_port()
-    settings = _settings(dsn, kafka_bootstrap, c.pool, preemption_api_port=port, preemption_admin_token=TOKEN)
+    port, settings = _admin_settings(c, dsn, kafka_bootstrap)
     async with _service(settings) as (decider, _):
         await _two_spot(c, decider)  # A and B, both of tenant org-it
         budget = {"tenant": "org-it", "max_evictions": 1, "per": "day", "reason": "INC-7 churn", "who": "gus"}

@@ -36,15 +36,13 @@ import pytest
 import pytest_asyncio
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
-from live_cluster import TAPPED, Live, _fake, _kill_fake_task, _pools_ready, _until
+from live_cluster import Live, _fake, _pools_ready, _until, live_world
 from live_harness import ServiceProcess, Tap
-from quota_harness import _free_port, _migrated
+from quota_harness import _free_port
 from test_observability_stack import JAEGER_OTLP_ENDPOINT, JAEGER_QUERY_URL, _require
 
 from schemas.commands import BindCommand, EvictAck, EvictCommand
 from schemas.tasks import TaskClass, TaskEvicted, TaskStarted, TaskSubmitted
-from schemas.workers import WorkerStarted
-from services.platform.kafka.producer import EnvelopeProducer
 from services.platform.kafka.topic_admin import TopicsReport
 from services.platform.settings import PlatformSettings
 from services.platform.tracing import build_tracer_provider
@@ -69,26 +67,8 @@ class TracedLive(Live):
     def service_name(self, role: str) -> str:
         return self.services.setdefault(role, f"gfs-it-{role}-{self.run}")
 
-    def agent(self, node: str, pool: str, gpus: int = 2) -> ServiceProcess:
-        args = [
-            "serve",
-            "node-agent",
-            "--node",
-            node,
-            "--gpu-model",
-            pool,
-            "--gpus",
-            str(gpus),
-            "--fake-gpus",
-            "--telemetry-s",
-            "0.5",
-            "--state-dir",
-            str(self.tmp / node),
-        ]
-        env = self.base | {"OTEL_SERVICE_NAME": self.service_name(f"agent-{node}")}
-        proc = ServiceProcess(args, env, self.tmp / f"agent-{node}.log").start()
-        self.procs.append(proc)
-        return proc
+    def agent(self, node: str, pool: str, gpus: int = 2, **env: str) -> ServiceProcess:
+        return super().agent(node, pool, gpus, OTEL_SERVICE_NAME=self.service_name(f"agent-{node}"), **env)
 
 
 @pytest_asyncio.fixture(loop_scope="session")
@@ -100,18 +80,10 @@ async def traced(
     tmp_path: Path,
 ) -> AsyncIterator[TracedLive]:
     await _require("Jaeger's query API", JAEGER_QUERY_URL, "/api/services", "jaeger")
-    dsn = await _migrated(database_url, scratch_schema)
-    tap = await Tap(kafka_bootstrap, TAPPED).start()
-    async with EnvelopeProducer(bootstrap_servers=kafka_bootstrap, client_id="it-jaeger") as producer:
-        world = TracedLive(dsn, kafka_bootstrap, tmp_path, tap, producer)
-        try:
-            yield world
-        finally:
-            world.stop_all()
-            # Agents leave their workers running when they stop: the test's own must not outlive it.
-            for started in tap.payloads(WorkerStarted, lambda w: w.node.startswith(f"e2e-{world.run}")):
-                _kill_fake_task(started.pid)
-            await tap.stop()
+    async with live_world(
+        database_url, kafka_bootstrap, scratch_schema, tmp_path, "it-jaeger", make=TracedLive
+    ) as world:
+        yield world  # type: ignore[misc]  # a TracedLive: `make` built it
 
 
 def _trace_id_of_submit(tap: Tap, task: str) -> str:
