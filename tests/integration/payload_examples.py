@@ -16,6 +16,7 @@ from schemas.clock import ClockAck, ClockPhase, ClockTick
 from schemas.commands import BindCommand, EvictAck, EvictCommand, EvictOutcome, WarnCommand
 from schemas.dead_letter import DeadLetter
 from schemas.forecast import DemandForecast, HourlyDemand, PoolDemandForecast
+from schemas.pool_demand import PoolDemandLevel
 from schemas.pool_status import PoolStatus
 from schemas.quota import GuaranteeQuota, SpotQuota
 from schemas.tasks import (
@@ -134,6 +135,7 @@ def all_examples() -> dict[str, BaseModel]:
             hp_queued_gpus=4.0,
             spot_head_wait_s=600.0,
         ),
+        PoolDemandLevel(pool="A100", at=T0, levels={"org-a": 16.0, "org-b": 4.0}),
         SpotQuota(
             pool="A100",
             quotas=(GuaranteeQuota(guarantee_hours=1, quota_gpus=12.0),),

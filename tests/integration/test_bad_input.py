@@ -24,7 +24,6 @@ CI runs 1,000 bad records (about a minute on the 2-core machine). The full versi
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import hashlib
 import json
@@ -50,8 +49,9 @@ from quota_harness import _free_port, _migrated
 from schemas.dead_letter import DeadLetter
 from schemas.envelope import wrap
 from schemas.forecast import PoolDemandForecast
+from schemas.pool_demand import PoolDemandLevel
 from schemas.quota import GuaranteeQuota, SpotQuota
-from schemas.tasks import TaskAccepted, TaskClass, TaskFinished, TaskStarted, TaskSubmitted
+from schemas.tasks import TaskAccepted, TaskClass, TaskFinished, TaskStarted
 from schemas.topics import encode, topic
 from schemas.workers import WorkerStarted
 from services.platform.kafka.producer import EnvelopeProducer
@@ -70,16 +70,19 @@ CATEGORIES = ("not_json", "not_utf8", "json_array", "missing_field", "wrong_vers
 
 SUBMIT, LIFECYCLE, TELEMETRY = "gfs.tasks.submit", "gfs.tasks.lifecycle", "gfs.nodes.telemetry"
 FORECASTS, STATUS, QUOTAS = "gfs.forecasts", "gfs.pools.status", "gfs.quotas"
+POOL_DEMAND = "gfs.pools.demand"
 BIND, EVICT, EVICT_ACK, WORKER_ACK = (
     "gfs.commands.bind",
     "gfs.commands.evict",
     "gfs.commands.evict-ack",
     "gfs.commands.worker-ack",
 )
-INPUT_TOPICS = (SUBMIT, LIFECYCLE, TELEMETRY, FORECASTS, STATUS, QUOTAS, BIND, EVICT, EVICT_ACK, WORKER_ACK)
+INPUT_TOPICS = (
+    SUBMIT, LIFECYCLE, TELEMETRY, FORECASTS, STATUS, QUOTAS, BIND, EVICT, EVICT_ACK, WORKER_ACK, POOL_DEMAND,
+)  # fmt: skip
 # Which service reads which topic (docs/services.md): each dead-letters what it reads.
 READS = {
-    "forecast": (SUBMIT, LIFECYCLE),
+    "forecast": (SUBMIT, LIFECYCLE, POOL_DEMAND),
     "quota": (FORECASTS, STATUS, LIFECYCLE),
     "router": (SUBMIT, TELEMETRY, QUOTAS, EVICT_ACK, WORKER_ACK),
     "agent": (BIND, EVICT),  # its own partition only: the bad records are keyed to its node
@@ -387,35 +390,16 @@ async def _run(w: World, tap: Tap, kafka: str) -> None:
         ready_s = time.monotonic() - launched
         assert not await w.alive_and_answering(), await w.alive_and_answering()
 
-        # Forecast stream's good input, part 1 (backdated, as in test_forecast_stream): tenant x
-        # holds 8 GPUs of pool FC from minute 10; part 2 after the flood closes the hours.
+        # Forecast stream's good input, part 1 (backdated, as in test_forecast_stream): the servable
+        # levels a preemption service would publish for pool FC (issue 35's default series): tenant
+        # x at 8 GPUs from minute 10; part 2 after the flood closes the hours.
         fc_pool = f"FC-{w.run}"
         t0 = _now().replace(minute=0, second=0, microsecond=0) - timedelta(hours=3)
-        fc = [f"{w.run}-fc-a", f"{w.run}-fc-c"]
 
-        def fc_submit(task: str) -> TaskSubmitted:
-            return TaskSubmitted(
-                task_id=task,
-                tenant="x",
-                gpu_model=fc_pool,
-                gpus_per_worker=8,
-                workers=1,
-                task_class=TaskClass.HP,
-                command="serve",
-            )
+        def fc_level(minute: int, gpus: float) -> PoolDemandLevel:
+            return PoolDemandLevel(pool=fc_pool, at=t0 + timedelta(minutes=minute), levels={"x": gpus})
 
-        def fc_accept(task: str) -> TaskAccepted:
-            return TaskAccepted(task_id=task, pool=fc_pool, task_class=TaskClass.HP)
-
-        first = [
-            await producer.send(
-                SUBMIT, wrap(fc_submit(fc[0]), producer="bad-input", occurred_at=t0 + timedelta(minutes=10))
-            ),
-            await producer.send(
-                LIFECYCLE,
-                wrap(fc_accept(fc[0]), producer="bad-input", occurred_at=t0 + timedelta(minutes=10)),
-            ),
-        ]
+        first = [await producer.send(POOL_DEMAND, wrap(fc_level(10, 8.0), producer="bad-input"))]
         where = [TopicPartition(m.topic, m.partition) for m in first]
 
         async def forecast_read_part_one() -> bool:
@@ -465,14 +449,8 @@ async def _run(w: World, tap: Tap, kafka: str) -> None:
         published_s = time.monotonic() - began
         assert len(sent) == BAD_INPUT_COUNT
 
-        # Forecast stream's good input, part 2: task c at minute 180 closes hours 0-2 of FC.
-        await producer.send(
-            SUBMIT, wrap(fc_submit(fc[1]), producer="bad-input", occurred_at=t0 + timedelta(minutes=180))
-        )
-        await asyncio.sleep(0.5)
-        await producer.send(
-            LIFECYCLE, wrap(fc_accept(fc[1]), producer="bad-input", occurred_at=t0 + timedelta(minutes=180))
-        )
+        # Forecast stream's good input, part 2: the level at minute 180 closes hours 0-2 of FC.
+        await producer.send(POOL_DEMAND, wrap(fc_level(180, 16.0), producer="bad-input"))
 
         # Every bad record dead-lettered once by every group that reads its topic.
         expected: dict[str, set[tuple[str, int, int]]] = {

@@ -76,7 +76,7 @@ from services.platform.settings import PlatformSettings
 from services.platform.signing import node_key, sign
 from services.toolkit.processes import free_port
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 SHAPES = ((1, 0.40), (2, 0.20), (4, 0.20), (8, 0.20))  # GPUs per worker, share of tasks
 READ_TOPICS = (TASK_SUBMIT_TOPIC, TASK_LIFECYCLE_TOPIC, BIND_TOPIC, EVICT_TOPIC)
 

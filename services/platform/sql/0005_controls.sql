@@ -1,4 +1,4 @@
--- SRE safety controls of the preemption service (services/preemption/sre/controls.py): the controls in
+-- SRE safety controls of the preemption service (services/preemption/controls.py): the controls in
 -- force and their audit trail.
 
 -- The controls in force, one row per (control, scope). `scope` is a pool, or '*' for every pool

@@ -1,4 +1,4 @@
--- Snapshots of a partition's pools (issue 25, services/preemption/journal/snapshots.py): a claim restores
+-- Snapshots of a partition's pools (issue 25, services/preemption/snapshots.py): a claim restores
 -- the newest snapshot whose version matches the running code and settings, then replays only the
 -- journal rows after `seq`, so failover time stays flat however long the journal grows.
 --

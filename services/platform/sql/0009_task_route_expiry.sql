@@ -1,4 +1,4 @@
--- Expiry of the router's task routes (issue 25, services/preemption/router/expiry.py): the table
+-- Expiry of the router's task routes (issue 25, services/preemption/route_expiry.py): the table
 -- kept one row per task ever submitted. The decider marks a task's route ended when the task ends
 -- (finished, withdrawn, evicted without requeue, rejected other than as a duplicate); the router
 -- deletes routes ended longer than its keep window ago, in bounded batches. A route of a task still
