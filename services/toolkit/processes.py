@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -91,12 +92,53 @@ def stop_all(procs: Iterable[ServiceProcess], timeout_s: float = 15.0) -> None:
         p.wait(deadline)
 
 
+# Listening ports are drawn below the kernel's ephemeral range: a port the kernel handed out as
+# free (bind to 0) is one it may hand again to an outgoing connection (a Kafka client's socket)
+# before the service that was given it binds, and the service then dies with EADDRINUSE (a demo
+# agent did, once in a CI-sized run with 68 agents connecting).
+_LISTEN_LOW = 20000
+
+
+def _ephemeral_low() -> int:
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    return 32768
+
+
+def _binds(ports: range) -> bool:
+    with contextlib.ExitStack() as stack:
+        for port in ports:
+            probe = stack.enter_context(socket.socket())
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                return False
+    return True
+
+
+def free_port_run(count: int = 1) -> int:
+    """The first of `count` consecutive TCP ports free on 127.0.0.1 now, below the ephemeral range
+    where there is room, for services' HTTP APIs (two runs side by side, or a run beside the
+    stack's own services, must not collide)."""
+    high = _ephemeral_low()
+    rng = random.Random()
+    if high - _LISTEN_LOW > 100 * count:
+        for _ in range(500):
+            base = rng.randrange(_LISTEN_LOW, high - count)
+            if _binds(range(base, base + count)):
+                return base
+    for _ in range(200):  # no room below the ephemeral range: the kernel's choice
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            base = int(probe.getsockname()[1])
+        if base + count <= 65536 and _binds(range(base, base + count)):
+            return base
+    raise OSError(f"no {count} consecutive free ports on 127.0.0.1")
+
+
 def free_port() -> int:
-    """A TCP port free on 127.0.0.1 now, for a service's HTTP API (two runs side by side, or a run
-    beside the stack's own services, must not collide)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+    """One free port (free_port_run)."""
+    return free_port_run(1)
 
 
 def kill_agent_workers(journals: Iterable[Path]) -> None:

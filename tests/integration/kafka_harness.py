@@ -94,3 +94,20 @@ async def _end_offsets(kafka_bootstrap: str, topic_name: str) -> dict[TopicParti
     finally:
         await consumer.stop()
         await admin.close()
+
+
+async def start_at_end(bootstrap: str, groups: dict[str, Sequence[str]]) -> None:
+    """Commit each new group's offsets at its topics' current ends, so it reads from now on: a
+    fresh group reads retained history from the start, which on a long-lived dev broker (days of
+    other runs' records, floods of bad ones among them) outlasts a test's wait."""
+    for group, topic_names in groups.items():
+        ends: dict[TopicPartition, int] = {}
+        for name in topic_names:
+            ends |= await _end_offsets(bootstrap, name)
+        consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
+        await consumer.start()
+        try:
+            consumer.assign(list(ends))
+            await consumer.commit(ends)
+        finally:
+            await consumer.stop()

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 import uuid
 from collections.abc import AsyncIterator, Callable
 from datetime import datetime
@@ -24,6 +23,7 @@ from schemas.pool_status import PoolStatus
 from schemas.topics import decode
 from services.platform.migrations import discover, migrate
 from services.quota.service import QuotaServiceSettings
+from services.toolkit.processes import free_port
 
 READY_S = 30.0
 
@@ -88,10 +88,7 @@ def _settings(dsn: str, kafka: str, key: int, **kw: Any) -> QuotaServiceSettings
     return QuotaServiceSettings(**(values | kw))
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+_free_port = free_port  # below the ephemeral range (services/toolkit/processes.py says why)
 
 
 def _hour(h: int, q90: float) -> HourlyDemand:

@@ -41,6 +41,7 @@ import aiohttp
 import pytest
 import pytest_asyncio
 from aiokafka import AIOKafkaConsumer, TopicPartition
+from kafka_harness import start_at_end
 from live_cluster import _fake, _kill_fake_task, _until
 from live_harness import ServiceProcess, Tap
 from payload_examples import all_examples
@@ -153,20 +154,6 @@ class BadRecords:
         if category == "oversized":
             return json.dumps(base | {"padding": "x" * OVERSIZED_BYTES}).encode()
         raise AssertionError(category)
-
-
-async def _start_groups_at_end(bootstrap: str, groups: dict[str, tuple[str, ...]]) -> None:
-    """Commit each new group's offsets at the topics' current ends, so the services read from now
-    on (a fresh group reads retained history from the start: slow, and not this test's subject)."""
-    for group, topics in groups.items():
-        consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
-        await consumer.start()
-        try:
-            partitions = [TopicPartition(t, p) for t in topics for p in range(topic(t).partitions)]
-            consumer.assign(partitions)
-            await consumer.commit(await consumer.end_offsets(partitions))
-        finally:
-            await consumer.stop()
 
 
 async def _committed(
@@ -326,9 +313,7 @@ async def world(
 ) -> AsyncIterator[tuple[World, Tap]]:
     dsn = await _migrated(database_url, scratch_schema)
     w = World(dsn, kafka_bootstrap, tmp_path)
-    await _start_groups_at_end(
-        kafka_bootstrap, {w.groups[s]: READS[s] for s in ("forecast", "quota", "router")}
-    )
+    await start_at_end(kafka_bootstrap, {w.groups[s]: READS[s] for s in ("forecast", "quota", "router")})
     tap = await Tap(kafka_bootstrap, (LIFECYCLE, FORECASTS, QUOTAS, WORKER_ACK, "gfs.deadletter")).start()
     try:
         w.start()

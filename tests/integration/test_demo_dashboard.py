@@ -33,7 +33,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -53,6 +52,7 @@ from test_dashboard import ARTIFACTS, _chromium, _run_chromium, _Values
 from services.demo.processes import run_processes
 from services.platform.kafka.topic_admin import TopicsReport
 from services.platform.migrations import with_search_path
+from services.toolkit.processes import free_port, free_port_run
 
 pytestmark = [pytest.mark.integration, pytest.mark.disruptive]
 
@@ -63,33 +63,6 @@ STARTED_LINE = re.compile(
 )
 JAEGER_UI = "http://127.0.0.1:16686"  # the demo's services use the stack's Jaeger
 QUIET_S = 2.0  # /pools samples this close to the page's generated_at bound its moving numbers
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def _free_run(count: int) -> int:
-    """The first of `count` consecutive free ports (the agents' metrics ports)."""
-    for _ in range(200):
-        base = _free_port()
-        if base + count > 65535:
-            continue
-        probes = []
-        try:
-            for port in range(base, base + count):
-                probe = socket.socket()
-                probes.append(probe)
-                probe.bind(("127.0.0.1", port))
-            return base
-        except OSError:
-            continue
-        finally:
-            for probe in probes:
-                probe.close()
-    raise AssertionError(f"no {count} consecutive free ports on this machine")
 
 
 def _alive(pid: int, marker: bytes) -> bool:
@@ -150,10 +123,10 @@ def demo(tmp_path: Path, database_url: str, kafka_bootstrap: str) -> Iterator[De
         )
     gfs = Path(sys.executable).with_name("gfs")
     assert gfs.exists(), f"no gfs executable beside {sys.executable}: `bash scripts/bootstrap.sh`"
-    preemption, quota, forecast = _free_port(), _free_port(), _free_port()
+    preemption, quota, forecast = free_port(), free_port(), free_port()
     command = [str(gfs), "demo", "live", "--speed", str(SPEED), "--settle-s", "240", "--max-s", "300"]
     command += ["--preemption-port", str(preemption), "--quota-port", str(quota)]
-    command += ["--forecast-port", str(forecast), "--agent-metrics-port", str(_free_run(8))]
+    command += ["--forecast-port", str(forecast), "--agent-metrics-port", str(free_port_run(8))]
     out = tmp_path / "demo.out"
     env = os.environ | {
         "DATABASE_URL": database_url,

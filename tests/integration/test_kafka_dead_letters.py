@@ -9,17 +9,22 @@ import json
 import uuid
 
 import pytest
-from kafka_harness import consume_until, dead_letters_of
+from kafka_harness import consume_until, dead_letters_of, start_at_end
 from payload_examples import task_submitted
 
 from schemas.envelope import wrap
-from schemas.topics import encode
+from schemas.topics import DEAD_LETTER_TOPIC, encode
 from services.platform.kafka.producer import EnvelopeProducer
 from services.platform.kafka.topic_admin import TopicsReport
 
 pytestmark = pytest.mark.integration
 
 SUBMIT = "gfs.tasks.submit"
+
+
+async def _from_now(bootstrap: str, group: str) -> None:
+    # The test's group and its dead-letter reader read only what the test publishes.
+    await start_at_end(bootstrap, {group: [SUBMIT], f"{group}-reader": [DEAD_LETTER_TOPIC]})
 
 
 async def test_bad_records_are_dead_lettered_and_the_next_good_one_is_handled(
@@ -33,6 +38,7 @@ async def test_bad_records_are_dead_lettered_and_the_next_good_one_is_handled(
     invalid_bytes = json.dumps(invalid).encode()
     good = wrap(task_submitted(task_id), producer="it-dlq")
 
+    await _from_now(kafka_bootstrap, unique_group)
     async with EnvelopeProducer(bootstrap_servers=kafka_bootstrap) as producer:
         bad_json_at = await producer.send_raw(SUBMIT, value=malformed, key=key)
         bad_schema_at = await producer.send_raw(SUBMIT, value=invalid_bytes, key=key)
@@ -73,6 +79,7 @@ async def test_a_newer_schema_version_and_a_large_record_are_dead_lettered_with_
     future_bytes = json.dumps(future).encode()
     large = b"x" * 900_000
     good = wrap(task_submitted(task_id), producer="it-dlq")
+    await _from_now(kafka_bootstrap, unique_group)
     async with EnvelopeProducer(bootstrap_servers=kafka_bootstrap) as producer:
         future_at = await producer.send_raw(SUBMIT, value=future_bytes, key=key)
         large_at = await producer.send_raw(SUBMIT, value=large, key=key)

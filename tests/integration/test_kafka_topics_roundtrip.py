@@ -4,7 +4,7 @@ the platform consumer, decoded, with its registry key and the producer's trace."
 from __future__ import annotations
 
 import pytest
-from kafka_harness import consume_until
+from kafka_harness import consume_until, start_at_end
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from payload_examples import all_examples
@@ -27,6 +27,7 @@ async def test_each_payload_type_round_trips_on_its_topic(
     ]
     # A local SDK tracer: the producer injects the current span's context into the headers.
     tracer = TracerProvider().get_tracer("it")
+    await start_at_end(kafka_bootstrap, {unique_group: [spec.name]})  # only what this test sends
     async with EnvelopeProducer(bootstrap_servers=kafka_bootstrap) as producer:
         with tracer.start_as_current_span("produce") as span:
             for envelope in sent:

@@ -281,9 +281,15 @@ async def _scraped(http: aiohttp.ClientSession, pool: str) -> tuple[Any, Any, An
     while loop.time() < deadline:
         got = {name: await _query(http, q) for name, q in queries.items()}
         decisions = {d["metric"]["kind"]: float(d["value"][1]) for d in got["decisions"]}
+        published = {q["metric"]["guarantee_hours"]: float(q["value"][1]) for q in got["quota"]}
+        applied = {q["metric"]["guarantee_hours"]: float(q["value"][1]) for q in got["preemption_quota"]}
+        # The two services are scraped at their own instants: a quota published between the two
+        # scrapes shows as the new value at one and the old at the other until the next scrape.
+        agree = bool(published) and all(applied.get(h) == v for h, v in published.items())
         complete = (
             all(got.values()) and decisions.get("accepted", 0) >= 3 and len(got["preemption_quota"]) >= 3
-        )
+            and agree
+        )  # fmt: skip
         if complete:
             median = float(got["median"][0]["value"][1])
             return got["buckets"], got["quota"], got["preemption_quota"], decisions, median
