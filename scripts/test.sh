@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # The README's test command (`make test`, with the stack up and its env exported): the whole suite
-# in two runs, then the 25 slowest tests of both.
+# in three runs, then the 25 slowest tests of all.
 # - The pure tiers (unit, static, contract, property, sim, ml: everything not marked integration)
 #   run on both cores (pytest-xdist, GFS_TEST_WORKERS, default 2; --dist loadfile keeps a file's
 #   tests, and so its module fixtures, on one worker). They share nothing but the read-only data.
-# - The integration tier (real Kafka, Postgres, Jaeger, Prometheus) runs alone, in one process:
-#   its live scenarios time real services, and two at once on two cores would make them measure
-#   each other; its disruptive tests (broker or Postgres stopped) run last (tests/integration/
-#   conftest.py).
-# Arguments narrow both runs (make test PYTEST_ARGS='-k quota'). Exits with pytest's status: the
-# first failing run's, 5 only when neither run collected a test.
+# - The integration tier (real Kafka, Postgres, Jaeger, Prometheus) runs on two workers too
+#   (--dist loadgroup: a module's tests, or a group of modules that must not run side by side,
+#   on one worker; tests/integration/conftest.py), every test on its own pool, schema, groups and
+#   ports. Its disruptive tests (the broker or Postgres stopped, the shared topics flooded) then
+#   run alone, in one process, after everything else.
+# Arguments narrow every run (make test PYTEST_ARGS='-k quota'). Exits with pytest's status: the
+# first failing run's, 5 only when no run collected a test.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 py=.venv/bin/python
@@ -17,21 +18,25 @@ junit=.stack/junit
 mkdir -p "$junit"
 rm -f "$junit"/*.xml
 
+workers="${GFS_TEST_WORKERS:-2}"
 rc_pure=0
-"$py" -m pytest -q -n "${GFS_TEST_WORKERS:-2}" --dist loadfile -m "not integration" \
+"$py" -m pytest -q -n "$workers" --dist loadfile -m "not integration" \
   --junitxml="$junit/pure.xml" "$@" || rc_pure=$?
 rc_live=0
-"$py" -m pytest -q -m integration --junitxml="$junit/integration.xml" "$@" || rc_live=$?
+"$py" -m pytest -q -n "$workers" --dist loadgroup -m "integration and not disruptive" \
+  --junitxml="$junit/integration.xml" "$@" || rc_live=$?
+rc_disruptive=0
+"$py" -m pytest -q -m "integration and disruptive" --junitxml="$junit/disruptive.xml" "$@" || rc_disruptive=$?
 
 "$py" scripts/slowest_tests.py 25 "$junit"/*.xml || true
 
-# 5 = no test collected: fine for one run when a -k narrows to the other tier.
-for rc in "$rc_pure" "$rc_live"; do
+# 5 = no test collected: fine for one run when a -k narrows to another.
+for rc in "$rc_pure" "$rc_live" "$rc_disruptive"; do
   if [[ "$rc" != 0 && "$rc" != 5 ]]; then
     exit "$rc"
   fi
 done
-if [[ "$rc_pure" == 5 && "$rc_live" == 5 ]]; then
+if [[ "$rc_pure" == 5 && "$rc_live" == 5 && "$rc_disruptive" == 5 ]]; then
   exit 5
 fi
 exit 0

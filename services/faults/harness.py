@@ -172,7 +172,9 @@ async def run_faults(plan: FaultPlan, *, workdir: Path, keep_schema: bool = Fals
                     soak_log, lambda: {s.name: s.proc.pid for s in services if s.alive() and s.proc},
                     settings, groups, dsn, plan.sample_s, stop))  # fmt: skip
             kill_window = plan.load_s * 0.45
-            for s in (services if plan.agents <= 1 else services[:4]) if plan.soak_s <= 0 else ():
+            # The three services, and the first agent unless the plan spares the agents.
+            killable = services[:4] if plan.kill_agents else services[:3]
+            for s in killable if plan.soak_s <= 0 else ():
                 events += [
                     (rng.uniform(5.0, kill_window), f"kill:{s.name}") for _ in range(plan.kills_per_service)
                 ]
@@ -219,7 +221,7 @@ async def run_faults(plan: FaultPlan, *, workdir: Path, keep_schema: bool = Fals
             await load
             if sampler is not None:
                 await sampler
-                report.soak = summarize(soak_log, plan.report_every_s)
+                report.soak = summarize(soak_log, plan.report_every_s, plan.soak_s)
             await asyncio.sleep(plan.settle_s)  # the supervisor keeps restarting what died
             supervise.cancel()
             forecasts.cancel()

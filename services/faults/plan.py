@@ -12,6 +12,9 @@ from typing import Any
 @dataclass(frozen=True, slots=True)
 class FaultPlan:
     kills_per_service: int = 2
+    # Whether one agent is among the services killed (off: with a node timeout shorter than an
+    # agent's restart, its kill would rightly be a lost node, and the run checks that none is).
+    kill_agents: bool = True
     agents: int = 3
     gpus_per_agent: int = 4
     outage_s: float = 10.0

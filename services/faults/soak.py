@@ -97,6 +97,7 @@ async def sample_loop(
     database busy) is skipped, not fatal: the soak is about the services, not the sampler."""
     t0 = time.monotonic()
     while not stop.is_set():
+        at = time.monotonic() - t0  # when the sample began (its queries may take a while)
         rss = {name: mb for name, pid in pids().items() if (mb := rss_mb(pid)) is not None}
         lag: dict[str, int] = {}
         rows: dict[str, int] = {}
@@ -104,7 +105,7 @@ async def sample_loop(
             lag = await group_lags(settings, groups)
         with contextlib.suppress(Exception):
             rows = await table_rows(dsn)
-        log.samples.append(SoakSample(time.monotonic() - t0, rss, lag, rows))
+        log.samples.append(SoakSample(at, rss, lag, rows))
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), timeout=every_s)
 
@@ -122,21 +123,23 @@ def kill_schedule(soak_s: float, kill_every_s: float) -> list[tuple[float, str]]
     return out
 
 
-def summarize(log: SoakLog, interval_s: float) -> list[dict[str, Any]]:
+def summarize(log: SoakLog, interval_s: float, until_s: float | None = None) -> list[dict[str, Any]]:
     """Per interval: RSS (MiB) max and last per process, lag max per group, rows at its end,
     failover times; plus each process's RSS change from the first interval's median (the
     'flat memory' measure, for processes that were not killed)."""
-    if not log.samples:
+    # A sample begun as the soak ended (`until_s`, its length) belongs to no interval of it.
+    samples = [s for s in log.samples if until_s is None or s.at_s < until_s]
+    if not samples:
         return []
     first_median: dict[str, float] = {}
-    first = [s for s in log.samples if s.at_s < interval_s]
+    first = [s for s in samples if s.at_s < interval_s]
     for name in {n for s in first for n in s.rss_mb}:
         first_median[name] = statistics.median(s.rss_mb[name] for s in first if name in s.rss_mb)
     out = []
-    n = int(max(s.at_s for s in log.samples) // interval_s) + 1
+    n = int(max(s.at_s for s in samples) // interval_s) + 1
     for k in range(n):
         lo, hi = k * interval_s, (k + 1) * interval_s
-        mine = [s for s in log.samples if lo <= s.at_s < hi]
+        mine = [s for s in samples if lo <= s.at_s < hi]
         if not mine:
             continue
         names = sorted({n for s in mine for n in s.rss_mb})

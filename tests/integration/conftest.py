@@ -52,10 +52,34 @@ def _docker_answers() -> bool:
         return False
 
 
+# Modules whose tests run on one xdist worker, one after another (scripts/test.sh runs the
+# non-disruptive integration tests on two workers, `--dist loadgroup`; every other module is a group
+# of its own, so a module's fixtures are set up once):
+# - whole-cluster runs that name their tasks "A", "H1", ... (live_cluster.py), so two of them side
+#   by side could read each other's events on the shared topics;
+# - the two users of the session's secured broker (one JVM start, not one per worker);
+# - the two replays on the controllable clock (they share gfs.control.clock).
+SHARED_GROUPS = {
+    "whole-cluster": (
+        "test_live_cluster", "test_scale_out", "test_key_rotation", "test_traces_in_jaeger",
+        "test_command_security", "test_dashboard", "test_kafka_security_acls", "test_kafka_security_clients",
+    ),
+    "clock-replays": ("test_sim_live_parity", "test_whatif_live"),
+}  # fmt: skip
+_GROUP_OF = {module: group for group, modules in SHARED_GROUPS.items() for module in modules}
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the xdist_group marks
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Disruptive tests (the pipeline benchmark floods the task topics; the fault harness stops the
     broker and Postgres) run after every other test, so the others never wait behind a flood or
-    meet a broker that is restarting. Their relative order is kept."""
+    meet a broker that is restarting. Their relative order is kept. Each integration test gets its
+    xdist group (SHARED_GROUPS, else its module)."""
+    for item in items:
+        if item.get_closest_marker("integration") is None:
+            continue
+        module = item.module.__name__.rsplit(".", 1)[-1] if item.module is not None else item.nodeid
+        item.add_marker(pytest.mark.xdist_group(_GROUP_OF.get(module, module)))
     items.sort(key=lambda item: item.get_closest_marker("disruptive") is not None)
 
 

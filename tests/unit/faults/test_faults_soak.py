@@ -57,3 +57,12 @@ def test_summary_per_interval() -> None:
 
 def test_summary_of_nothing() -> None:
     assert summarize(SoakLog(), 60.0) == []
+
+
+def test_a_sample_begun_as_the_soak_ended_belongs_to_no_interval() -> None:
+    # A 120-s soak in 60-s intervals: the sample begun at 120 s (the stop and the sampler's wake
+    # raced) would open a third interval of one sample.
+    log = SoakLog(samples=[_sample(0.0, 100.0, 200.0, 3, 10), _sample(70.0, 100.0, 200.0, 3, 20),
+                           _sample(120.0, 100.0, 200.0, 3, 30)])  # fmt: skip
+    assert [row["interval"] for row in summarize(log, 60.0, 120.0)] == [0, 1]
+    assert [row["interval"] for row in summarize(log, 60.0)] == [0, 1, 2]  # no end given: kept
