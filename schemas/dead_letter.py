@@ -40,6 +40,17 @@ class DeadLetter(BaseModel):
         default=False,
         description="True when `original` holds only the first bytes of a value too large to keep whole.",
     )
+    reason: str | None = Field(
+        default=None,
+        pattern=r"^[a-z][a-z0-9_]{0,63}$",
+        description=(
+            "Why, as a code a tool can match (docs/protocol.md, 'Dead letters'): malformed_json, "
+            "not_utf8, envelope_type, missing_event_type, unknown_event_type, "
+            "unsupported_schema_version, invalid_payload, unsigned, malformed_signature, "
+            "signature_mismatch, previous_key_expired, unmatched, store_failed, unroutable, future_event, "
+            "failed; `error` says it in words. None: a letter written before codes existed."
+        ),
+    )
 
     @field_validator("original")
     @classmethod

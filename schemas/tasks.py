@@ -276,7 +276,13 @@ class TaskEvicted(BaseModel):
     reason: EvictionReason = Field(description="Why it was evicted.")
     evicted_at: UtcDatetime = Field(description="When the agent stopped the task.")
     lost_gpu_seconds: float = Field(
-        ge=0, description="GPU-seconds of work lost since the last checkpoint (spec §5.4), all workers."
+        ge=0,
+        description=(
+            "GPU-seconds lost, all workers (spec §5.4): GPUs x the seconds from the run's placement by "
+            "the scheduler to the eviction decision, reduced modulo `checkpoint_interval_s` when the "
+            "task declared one (work since its last checkpoint). The seconds between the decision "
+            "and `evicted_at` are not counted."
+        ),
     )
     requeued: bool = Field(default=True, description="Whether the task went back to the queue.")
 

@@ -125,6 +125,8 @@ def apply_task_event(
 class FutureEventError(ValueError):
     """A task event stamped too far ahead of the stream's clock (dead-lettered with this reason)."""
 
+    reason_code = "future_event"
+
 
 def check_not_ahead(occurred_s: float, clock_s: float, max_ahead_s: float) -> None:
     """Refuse an event whose `occurred_at` is more than `max_ahead_s` after the stream's clock.

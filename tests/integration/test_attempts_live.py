@@ -62,6 +62,7 @@ async def test_an_evict_ack_from_the_wrong_node_is_refused_and_dead_lettered(
         finally:
             await letters.stop()
         assert any(bind_a.node in d.error and evict.node in d.error for d in found), found
+        assert {d.reason for d in found if evict.node in d.error} == {"unmatched"}, found  # protocol.md
         assert decider.stats.refused_acks == 1
         await asyncio.sleep(1.0)
         # Nothing applied: H is not bound onto B's GPUs while B still runs there, B not evicted.
@@ -105,6 +106,8 @@ async def test_an_evict_ack_not_signed_with_its_nodes_key_is_refused_and_the_hp_
         assert all(f"not signed by node {evict.node!r}'s key" in e for e in errors), errors
         assert any("signed with another key" in e for e in errors), errors
         assert any("carries no signature" in e for e in errors), errors
+        # The codes a tool reads (docs/protocol.md), one per refusal kind, as the metric's labels.
+        assert sorted(d.reason or "" for d in found) == ["signature_mismatch", "unsigned"], found
         assert (decider.stats.unauthenticated, decider.stats.refused_acks) == (2, 2)
         await asyncio.sleep(1.0)
         # Nothing applied: H is not bound onto B's GPUs while B may still run there; B not evicted.
@@ -124,8 +127,9 @@ async def test_an_evict_ack_not_signed_with_its_nodes_key_is_refused_and_the_hp_
 
 
 @pytest.mark.asyncio(loop_scope="session")
+@pytest.mark.parametrize("ack_first", [False, True], ids=["exit-then-ack", "ack-then-exit"])
 async def test_a_victim_that_exits_0_while_its_eviction_is_in_flight_finished(
-    world: tuple[Cluster, str], kafka_bootstrap: str
+    world: tuple[Cluster, str], kafka_bootstrap: str, ack_first: bool
 ) -> None:
     c, dsn = world
     _, b, h = _ids(c)
@@ -133,20 +137,28 @@ async def test_a_victim_that_exits_0_while_its_eviction_is_in_flight_finished(
     async with _service(settings) as (decider, _):
         _, bind_b, evict = await _victim_world(c, decider)
         # B's worker exited 0 on its own just before the agent read the eviction: the agent
-        # reports the exit, then answers NOT_RUNNING (a message without attempt, as an agent
-        # written before attempts existed would send it).
-        await c.exited(bind_b)
-        await asyncio.sleep(0.5)
-        await c.report("gfs.commands.evict-ack", c.ack_of(evict, EvictOutcome.NOT_RUNNING))
+        # reports the exit and answers NOT_RUNNING (a message without attempt, as an agent
+        # written before attempts existed would send it), the service reading either first.
+        if ack_first:
+            await c.report("gfs.commands.evict-ack", c.ack_of(evict, EvictOutcome.NOT_RUNNING))
+            await asyncio.sleep(0.5)
+            await c.exited(bind_b)
+        else:
+            await c.exited(bind_b)
+            await asyncio.sleep(0.5)
+            await c.report("gfs.commands.evict-ack", c.ack_of(evict, EvictOutcome.NOT_RUNNING))
         (finished,) = await c.tap.wait(TaskFinished, lambda e: e.task_id == b)
         assert finished.exit_code == 0
         (bind_h,) = await c.bind_of(h)
         assert bind_h.node == evict.node
         await asyncio.sleep(1.5)
-        # A normal finish: no TaskEvicted, no failed guarantee period, never bound again.
+        # A normal finish: no TaskEvicted, never bound again, and its guarantee period closed
+        # once, SUCCEEDED, at the exit (docs/attempts.md), as any finish's last period.
         assert not c.tap.payloads(TaskEvicted, lambda e: e.task_id == b)
-        failed = GuaranteeOutcome.FAILED
-        assert not c.tap.payloads(GuaranteePeriodClosed, lambda e: e.task_id == b and e.outcome is failed)
+        closed = c.tap.payloads(GuaranteePeriodClosed, lambda e: e.task_id == b)
+        assert [(p.outcome, p.period_end) for p in closed] == [
+            (GuaranteeOutcome.SUCCEEDED, finished.finished_at)
+        ], closed
         assert len(c.tap.payloads(BindCommand, lambda x: x.task_id == b)) == 1
         assert b not in decider.owned_pools()[c.pool].tasks
 

@@ -159,7 +159,10 @@ async def test_a_node_back_after_a_long_partition_is_told_to_stop_the_attempt_re
     n0, n1 = c.node(0), c.node(1)
     nodes = {n1: 2}
     running: dict[str, set[tuple[str, int, int]]] = {n0: set(), n1: set()}
-    settings = _settings(dsn, kafka_bootstrap, c.pool, preemption_node_timeout_s=3.0, **RECONCILE)
+    # Unchanged reports journaled at the default period (60 s): unknown work must still be judged
+    # every `unknown_after_s` (1.5 s), not at the larger of the two (issue 38).
+    reconcile = RECONCILE | {"preemption_report_every_s": 60.0}
+    settings = _settings(dsn, kafka_bootstrap, c.pool, preemption_node_timeout_s=3.0, **reconcile)
     async with _service(settings) as (decider, _), _reporting(c, nodes, running):
         await c.quota(4.0)
         await _until(_registered(decider, c.pool, 1))

@@ -172,13 +172,13 @@ class PoolRuntime:
         self.periods.tick(running.spec, now)
         return True
 
-    def void_failure(self, at: float) -> bool:
-        """A stop decided at `at` logged a failed period, but the run had already ended on its own
-        (the live service learns it later, from the acks and exits: docs/attempts.md): withdraw
-        the failure, so neither eta's feedback nor the node cost (F_v, spec 5.2) counts an eviction
-        that evicted nothing. The interrupted period stays void (neither success nor failure), as
-        the live service reports it. False if no failure was logged at `at`."""
-        return self.ledger.retract_failure(at)
+    def stop_was_finish(self, at: float | None, *, cut_short: bool) -> bool:
+        """A stop decided at `at` (None: it logged no failure) met a run that had finished on its
+        own (docs/attempts.md): its failed period is withdrawn (eta's feedback and F_v, spec 5.2,
+        count no eviction that evicted nothing), the period it cut short is a success, as any
+        finished run's last one. False if no failure was logged at `at`."""
+        self.ledger.success(self.now, 1 if cut_short else 0)
+        return at is not None and self.ledger.retract_failure(at)
 
     def next_period_end(self, task_id: TaskId) -> float | None:
         """When the running task's next guarantee period closes (spot only)."""

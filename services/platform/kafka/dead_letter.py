@@ -69,6 +69,40 @@ def describe_error(exc: BaseException) -> str:
     return reason[:MAX_REASON_CHARS]
 
 
+# The decoder's own refusals (schemas/decoding.py) keep their kind as the code; any other field
+# error is `invalid_payload`.
+_DECODER_KINDS = frozenset(
+    {"envelope_type", "missing_event_type", "unknown_event_type", "unsupported_schema_version"}
+)
+
+
+def reason_code(exc: BaseException) -> str:
+    """The machine-readable code of `exc` for a dead letter's `reason`: the code an error names
+    itself (a `reason_code` attribute: refusals, a record that failed to store), the decoder's
+    kind, or one per family of decode failure; `failed` for anything else."""
+    named = getattr(exc, "reason_code", None)
+    if isinstance(named, str):
+        return named
+    if isinstance(exc, ValidationError):
+        errors = exc.errors(include_url=False)
+        kind = str(errors[0].get("type", "")) if errors else ""
+        return kind if kind in _DECODER_KINDS else "invalid_payload"
+    if isinstance(exc, json.JSONDecodeError):
+        return "malformed_json"
+    if isinstance(exc, UnicodeDecodeError):
+        return "not_utf8"
+    return "failed"
+
+
+class Refused(ValueError):
+    """A record that decoded but is refused, for a reason with a code (`reason_code`: the
+    dead letter's `reason`; the message, its `error`)."""
+
+    def __init__(self, reason_code: str, message: str) -> None:
+        super().__init__(message)
+        self.reason_code = reason_code
+
+
 def build_dead_letter(
     record: FailedRecord, *, error: BaseException, failed_at: datetime, producer: str
 ) -> Envelope[DeadLetter]:
@@ -84,6 +118,7 @@ def build_dead_letter(
         original_sha256=hashlib.sha256(value).hexdigest(),
         truncated=len(kept) < len(value),
         error=describe_error(error),
+        reason=reason_code(error),
         source_topic=record.topic,
         source_partition=record.partition,
         source_offset=record.offset,

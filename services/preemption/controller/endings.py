@@ -31,7 +31,7 @@ from services.preemption.controller.binds import Binder
 from services.preemption.controller.explanations import explanation_dict
 from services.preemption.controller.ids import CommandIds
 from services.preemption.controller.ledger import CommandLedger
-from services.preemption.controller.periods import closes
+from services.preemption.controller.periods import closes, cut_short, finished_at
 from services.preemption.controller.quota import PoolQuota
 from services.preemption.controller.settings import ControllerSettings
 from services.preemption.controller.types import (
@@ -96,11 +96,13 @@ class Endings:
         since_checkpoint = stop.run_s if checkpoint is None else stop.run_s % checkpoint
         lost = since_checkpoint * spec.gpus_per_worker * spec.workers
         period_closes: list[BaseModel] = []
+        finish_close = None
         if spec.task_class is WireClass.SPOT:
             start = now - stop.run_s
             period_closes = closes(
                 self.pool, tid, task, start, now, stop.successes, failed=stop.failed_period
             )
+            finish_close = cut_short(self.pool, tid, task, start, now)
         nodes = sorted({b.node for b in task.binds.values()})
         why = explanation_dict(self.driver.runtime.explain(TaskId(tid)))
         run = task.run
@@ -179,6 +181,7 @@ class Endings:
                 dict(task.started),
                 preemptor=stop.preemptor,
                 decided_s=self.driver.runtime.now,
+                finish_close=finish_close,
             )
             # The driver keeps its deadline and the GPUs it holds per node (held starts wait on them).
             gpus = {n: frozenset(g for p in placements if p.node == n for g in p.gpu_indices) for n in nodes}
@@ -275,15 +278,21 @@ class Endings:
                 out.extend(self.binder.release(tid, now, "its previous attempt ended"))
             return out
         # Every worker exited on its own while the eviction was in flight: the run finished. No
-        # TaskEvicted, no failed guarantee period; the requeued task is withdrawn from the runtime
-        # (or its next attempt, whose binds are still held, is dropped).
+        # TaskEvicted; the period the stop cut short closes SUCCEEDED at the exit, as any finished
+        # run's last period does (a FAILED one would feed the quota an eviction nobody suffered;
+        # none at all would drop a success from its feedback). The requeued task is withdrawn from
+        # the runtime (or its next attempt, whose binds are still held, is dropped).
+        end_at = ending.exited_at or utc(now)
         out.events += ending.closes[:-1] if ending.failed_close else ending.closes
-        if ending.failed_close:
-            # The runtime logged the failure when it decided the eviction: withdraw it there too.
-            self.driver.runtime.void_failure(ending.decided_s)
+        if ending.finish_close is not None:
+            out.events.append(finished_at(ending.finish_close, end_at))
+        # The runtime logged the failure when it decided the eviction: a success instead there too.
+        self.driver.runtime.stop_was_finish(
+            ending.decided_s if ending.failed_close else None, cut_short=ending.finish_close is not None
+        )
         codes = [ending.run.own_exits[w] for w in sorted(ending.run.own_exits)]
         code = next((c for c in codes if c != 0), 0)
-        out.events.append(TaskFinished(task_id=tid, exit_code=code, finished_at=ending.exited_at or utc(now)))
+        out.events.append(TaskFinished(task_id=tid, exit_code=code, finished_at=end_at))
         detail = {"exit_code": code, "attempt": ending.run.number, "during_eviction": True}
         out.decisions.append(Decision(tid, "finished", now, detail))
         if ending.requeued and tid in self.tasks:

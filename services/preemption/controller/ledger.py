@@ -9,13 +9,17 @@ ledger is what the check reads, so it owns what was issued:
 - `evictions`: every EvictCommand issued, with its node, tasks and attempt, and whether its ack (or,
   NODE_LOST, the command itself) was recorded;
 - `aliases`: a re-issued eviction -> the eviction it stands for (its ack answers that one).
-Entries are never dropped: a late ack of an earlier attempt must still pass the check (it is then
-applied as a no-op), and a replay rebuilds the same ledger.
+A late ack of an earlier attempt must still pass the check (it is then applied as a no-op), so the
+entries of a task stay while it is in the pool; once it has left (finished, withdrawn, evicted for
+good) they are dropped `keep_s` later (`sweep`, from the pool's tick: a journaled input, so a
+replay rebuilds the same ledger), and a later ack of one is refused as unmatched. Without that the
+ledger would grow by every command for as long as the service runs (issue 38).
 """
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 
 from schemas.commands import EvictAck
 from schemas.workers import WorkerExited, WorkerStarted
@@ -31,6 +35,8 @@ class CommandLedger:
         self.bound: dict[uuid.UUID, _Bound] = {}
         self.evictions: dict[uuid.UUID, _Eviction] = {}
         self.aliases: dict[uuid.UUID, uuid.UUID] = {}
+        self._gone: dict[str, float] = {}  # task -> when a sweep first found it out of the pool
+        self._next_sweep = float("-inf")
 
     def bind_issued(self, command_id: uuid.UUID, bound: _Bound) -> None:
         self.bound[command_id] = bound
@@ -93,3 +99,28 @@ class CommandLedger:
         if ack.attempt is not None and ack.attempt != bound.attempt:
             return f"attempt {ack.attempt} differs from the bind's attempt {bound.attempt}"
         return None
+
+    def sweep(self, now: float, in_pool: Callable[[str], bool], keep_s: float) -> int:
+        """Drop the commands whose tasks have all been out of the pool (`in_pool` false) for at
+        least `keep_s`; returns how many. Runs at most every `keep_s / 24` (a task's commands go
+        between `keep_s` and `keep_s` plus two sweeps after it left)."""
+        if now < self._next_sweep:
+            return 0
+        self._next_sweep = now + keep_s / 24
+        tasks = {b.task_id for b in self.bound.values()}
+        tasks |= {t for e in self.evictions.values() for t in e.task_ids}
+        for task in tasks:
+            if in_pool(task):
+                self._gone.pop(task, None)
+            else:
+                self._gone.setdefault(task, now)
+        expired = {t for t, since in self._gone.items() if now - since >= keep_s}
+        drop_binds = [c for c, b in self.bound.items() if b.task_id in expired]
+        drop_evictions = [c for c, e in self.evictions.items() if set(e.task_ids) <= expired]
+        for command_id in drop_binds:
+            del self.bound[command_id]
+        for command_id in drop_evictions:
+            del self.evictions[command_id]
+        self.aliases = {c: o for c, o in self.aliases.items() if c in self.evictions and o in self.evictions}
+        self._gone = {t: since for t, since in self._gone.items() if t in tasks and t not in expired}
+        return len(drop_binds) + len(drop_evictions)

@@ -7,11 +7,15 @@ the timer when it ran out (the pool's `tick`), or by the stop or finish that end
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
+
 from pydantic import BaseModel
 
 from schemas.tasks import GuaranteeOutcome, GuaranteePeriodClosed
 from services.core.guarantee import GUARANTEE_PERIOD_S
 from services.preemption.controller.types import _Task, utc
+
+_EPS_S = 1e-6  # a stop this close to a period's start cut nothing short (float sums of periods)
 
 
 def closes(
@@ -29,6 +33,22 @@ def closes(
         period_start = start + task.periods_closed * GUARANTEE_PERIOD_S
         events.append(close(pool, tid, task, min(period_start, now), now, GuaranteeOutcome.FAILED))
     return events
+
+
+def cut_short(pool: str, tid: str, task: _Task, start: float, now: float) -> GuaranteePeriodClosed | None:
+    """The period of the run started at `start` that a stop at `now` cut short, as the SUCCEEDED
+    close a finish would report (the periods before it already closed: call after `closes`); None
+    when the stop fell on a period's boundary. Not counted: the run is over."""
+    period_start = start + task.periods_closed * GUARANTEE_PERIOD_S
+    if now - period_start <= _EPS_S:
+        return None
+    return close(pool, tid, task, period_start, now, GuaranteeOutcome.SUCCEEDED)
+
+
+def finished_at(closed: GuaranteePeriodClosed, end: datetime) -> GuaranteePeriodClosed:
+    """`closed` ending when the run finished instead (inside the period, never before its start)."""
+    limit = closed.period_start + timedelta(seconds=GUARANTEE_PERIOD_S)
+    return closed.model_copy(update={"period_end": max(closed.period_start, min(end, limit))})
 
 
 def ran_out(pool: str, tid: str, task: _Task, run_start: float, end: float) -> GuaranteePeriodClosed:

@@ -175,7 +175,12 @@ class PoolController:
             last_quota=self.last_quota, now=now,
         )  # fmt: skip
         out.extend(warnings)
+        self.ledger.sweep(now, self._in_pool, self.settings.command_keep_s)
         return out
+
+    def _in_pool(self, task_id: str) -> bool:
+        """Queued, running or with an attempt still ending: its commands may still be answered."""
+        return task_id in self.tasks or task_id in self.endings
 
     # ----- passes and clock ticks -----------------------------------------------------------------
     def schedule(self, now: float, *, preemption: bool = True) -> Effects:

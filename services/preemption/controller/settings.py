@@ -40,6 +40,9 @@ class ControllerSettings:
     # How long after its submission an ended task's id still rejects a second submission
     # (seen_tasks.py: the redelivery window).
     seen_window_s: float = DEFAULT_WINDOW_S
+    # How long the command ledger keeps the commands of a task that left the pool (finished,
+    # withdrawn, evicted for good): a later ack of one is refused as unmatched (ledger.py).
+    command_keep_s: float = 86400.0
 
     def __post_init__(self) -> None:
         if self.policy in LEASE_POLICIES:
@@ -52,6 +55,8 @@ class ControllerSettings:
             raise ValueError("grace_s and ack_margin_s must not be negative")
         if self.bind_start_timeout_s <= 0 or self.unknown_after_s < 0:
             raise ValueError("bind_start_timeout_s must be positive and unknown_after_s not negative")
+        if self.command_keep_s <= 0:
+            raise ValueError("command_keep_s must be positive")
 
 
 QUOTA_MODES = ("freeze", "override")

@@ -19,6 +19,7 @@ from pydantic import BaseModel
 from schemas.commands import BindCommand, EvictCommand, WarnCommand
 from schemas.tasks import (
     EvictionReason,
+    GuaranteePeriodClosed,
     Placement,
     RejectionReason,
     TaskSubmitted,
@@ -119,3 +120,7 @@ class _Ending:
     exited_at: datetime | None = None
     preemptor: str | None = None  # the HP task that needed the GPUs (a re-issued eviction names it)
     decided_s: float = 0.0  # the runtime's time of the stop (its failed period was logged then)
+    # The period the stop cut short, closed SUCCEEDED if the run turns out to have finished on its
+    # own (a finish closes its last period as a success, docs/attempts.md); None: no period was
+    # running (a stop at a period boundary, or not spot).
+    finish_close: GuaranteePeriodClosed | None = None

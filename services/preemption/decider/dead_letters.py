@@ -16,7 +16,7 @@ import logging
 from aiokafka import ConsumerRecord
 from pydantic import BaseModel
 
-from services.platform.kafka.dead_letter import DeadLetterPublisher
+from services.platform.kafka.dead_letter import DeadLetterPublisher, Refused
 from services.platform.kafka.producer import EnvelopeProducer
 from services.preemption.decider.counters import Instruments, Stats
 from services.preemption.decider.names import LOGGER, PRODUCER
@@ -63,7 +63,7 @@ class DeadLetters:
         self.note_refused(report, reason)
         what = getattr(report, "command_id", None) or getattr(report, "node", "")
         log.warning("preemption: refused %s %s (%s): %s", type(report).__name__, what, reason, why)
-        await self._publish(record, ValueError(f"{type(report).__name__} refused: {why}"))
+        await self._publish(record, Refused(reason, f"{type(report).__name__} refused: {why}"))
 
     async def _publish(self, record: ConsumerRecord[bytes, bytes], exc: Exception) -> None:
         """The letter of an inbox record, by the platform's publisher (none without a producer)."""

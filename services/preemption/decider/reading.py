@@ -124,12 +124,18 @@ class Reader:
                 state.last_seen[payload.node] = max(fresh, state.last_seen.get(payload.node, fresh))
                 if not ticked and payload.running is not None:
                     # The agent's report of its workers (reconcile_rules.py): journaled when new.
+                    # On the receiver's clock (`fresh`, clamped like liveness): an agent whose
+                    # clock ran ahead once would otherwise make every later report look older
+                    # than that one and never be journaled again (issue 38).
                     running = reconcile_rules.report_of(
-                        payload.sampled_at.timestamp(),
+                        fresh,
                         ((w.task_id, w.attempt, w.worker_index) for w in payload.running),
                     )
                     last = controller.reports.get(payload.node)
-                    every = self.settings.preemption_report_every_s
+                    # Unknown work is judged on journaled reports: an unchanged one journaled only
+                    # every report_every_s would stop it after the larger of the two delays.
+                    every = max(1.0, min(self.settings.preemption_report_every_s,
+                                         self.settings.preemption_unknown_work_after_s))  # fmt: skip
                     if reconcile_rules.worth_journaling(last, running, every):
                         report = NodeReportEntry(node=payload.node, report=running, at=now)
                 if payload.node in controller.nodes and payload.node not in controller.down:

@@ -26,6 +26,8 @@ _DATA_CLASSES = frozenset({"22", "23", "54"})
 class StoreFailedError(RuntimeError):
     """The dead letter's error: the record could not be stored (the cause is in the message)."""
 
+    reason_code = "store_failed"
+
 
 def caused_by_record(exc: BaseException) -> bool:
     """Whether `exc`, raised while deciding or storing one record, is the record's fault."""

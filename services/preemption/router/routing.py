@@ -50,7 +50,7 @@ from schemas.topics import (
 from schemas.workers import WorkerExited, WorkerStarted
 from services.platform.kafka.batches import BatchMode
 from services.platform.kafka.consumer import consume
-from services.platform.kafka.dead_letter import DeadLetterPublisher
+from services.platform.kafka.dead_letter import DeadLetterPublisher, Refused
 from services.platform.kafka.processing import NO_RETRY, ConsumeStats, MessageContext
 from services.platform.kafka.producer import EnvelopeProducer
 from services.platform.kafka_security import PLAINTEXT, KafkaSecurity
@@ -88,6 +88,8 @@ def inbox_spec(partitions: int) -> TopicSpec:
 
 class UnroutableError(LookupError):
     """No pool is known for the record (sent to the dead-letter topic)."""
+
+    reason_code = "unroutable"
 
 
 @dataclass(slots=True)
@@ -161,9 +163,8 @@ class Router:
             if verdict.refusal is not None:
                 self.unauthenticated += 1
                 self.on_refused(envelope.payload, verdict.refusal.value)
-                await self._dead_letter(
-                    envelope, context, ValueError(f"NodeTelemetry refused: {verdict.why(envelope.payload)}")
-                )
+                why = f"NodeTelemetry refused: {verdict.why(envelope.payload)}"
+                await self._dead_letter(envelope, context, Refused(verdict.refusal.value, why))
                 return
         try:
             found = stored.get(envelope.event_id) or await self._pool_of_stored(envelope)

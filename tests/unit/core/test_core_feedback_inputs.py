@@ -5,8 +5,9 @@ Failures: an eviction to make room for an HP task (spec 4.2, 5.4) and a lease no
 a period (the lease baseline, spec 8 #7). Not failures (the interrupted period is void, completed
 periods are successes): a node going down, a cancel; a finish is successes whatever the worker's
 exit code (the core sees no exit codes; the live service finishes non-zero exits the same way);
-an eviction that met a run which had already ended on its own (`void_failure`, the live service
-learns it from the acks: docs/attempts.md).
+an eviction that met a run which had already ended on its own (`stop_was_finish`, the live
+service learns it from the acks: docs/attempts.md): its failure is withdrawn and the period it cut
+short is a success, as a finish's last period is.
 
 World (as test_core_runtime's): two 2-GPU nodes; spot A (2 GPUs) on n0 since 0, spot B (2 GPUs)
 on n1 since 1000. Every stop is at t = 5000: A has run 5000 s (1 full period + 1400 s), B 4000 s
@@ -48,7 +49,8 @@ def _evicted_for_hp(rt: PoolRuntime) -> None:
 
 def _evicted_after_it_exited(rt: PoolRuntime) -> None:
     _evicted_for_hp(rt)
-    assert rt.void_failure(T)  # the acks said B had already finished: its failure is withdrawn
+    # The acks said B had already finished: its failure is withdrawn, its cut period a success.
+    assert rt.stop_was_finish(T, cut_short=True)
 
 
 def _lease_not_renewed(rt: PoolRuntime) -> None:
@@ -71,8 +73,8 @@ class Row:
 ROWS = [
     # B: floor(4000 / 3600) = 1 success, the interrupted period 1 failure.
     Row("evicted-for-hp", _evicted_for_hp, 1, 1),
-    # As above, then withdrawn: 1 success, no failure (the interrupted period is void).
-    Row("evicted-after-it-exited", _evicted_after_it_exited, 0, 1),
+    # As above, then found finished: no failure, 2 successes (as the finish below).
+    Row("evicted-after-it-exited", _evicted_after_it_exited, 0, 2),
     # B's completed period counts, the interrupted one is void.
     Row("node-down", lambda rt: rt.node_down(1, T), 0, 1),
     Row("cancelled", lambda rt: rt.cancel(TaskId("B"), T), 0, 1),
@@ -91,11 +93,13 @@ def test_only_evictions_fail_a_period(row: Row) -> None:
     assert rt.ledger.recent(T) == (row.failed, row.succeeded)  # what eta's feedback reads
 
 
-def test_void_failure_needs_a_failure_logged_at_that_time() -> None:
+def test_a_stop_that_was_a_finish_withdraws_only_a_failure_logged_at_that_time() -> None:
     rt = _world()
     _evicted_for_hp(rt)
-    assert not rt.void_failure(T - 1.0)  # nothing was logged at 4999: the ledger is unchanged
+    assert not rt.stop_was_finish(T - 1.0, cut_short=False)  # nothing was logged at 4999
     assert rt.ledger.failed_total == 1
-    assert rt.void_failure(T)
-    assert not rt.void_failure(T)  # once only
-    assert rt.ledger.failed_total == 0
+    assert not rt.stop_was_finish(None, cut_short=False)  # a stop that logged no failure
+    assert rt.ledger.failed_total == 1
+    assert rt.stop_was_finish(T, cut_short=False)
+    assert not rt.stop_was_finish(T, cut_short=False)  # once only
+    assert (rt.ledger.failed_total, rt.ledger.succeeded_total) == (0, 1)

@@ -17,8 +17,10 @@ from services.platform.kafka.dead_letter import (
     MAX_ORIGINAL_BYTES,
     MAX_REASON_CHARS,
     FailedRecord,
+    Refused,
     build_dead_letter,
     describe_error,
+    reason_code,
 )
 
 SUBMIT = "gfs.tasks.submit"
@@ -131,3 +133,44 @@ def test_tombstone_value_is_an_empty_original() -> None:
     record = FailedRecord(topic=SUBMIT, partition=0, offset=0, value=None, consumer_group="g")
     letter = build_dead_letter(record, error=ValueError("empty"), failed_at=FAILED_AT, producer="p").payload
     assert letter.original == ""
+
+
+def _code_for(raw: bytes) -> str:
+    with pytest.raises(ValueError) as caught:
+        decode(SUBMIT, raw)
+    return reason_code(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("raw", "code"),
+    [
+        (b'{"event_type": "TaskSubmitted", ', "malformed_json"),
+        (b'{"a": "\xff"}', "not_utf8"),
+        (b"[1, 2]", "envelope_type"),
+        (json.dumps({**_submitted_dict(), "event_type": 7}).encode(), "missing_event_type"),
+        (json.dumps({**_submitted_dict(), "event_type": "Nope"}).encode(), "unknown_event_type"),
+        (json.dumps({**_submitted_dict(), "schema_version": 2}).encode(), "unsupported_schema_version"),
+        (json.dumps(_submitted_dict(workers=0)).encode(), "invalid_payload"),
+    ],
+)
+def test_each_decode_failure_has_its_reason_code(raw: bytes, code: str) -> None:
+    assert _code_for(raw) == code
+
+
+def test_a_refusal_and_an_error_that_names_its_code_keep_it_and_anything_else_is_failed() -> None:
+    refused = Refused("signature_mismatch", "EvictAck refused: signed under another key")
+    record = FailedRecord(
+        topic="gfs.commands.evict-ack", partition=0, offset=3, value=b"{}", consumer_group="g"
+    )
+    letter = build_dead_letter(record, error=refused, failed_at=FAILED_AT, producer="test").payload
+    assert letter.reason == "signature_mismatch"
+    assert letter.error == "Refused: EvictAck refused: signed under another key"
+
+    class Named(RuntimeError):
+        reason_code = "store_failed"
+
+    assert reason_code(Named("x")) == "store_failed"
+    assert reason_code(RuntimeError("boom")) == "failed"
+    # The code is part of the wire contract: a letter with a malformed code does not validate.
+    with pytest.raises(ValueError, match="reason"):
+        DeadLetter.model_validate(letter.model_dump() | {"reason": "Not A Code"})

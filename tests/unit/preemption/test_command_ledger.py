@@ -101,3 +101,36 @@ def test_an_eviction_is_reported_once_and_is_then_no_longer_unanswered() -> None
     lost = uuid.UUID(int=4)
     ledger.eviction_issued(lost, _Eviction("n2", ("X",), 1, reported=True))
     assert ledger.unanswered(lost) is None and ledger.report(lost) is False
+
+
+def test_a_tasks_commands_are_dropped_a_keep_window_after_it_left_the_pool_and_not_before() -> None:
+    ledger = _ledger()
+    gang = uuid.UUID(int=3)  # one eviction of two tasks: kept while either is in the pool
+    again = uuid.UUID(int=4)  # a re-issue of EVICT: its alias goes with it
+    ledger.eviction_issued(gang, _Eviction("n2", ("B", "C"), 1))
+    ledger.eviction_issued(again, _Eviction("n1", ("B",), 2), replaces=EVICT)
+    in_pool = {"B", "C"}
+    keep = 24 * 3600.0
+    every = keep / 24
+    assert ledger.sweep(0.0, in_pool.__contains__, keep) == 0
+    in_pool -= {"B"}  # B finished at about t = 0; C still runs
+    assert ledger.sweep(every, in_pool.__contains__, keep) == 0  # B first found gone here
+    assert ledger.sweep(keep, in_pool.__contains__, keep) == 0  # gone keep - every: not yet
+    assert ledger.sweep(keep + every, in_pool.__contains__, keep) == 3  # B's bind and two evictions
+    assert set(ledger.bound) == set() and set(ledger.evictions) == {gang} and ledger.aliases == {}
+    assert "no eviction" in (ledger.refusal(_evict_ack()) or "")  # a later ack of B's: unmatched
+    # C leaves: the gang's eviction goes a window later; a sweep waits keep / 24 after the last one.
+    in_pool.clear()
+    assert ledger.sweep(keep + every + 1.0, in_pool.__contains__, keep) == 0  # too soon to sweep
+    assert ledger.sweep(keep + 2 * every, in_pool.__contains__, keep) == 0  # C first found gone
+    assert ledger.sweep(2 * keep + 2 * every, in_pool.__contains__, keep) == 1
+    assert not ledger.evictions and not ledger._gone
+
+
+def test_a_task_back_in_the_pool_keeps_its_commands() -> None:
+    ledger = _ledger()
+    keep = 3600.0
+    ledger.sweep(0.0, lambda _t: False, keep)  # B out (between a finish and a resubmission)
+    ledger.sweep(keep / 2, lambda _t: True, keep)  # back: its clock starts again
+    assert ledger.sweep(keep + 1.0, lambda _t: False, keep) == 0
+    assert set(ledger.bound) == {BIND} and set(ledger.evictions) == {EVICT}

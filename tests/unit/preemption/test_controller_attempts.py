@@ -83,8 +83,14 @@ def test_an_exit_0_that_arrives_after_the_not_running_ack_is_a_normal_finish() -
     assert isinstance(finished, TaskFinished) and finished.exit_code == 0
     assert finished.finished_at == _at(2001)
     assert not [e for e in out.events if isinstance(e, TaskEvicted)]
-    # B ran 999 s of its first hour: no period closed (no failed one), and B is not queued.
-    assert not [e for e in out.events if isinstance(e, GuaranteePeriodClosed)]
+    # B ran under an hour: its first period closes SUCCEEDED at the exit, as any finish's last
+    # period does (never FAILED: nothing was evicted), once; and B is not queued.
+    closed = [e for e in out.events if isinstance(e, GuaranteePeriodClosed)]
+    assert [(c.outcome, c.period_end) for c in closed] == [(GuaranteeOutcome.SUCCEEDED, _at(2001))]
+    assert closed[0].period_start < closed[0].period_end and closed[0].task_id == "B"
+    assert [type(e).__name__ for e in out.events] == ["GuaranteePeriodClosed", "TaskFinished"]
+    # The runtime's ledger agrees: the failure it logged at the decision became a success.
+    assert (w.c.runtime.ledger.failed_total, w.c.runtime.ledger.succeeded_total) == (0, 1)
     assert "B" not in w.c.tasks and "B" not in w.c.runtime.queued_ids()
 
 
@@ -105,7 +111,9 @@ def test_a_start_read_after_the_eviction_then_an_exit_0_is_started_then_finished
     assert [type(e).__name__ for e in started.events] == ["TaskStarted"]
     w.event(_ack(evict, EvictOutcome.NOT_RUNNING, 2003), 2003)
     out = w.event(_exit(bind_b, 0, 2001), 2004)
-    assert [type(e).__name__ for e in out.events] == ["TaskFinished"]
+    assert [type(e).__name__ for e in out.events] == ["GuaranteePeriodClosed", "TaskFinished"]
+    closed = _one(out.events, GuaranteePeriodClosed)
+    assert isinstance(closed, GuaranteePeriodClosed) and closed.outcome is GuaranteeOutcome.SUCCEEDED
 
 
 def test_an_attempt_never_started_because_the_eviction_came_first_was_evicted() -> None:
@@ -229,3 +237,17 @@ def test_a_task_placed_on_a_victims_gpus_in_a_later_pass_waits_too() -> None:
     assert not [c for c in w.c.tick(T0 + 139).commands if isinstance(c, BindCommand)]
     released = {c.task_id for c in w.c.tick(T0 + 140.5).commands if isinstance(c, BindCommand)}
     assert released == {"H", "S"}
+
+
+def test_the_commands_of_a_task_that_left_the_pool_are_dropped_a_day_later() -> None:
+    w, bind_a, bind_b, evict = _evicted_b()
+    w.event(_ack(evict, EvictOutcome.NOT_RUNNING, 2002), 2002)
+    w.event(_exit(bind_b, 0, 2001), 2003)  # B finished during its eviction: out of the pool
+    ledger = w.c.ledger
+    assert bind_b.command_id in ledger.bound and evict.command_id in ledger.evictions
+    w.feed(("tick", {}, T0 + 2004))  # the sweep finds B gone
+    w.feed(("tick", {}, T0 + 2004 + 86400 - 3600))  # under a day: kept
+    assert bind_b.command_id in ledger.bound
+    w.feed(("tick", {}, T0 + 2004 + 86400))
+    assert bind_b.command_id not in ledger.bound and evict.command_id not in ledger.evictions
+    assert bind_a.command_id in ledger.bound  # A still runs: its commands stay

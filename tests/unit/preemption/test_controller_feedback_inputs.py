@@ -2,7 +2,7 @@
 is a failed guarantee period, both in the quota service's book (fed the controller's
 GuaranteePeriodClosed events: eta's feedback) and in the controller's runtime ledger (the node
 cost's F_v). Not failures: a lost node, a cancel, a worker's own non-zero exit, an eviction that
-met a run which had already exited.
+met a run which had already exited (a finish: its period succeeded).
 
 World: test_controller's `_spot_world` (two 2-GPU nodes; spot A on n0 since t=1, spot B on n1
 since t=1001, both 2 GPUs, quota 4). Each row stops B around t=2000 (B ran 999 s: no period
@@ -68,8 +68,9 @@ class Row:
 
 ROWS = [
     Row("preempted-by-hp", _preempted, 1, 0),
-    # Void: the run finished on its own (docs/attempts.md), so no period fails.
-    Row("evicted-after-it-exited", _evicted_after_exit, 0, 0),
+    # The run finished on its own (docs/attempts.md): no period fails, and its first period is a
+    # success, as any finish's (the row below).
+    Row("evicted-after-it-exited", _evicted_after_exit, 0, 1),
     Row("node-lost", _node_lost, 0, 0),
     Row("cancelled", _cancelled, 0, 0),
     # A finish: one success for the partial first period (spec 4.2), exit code 3 or not.
