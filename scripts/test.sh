@@ -7,8 +7,9 @@
 # - The integration tier (real Kafka, Postgres, Jaeger, Prometheus) runs on two workers too
 #   (--dist loadgroup: a module's tests, or a group of modules that must not run side by side,
 #   on one worker; tests/integration/conftest.py), every test on its own pool, schema, groups and
-#   ports. Its disruptive tests (the broker or Postgres stopped, the shared topics flooded) then
-#   run alone, in one process, after everything else.
+#   ports. Its disruptive tests (the broker or Postgres stopped, the shared topics flooded, the
+#   demo's twelve processes on an accelerated clock, which starve the tests beside them and miss
+#   their own sample's preemptions when starved) then run alone, in one process, after the rest.
 # Arguments narrow every run (make test PYTEST_ARGS='-k quota'). Exits with pytest's status: the
 # first failing run's, 5 only when no run collected a test.
 set -uo pipefail

@@ -43,6 +43,7 @@ import asyncpg
 from schemas.topics import (
     EVICT_ACK_TOPIC,
     FORECASTS_TOPIC,
+    POOL_DEMAND_TOPIC,
     POOL_STATUS_TOPIC,
     QUOTAS_TOPIC,
     TASK_LIFECYCLE_TOPIC,
@@ -66,6 +67,8 @@ from services.toolkit.processes import free_port
 # at these topics' ends (start_group_at_end).
 ROUTER_TOPICS = (TASK_SUBMIT_TOPIC, TELEMETRY_TOPIC, QUOTAS_TOPIC, EVICT_ACK_TOPIC, WORKER_ACK_TOPIC)
 QUOTA_TOPICS = (FORECASTS_TOPIC, POOL_STATUS_TOPIC, TASK_LIFECYCLE_TOPIC)
+# And the forecast stream's: a fresh app would otherwise read the shared topics' whole history.
+FORECAST_TOPICS = (TASK_SUBMIT_TOPIC, TASK_LIFECYCLE_TOPIC, POOL_DEMAND_TOPIC)
 
 
 async def run_faults(plan: FaultPlan, *, workdir: Path, keep_schema: bool = False) -> Report:
@@ -148,6 +151,7 @@ async def run_faults(plan: FaultPlan, *, workdir: Path, keep_schema: bool = Fals
     start_offsets = await _end_offsets(settings)
     await start_group_at_end(settings.bootstrap_servers, f"faults-router-{run}", ROUTER_TOPICS)
     await start_group_at_end(settings.bootstrap_servers, f"faults-quota-{run}", QUOTA_TOPICS)
+    await start_group_at_end(settings.bootstrap_servers, f"faults-forecast-{run}", FORECAST_TOPICS)
     try:
         for s in services:
             s.start()

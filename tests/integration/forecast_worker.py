@@ -20,6 +20,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
+from live_harness import groups_from_the_end
 from quota_harness import _free_port
 
 from schemas.dead_letter import DeadLetter
@@ -36,6 +37,10 @@ BAD = b"{not json"
 
 
 SOURCES = ("gfs.tasks.submit", "gfs.tasks.lifecycle")
+# Everything a forecast worker reads: a fresh worker's group starts at their ends (`_stream`), so it
+# reads only its test's records, not the history of every test before it (nor the floods of the
+# tests running beside it: minutes on a loaded machine).
+INPUTS = (*SOURCES, "gfs.pools.demand", "gfs.control.clock")
 
 
 @contextlib.contextmanager
@@ -87,6 +92,7 @@ def _stream(
     log and port; stopped after the block."""
     app_id = f"{prefix}-{uuid.uuid4().hex[:8]}"
     port = _free_port()
+    groups_from_the_end(kafka_bootstrap, {app_id: INPUTS})
     with _worker(kafka_bootstrap, app_id, tmp_path / "worker.log", web_port=port, **extra_env) as log_path:
         yield app_id, log_path, port
 

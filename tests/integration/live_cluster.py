@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-from live_harness import ServiceProcess, Tap, tap_and_producer
+from live_harness import ServiceProcess, Tap, groups_from_the_end, tap_and_producer
 from quota_harness import _migrated
 
 from schemas.commands import BindCommand, EvictAck, EvictCommand, EvictOutcome
@@ -30,6 +30,7 @@ from schemas.quota import GuaranteeQuota, SpotQuota
 from schemas.workers import WorkerStarted
 from services.platform.kafka.producer import EnvelopeProducer
 from services.platform.signing import SignedCommand, SignedMessage, node_key, sign
+from services.preemption.router.routing import ROUTED_TOPICS
 
 TAPPED = (
     "gfs.tasks.submit",
@@ -182,6 +183,8 @@ async def live_world(
     dsn = await _migrated(database_url, schema)
     async with tap_and_producer(kafka, tapped, client_id) as (tap, producer):
         world = make(dsn, kafka, tmp, tap, producer)
+        # Its router's new group reads only what the test publishes from now on (live_harness.py).
+        groups_from_the_end(kafka, {world.base["PREEMPTION_ROUTER_GROUP"]: ROUTED_TOPICS})
         try:
             yield world
         finally:

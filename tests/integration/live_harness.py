@@ -4,13 +4,14 @@ publishes through), work run in the background for the length of a block, and a 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -19,6 +20,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from schemas.envelope import Envelope
 from schemas.topics import decode, topic
 from services.platform.kafka.producer import EnvelopeProducer
+from services.toolkit.consumer_groups import start_groups_at_end
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -186,3 +188,13 @@ class ServiceProcess:
             return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
         except OSError:
             return ""
+
+
+def groups_from_the_end(bootstrap: str, groups: Mapping[str, Sequence[str]]) -> None:
+    """Each new consumer group of a service about to start commits its topics' current ends, so
+    the service reads only what its test publishes from now on: not the shared topics' history of
+    every test before it (minutes of decoding by the end of a CI run), nor what the tests beside it
+    published before. From sync code that may run inside the test's event loop: its own thread and
+    loop."""
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        pool.submit(asyncio.run, start_groups_at_end(bootstrap, groups)).result()

@@ -18,7 +18,7 @@ from typing import Any
 
 import aiohttp
 import pytest_asyncio
-from live_harness import Tap, in_background, tap_and_producer
+from live_harness import Tap, groups_from_the_end, in_background, tap_and_producer
 from quota_harness import _free_port, _migrated
 
 from schemas.commands import BindCommand, EvictAck, EvictCommand, EvictOutcome
@@ -26,11 +26,13 @@ from schemas.envelope import wrap
 from schemas.quota import GuaranteeQuota, SpotQuota
 from schemas.tasks import TaskClass, TaskStarted, TaskSubmitted
 from schemas.telemetry import GpuSample, NodeTelemetry, RunningWorker
+from schemas.topics import CLOCK_TOPIC
 from schemas.workers import WorkerExited, WorkerStarted
 from services.platform.kafka.producer import EnvelopeProducer
 from services.platform.kafka.topic_admin import TopicsReport
 from services.platform.signing import SignedMessage, node_key, sign
 from services.preemption.decider import Decider
+from services.preemption.router.routing import ROUTED_TOPICS
 from services.preemption.service import PreemptionSettings, run_preemption_service
 
 SECRET = "it-preemption-master-secret-0123456789"
@@ -198,7 +200,11 @@ def _settings(dsn: str, kafka: str, pool: str, **kw: Any) -> PreemptionSettings:
         "preemption_api_port": 0,
         "gfs_command_secret": SECRET,
     }
-    return PreemptionSettings(**(values | kw))
+    settings = PreemptionSettings(**(values | kw))
+    if kafka:  # the router's new group reads only what is published from now on (live_harness.py)
+        topics = (*ROUTED_TOPICS, CLOCK_TOPIC) if settings.topic_clock else ROUTED_TOPICS
+        groups_from_the_end(kafka, {settings.preemption_router_group: topics})
+    return settings
 
 
 def _api_settings(dsn: str, kafka: str, pool: str, **kw: Any) -> tuple[int, PreemptionSettings]:

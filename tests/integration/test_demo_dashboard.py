@@ -54,7 +54,7 @@ from services.platform.kafka.topic_admin import TopicsReport
 from services.platform.migrations import with_search_path
 from services.toolkit.processes import free_port, free_port_run
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.disruptive]
 
 SPEED = 480.0  # the sample's day in 180 s, as `make demo`
 ARTIFACT = "lstm:lstm-observed@"  # a quota from the shipped LSTM: "<model>:<artifact>@<mtime>"

@@ -21,6 +21,7 @@ import aiohttp
 import pytest
 from forecast_worker import (
     BAD,
+    INPUTS,
     SOURCES,
     Read,
     _caught_up,
@@ -44,6 +45,7 @@ from schemas.tasks import TaskAccepted, TaskCancelled, TaskClass, TaskFinished
 from services.platform.kafka.producer import EnvelopeProducer
 from services.platform.kafka.topic_admin import TopicsReport
 from services.platform.tracing import traceparent_of
+from services.toolkit.consumer_groups import start_group_at_end
 
 pytestmark = pytest.mark.integration
 
@@ -251,6 +253,7 @@ async def test_a_restarted_stream_rebuilds_its_tables_from_the_changelogs(
     a, c, d = f"{run}-a", f"{run}-c", f"{run}-d"
     accept = lambda task: TaskAccepted(task_id=task, pool=pool, task_class=TaskClass.HP)  # noqa: E731
     forecasts_from = await _end_offsets(kafka_bootstrap, "gfs.forecasts")
+    await start_group_at_end(kafka_bootstrap, app_id, INPUTS)  # only this test's events
     async with EnvelopeProducer(bootstrap_servers=kafka_bootstrap) as producer:
         with _worker(kafka_bootstrap, app_id, tmp_path / "first.log") as log:
             await _consuming(producer, log, f"{run}-1")
@@ -314,6 +317,7 @@ async def test_on_the_topic_clock_advance_ticks_close_the_hours(
     env = {"GFS_FORECAST_CLOCK": "topic", "GFS_FORECAST_CLOCK_NAME": clock, "FORECAST_ARTIFACT": "",
            "FORECAST_TICK_S": "0.2", "FORECAST_HISTORY_ORIGIN": at(-300).isoformat()}  # fmt: skip
     forecasts_from = await _end_offsets(kafka_bootstrap, "gfs.forecasts")
+    await start_group_at_end(kafka_bootstrap, app_id, INPUTS)  # only this test's events
     async with EnvelopeProducer(bootstrap_servers=kafka_bootstrap) as producer:
         with _worker(kafka_bootstrap, app_id, tmp_path / "worker.log", **env) as log:
             await _consuming(producer, log, run)

@@ -20,11 +20,12 @@ from typing import Any
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.partitioner import DefaultPartitioner
-from forecast_worker import SOURCES, _caught_up, _consuming, _send_in_order, _submit, _worker
+from forecast_worker import INPUTS, _caught_up, _consuming, _send_in_order, _submit, _worker
 
 from schemas.tasks import TaskAccepted, TaskClass, TaskFinished
 from services.platform.kafka.producer import EnvelopeProducer
 from services.platform.kafka.topic_admin import TopicsReport
+from services.toolkit.consumer_groups import start_group_at_end
 
 pytestmark = pytest.mark.integration
 
@@ -42,20 +43,6 @@ def _same_partition(run: str, n: int) -> list[str]:
         if len(group) == n:
             return group
     raise AssertionError("no partition got enough ids")
-
-
-async def _start_at_the_end(kafka_bootstrap: str, group: str) -> None:
-    """Commit the task topics' end offsets for the worker's group before it starts: it then reads
-    only this test's events, not the topics' history (minutes on a loaded machine)."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=kafka_bootstrap, group_id=group, enable_auto_commit=False)
-    await consumer.start()
-    try:
-        parts = [TopicPartition(t, p) for t in SOURCES for p in range(6)]
-        consumer.assign(parts)
-        ends = await consumer.end_offsets(parts)
-        await consumer.commit(dict(ends.items()))
-    finally:
-        await consumer.stop()
 
 
 async def _changelog(kafka_bootstrap: str, topic: str, keys: set[str]) -> dict[str, list[bytes | None]]:
@@ -87,7 +74,7 @@ async def test_an_ended_tasks_record_is_deleted_an_hour_after_it_ended(
     a, b, c = _same_partition(run, 3)
     t0 = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) - timedelta(hours=3)
     at = lambda minutes: t0 + timedelta(minutes=minutes)  # noqa: E731
-    await _start_at_the_end(kafka_bootstrap, app_id)
+    await start_group_at_end(kafka_bootstrap, app_id, INPUTS)  # only this test's events
     async with EnvelopeProducer(bootstrap_servers=kafka_bootstrap) as producer:
         with _worker(
             kafka_bootstrap, app_id, tmp_path / "worker.log", FORECAST_TASK_KEEP_S=str(KEEP_S)

@@ -69,11 +69,14 @@ def _task(c: Cluster, tid: str) -> TaskSubmitted:
                          task_class=TaskClass.SPOT, command=("gfs", "fake-task"))  # fmt: skip
 
 
-def _letters(c: Cluster, sent: RecordMetadata) -> list[DeadLetter]:
+def _letters(c: Cluster, sent: RecordMetadata, group: str) -> list[DeadLetter]:
+    """The letters of the record `sent` from consumer `group`: every service reading the shared
+    topic (the other tests' too) dead-letters a bad record once per consumer group."""
+    where = (sent.topic, sent.partition, sent.offset)
     return c.tap.payloads(
         DeadLetter,
         lambda d: (
-            (d.source_topic, d.source_partition, d.source_offset) == (sent.topic, sent.partition, sent.offset)
+            (d.source_topic, d.source_partition, d.source_offset) == where and d.consumer_group == group
         ),
     )
 
@@ -115,10 +118,10 @@ async def test_a_nul_in_any_string_is_dead_lettered_and_the_partition_goes_on(
         await c.submit("after-the-nuls", TaskClass.SPOT, gpus=1)
 
         await _accepted_and_bound(c, "after-the-nuls")
+        router = settings.preemption_router_group
         for what, record in sent.items():
-            await _until(lambda record=record: bool(_letters(c, record)), timeout=30)
-            (letter,) = _letters(c, record)
-            assert letter.consumer_group == settings.preemption_router_group, what
+            await _until(lambda record=record: bool(_letters(c, record, router)), timeout=30)
+            (letter,) = _letters(c, record, router)
             assert "control character U+0000" in letter.error, (what, letter.error)
         assert not service.done()
         routed = await _fetchval(
@@ -174,9 +177,9 @@ async def test_a_record_that_fails_to_store_twice_is_dead_lettered_and_the_parti
         for tid in ("before", "after"):
             await _accepted_and_bound(c, tid)
         # The router could not store the route: dead-lettered by the router, from the submit topic.
-        await _until(lambda: bool(_letters(c, sent["poison-route-1"])), timeout=30)
-        (by_router,) = _letters(c, sent["poison-route-1"])
-        assert by_router.consumer_group == settings.preemption_router_group
+        router = settings.preemption_router_group
+        await _until(lambda: bool(_letters(c, sent["poison-route-1"], router)), timeout=30)
+        (by_router,) = _letters(c, sent["poison-route-1"], router)
         assert "could not be stored (2 attempts" in by_router.error
         assert "test poison in the route of poison-route-1" in by_router.error
 
