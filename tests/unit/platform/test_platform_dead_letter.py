@@ -37,10 +37,14 @@ def _submitted_dict(**payload_changes: object) -> dict[str, object]:
     return data
 
 
-def _reason_for(raw: bytes) -> str:
+def _decode_error(raw: bytes) -> ValueError:
     with pytest.raises(ValueError) as caught:
         decode(SUBMIT, raw)
-    return describe_error(caught.value)
+    return caught.value
+
+
+def _reason_for(raw: bytes) -> str:
+    return describe_error(_decode_error(raw))
 
 
 @pytest.mark.parametrize(
@@ -135,12 +139,6 @@ def test_tombstone_value_is_an_empty_original() -> None:
     assert letter.original == ""
 
 
-def _code_for(raw: bytes) -> str:
-    with pytest.raises(ValueError) as caught:
-        decode(SUBMIT, raw)
-    return reason_code(caught.value)
-
-
 @pytest.mark.parametrize(
     ("raw", "code"),
     [
@@ -154,7 +152,7 @@ def _code_for(raw: bytes) -> str:
     ],
 )
 def test_each_decode_failure_has_its_reason_code(raw: bytes, code: str) -> None:
-    assert _code_for(raw) == code
+    assert reason_code(_decode_error(raw)) == code
 
 
 def test_a_refusal_and_an_error_that_names_its_code_keep_it_and_anything_else_is_failed() -> None:
