@@ -95,6 +95,13 @@ class Live:
             "PYTHONUNBUFFERED": "1",
         }
 
+    def owns(self, payload: Any) -> bool:
+        """Whether a tapped message is this run's: every pool and node a whole-cluster test names
+        carries `run`; one that names neither (TaskFinished, a dead letter) is kept."""
+        named = getattr(payload, "pool", None) or getattr(payload, "gpu_model", None)
+        named = named if isinstance(named, str) else getattr(payload, "node", None)
+        return not isinstance(named, str) or self.run in named.lower()
+
     def signed(self, message: SignedCommand) -> SignedCommand:
         """An agent's message signed with its node's key, as the agent signs it."""
         return sign(message, key=node_key(self.secret.encode(), message.node))
@@ -183,6 +190,7 @@ async def live_world(
     dsn = await _migrated(database_url, schema)
     async with tap_and_producer(kafka, tapped, client_id) as (tap, producer):
         world = make(dsn, kafka, tmp, tap, producer)
+        tap.keep = world.owns  # the tests beside it use the same task ids ("A", "H1")
         # Its router's new group reads only what the test publishes from now on (live_harness.py).
         groups_from_the_end(kafka, {world.base["PREEMPTION_ROUTER_GROUP"]: ROUTED_TOPICS})
         try:

@@ -56,6 +56,15 @@ class Cluster:
     def node(self, i: int) -> str:
         return f"{self.pool.lower()}-n{i}"
 
+    def owns(self, payload: Any) -> bool:
+        """Whether a tapped message is about this pool (its pool, or one of its nodes); one that
+        names neither (TaskFinished, TaskRejected, a dead letter) is kept, the test filters it."""
+        pool = getattr(payload, "pool", None) or getattr(payload, "gpu_model", None)
+        if isinstance(pool, str):
+            return pool == self.pool
+        node = getattr(payload, "node", None)
+        return not isinstance(node, str) or node.startswith(f"{self.pool.lower()}-")
+
     def node_telemetry(
         self,
         node: str,
@@ -238,7 +247,9 @@ async def cluster_world(
     """A migrated scratch schema, a tap on `tapped` and a producer: the test in the agents' seat."""
     dsn = await _migrated(database_url, schema)
     async with tap_and_producer(kafka_bootstrap, tapped, client_id) as (tap, producer):
-        yield Cluster(producer, tap), dsn
+        cluster = Cluster(producer, tap)
+        tap.keep = cluster.owns  # only this pool's messages: other tests use the same task ids
+        yield cluster, dsn
 
 
 @pytest_asyncio.fixture(loop_scope="session")
