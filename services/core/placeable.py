@@ -52,14 +52,7 @@ def fit_workers(cap: np.ndarray, spec: TaskSpec) -> bool:
         return True
     k = spec.whole_gpus_per_worker
     if spec.workers == 1:
-        # One worker: the node with the least capacity that holds it, the lowest index on a tie
-        # (what the general fill below gives; most queued tasks have one worker).
-        holds = cap + _EPS >= k
-        if not holds.any():
-            return False
-        node = int(np.argmin(np.where(holds, cap, np.inf)))
-        cap[node] -= k
-        return True
+        return fit_one(cap, k)[0] >= 0
     slots = np.floor((cap + _EPS) / k).astype(np.int64)
     if int(slots.sum()) < spec.workers:
         return False
@@ -73,6 +66,20 @@ def fit_workers(cap: np.ndarray, spec: TaskSpec) -> bool:
     take[last + 1 :] = 0
     cap[order] -= take * k
     return True
+
+
+def fit_one(cap: np.ndarray, k: int) -> tuple[int, float]:
+    """One worker of `k` whole GPUs: the node with the least capacity that holds it, the lowest
+    index on a tie (what `fit_workers`' general fill gives; most queued tasks have one worker),
+    taken from `cap`. Returns the node and its capacity before (-1 and 0: no node holds it,
+    nothing changed)."""
+    best = np.where(cap + _EPS >= k, cap, np.inf)
+    node = int(best.argmin())
+    before = float(best[node])
+    if before == np.inf:
+        return -1, 0.0
+    cap[node] -= k
+    return node, before
 
 
 def placeable_tasks(

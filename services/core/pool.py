@@ -20,9 +20,12 @@ import numpy as np
 
 from services.core.decisions import WorkerPlacement
 from services.core.ids import PoolId, TaskId, TenantId
+from services.core.pool_journal import PassJournal
 from services.core.task import TaskClass, TaskSpec
 
 _EPS = 1e-9
+# A task with at least this many whole-GPU HP placements is accounted in one numpy step.
+_SPREAD = 8
 DEFAULT_EVICTION_SCORE = 9900  # spec 5.5 with no recent evictions: 10000 * (1 - 0.01 * 2^0)
 
 
@@ -57,8 +60,9 @@ class PoolState:
         # Bumped by every change of what runs where or of the nodes (a pass's journaled changes
         # too): derived views (core/servable.py's plan) are memoised on it.
         self.mutations = 0
+        self._stamps = 0  # the last `mutations` value given out (a rollback may take one back)
         self._empty()
-        self._journal: list[tuple[str, RunningTask]] | None = None
+        self._journal: PassJournal | None = None
 
     def _empty(self) -> None:
         """Every GPU free, no task running."""
@@ -95,7 +99,7 @@ class PoolState:
         if self._journal is not None:
             raise RuntimeError("release_all inside a journaled pass")
         running = self.running
-        self.mutations += 1
+        self._mutated()
         self._empty()
         released = []
         for tid in sorted(running):
@@ -117,7 +121,7 @@ class PoolState:
             raise ValueError(f"node {name} is already in pool {self.pool}")
         index = len(self.node_cap)
         n = index + 1
-        self.mutations += 1
+        self._mutated()
         self.node_names = (*self.node_names, name)
         self.node_cap = np.append(self.node_cap, np.int64(gpus))
         self.node_offset = np.append(self.node_offset[:index], np.int64(self.capacity))
@@ -142,22 +146,32 @@ class PoolState:
         return index
 
     # ----- journal -------------------------------------------------------------------------
+    def _mutated(self) -> None:
+        """A change of what runs where or of the nodes: a `mutations` value never given out
+        before (a rolled-back pass may take its count back, pool_journal.py)."""
+        self._stamps += 1
+        self.mutations = self._stamps
+
     def begin(self) -> None:
-        self._journal = []
+        self._journal = PassJournal(self.mutations)
 
     def rollback(self) -> None:
-        journal, self._journal = self._journal or [], None
-        for op, rt in reversed(journal):
+        journal, self._journal = self._journal, None
+        if journal is None:
+            return
+        for op, rt in reversed(journal.ops):
             if op == "add":
                 self._remove(rt.spec.task_id)
             else:
                 self._add(rt)
+        if journal.order_kept:
+            self.mutations = journal.begun_at  # the exact state the pass began on
 
     def mark(self) -> int:
-        return len(self._journal) if self._journal is not None else 0
+        return len(self._journal.ops) if self._journal is not None else 0
 
     def rollback_to(self, mark: int) -> None:
-        journal = self._journal or []
+        journal = self._journal.ops if self._journal is not None else []
         while len(journal) > mark:
             op, rt = journal.pop()
             if op == "add":
@@ -226,7 +240,7 @@ class PoolState:
         if int(self.free[node]) != int(self.online_cap[node]) or self.shared_on_node[node]:
             raise ValueError(f"node {self.node_names[node]} still holds tasks")
         delta = cap if online else -cap
-        self.mutations += 1
+        self._mutated()
         self.online_cap[node] = cap if online else 0
         self.online_capacity += delta
         self.free[node] += delta
@@ -326,19 +340,35 @@ class PoolState:
     def add_task(self, rt: RunningTask) -> None:
         self._add(rt)
         if self._journal is not None:
-            self._journal.append(("add", rt))
+            self._journal.added_task(rt)
 
     def remove_task(self, task_id: TaskId) -> RunningTask:
         rt = self._remove(task_id)
         if self._journal is not None:
-            self._journal.append(("remove", rt))
+            self._journal.removed_task(rt)
         return rt
 
+    def _take_spread(self, placements: tuple[WorkerPlacement, ...], sign: int) -> bool:
+        """Whole-GPU HP placements on many nodes (a reservation's placeholder, a wide gang) in one
+        numpy step each way; False (nothing done) for anything else, which `take_whole` handles
+        node by node. Same arithmetic as `take_whole`, so the arrays and keys end identical."""
+        if len(placements) < _SPREAD or any(p.slot >= 0 for p in placements):
+            return False
+        nodes = np.fromiter((p.node for p in placements), dtype=np.int64, count=len(placements))
+        gpus = np.fromiter((p.gpus for p in placements), dtype=np.int64, count=len(placements)) * sign
+        np.subtract.at(self.free, nodes, gpus)
+        np.add.at(self.hp_gpus, nodes, gpus)
+        unit = self._fit_unit
+        for key_cls, key in self._fit_keys.items():
+            per_gpu = -100 - (1 if key_cls is TaskClass.HP else 0)
+            np.add.at(key, nodes, gpus * (per_gpu * unit))
+        return True
+
     def _add(self, rt: RunningTask) -> None:
-        self.mutations += 1
+        self._mutated()
         spec = rt.spec
         cls = spec.task_class
-        for p in rt.placements:
+        for p in () if cls is TaskClass.HP and self._take_spread(rt.placements, 1) else rt.placements:
             if p.slot >= 0:
                 self.add_fraction(p.slot, p.fraction, cls)
                 if cls is TaskClass.SPOT:
@@ -358,11 +388,11 @@ class PoolState:
             tenants[spec.tenant] = tenants.get(spec.tenant, 0.0) + spec.total_gpus
 
     def _remove(self, task_id: TaskId) -> RunningTask:
-        self.mutations += 1
+        self._mutated()
         rt = self.running.pop(task_id)
         spec = rt.spec
         cls = spec.task_class
-        for p in rt.placements:
+        for p in () if cls is TaskClass.HP and self._take_spread(rt.placements, -1) else rt.placements:
             if p.slot >= 0:
                 if cls is TaskClass.SPOT:
                     occupants = self.slot_tasks[p.slot]

@@ -97,32 +97,39 @@ def choose_nodes(pool: PoolState, spec: TaskSpec) -> tuple[int, ...] | None:
 
 
 def hold_reserved(pool: PoolState, reservation: Reservation, now: float) -> np.ndarray:
-    """Inside a journaled pass: take every idle whole GPU on the reserved nodes with an HP
+    """Inside a journaled pass: take every idle whole GPU on the reserved nodes with one HP
     placeholder (rolled back with the pass), so no other task is placed there. Returns the GPUs
-    held per node (explanations: what a task that found no room would have had without them)."""
+    held per node (explanations: what a task that found no room would have had without them).
+
+    One placeholder for all the nodes, not one per node: a wide gang's reservation spans dozens of
+    nodes and is held (and rolled back) on every pass, which made per-node placeholders the
+    simulator's largest cost (issue 37)."""
     held = np.zeros(len(pool.node_cap), dtype=np.int64)
+    placements: list[WorkerPlacement] = []
     for node in reservation.nodes:
         free = int(pool.free[node])
-        if free <= 0:
-            continue
-        spec = TaskSpec(
-            task_id=hold_id(reservation, node),
-            tenant=TenantId("reservation"),
-            pool=pool.pool,
-            task_class=TaskClass.HP,
-            gpus_per_worker=float(free),
-            workers=1,
-            submit_s=now,
-            duration_s=0.0,
-        )
-        pool.add_task(RunningTask(spec, now, (WorkerPlacement(node, free),)))
-        held[node] = free
+        if free > 0:
+            placements.append(WorkerPlacement(node, free))
+            held[node] = free
+    if not placements:
+        return held
+    spec = TaskSpec(
+        task_id=hold_id(reservation),
+        tenant=TenantId("reservation"),
+        pool=pool.pool,
+        task_class=TaskClass.HP,
+        gpus_per_worker=float(held.sum()),
+        workers=1,
+        submit_s=now,
+        duration_s=0.0,
+    )
+    pool.add_task(RunningTask(spec, now, tuple(placements)))
     return held
 
 
-def hold_id(reservation: Reservation, node: int) -> TaskId:
-    """The placeholder that holds a reserved node's idle GPUs inside a pass."""
-    return TaskId(f"{HOLD_PREFIX}{reservation.task_id}:{node}")
+def hold_id(reservation: Reservation) -> TaskId:
+    """The placeholder that holds a reservation's idle GPUs inside a pass."""
+    return TaskId(f"{HOLD_PREFIX}{reservation.task_id}")
 
 
 class RecentWaits:
@@ -147,4 +154,5 @@ class RecentWaits:
 
 
 def nodes_online(pool: PoolState, nodes: Iterable[int]) -> bool:
-    return all(pool.is_online(n) for n in nodes)
+    at = list(nodes)
+    return bool((pool.online_cap[at] == pool.node_cap[at]).all())

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from services.core.ids import TaskId, TenantId
-from services.core.placeable import fit_workers, preemptible_capacity
+from services.core.placeable import fit_one, fit_workers, preemptible_capacity
 from services.core.pool import PoolState, RunningTask
 from services.core.queues import BucketQueue, LargestFirst
 from services.core.reservation import Reservation
@@ -67,12 +67,15 @@ class HpReleases:
     """The chunks of GPUs HP finishes freed (one per task and node) over the last `window_s`: the
     soon-freed estimate of the servable demand (module doc, part 2)."""
 
-    __slots__ = ("_items", "version", "window_s")
+    __slots__ = ("_chunks", "_items", "version", "window_s")
 
     def __init__(self, window_s: float) -> None:
         self.window_s = window_s
         self._items: deque[tuple[float, float]] = deque()  # (when, GPUs freed on one node)
         self.version = 0  # bumped whenever the chunks change (memo keys)
+        # The chunks as last read, with the version they were read at: a busy pool's period holds
+        # thousands of chunks and they are read on every pass and every demand sample.
+        self._chunks: tuple[int, tuple[float, ...]] = (0, ())
 
     def note(self, now: float, running: RunningTask) -> None:
         """An HP run ended on its own (finished, or cancelled while running)."""
@@ -89,7 +92,11 @@ class HpReleases:
         while items and items[0][0] <= now - self.window_s:
             items.popleft()
             self.version += 1
-        return tuple(g for _, g in items)
+        version, chunks = self._chunks
+        if version != self.version:
+            chunks = tuple(g for _, g in items)
+            self._chunks = (self.version, chunks)
+        return chunks
 
 
 def plan_servable(
@@ -141,6 +148,21 @@ def plan_servable(
             if uniform and failed.get(g) == 1:
                 break
             if spec.workers >= failed.get(g, spec.workers + 1):
+                continue
+            if spec.workers == 1 and not spec.is_fractional:
+                # One whole-GPU worker (most queued tasks): one node changes; the same
+                # arithmetic as below on that node alone.
+                k = spec.whole_gpus_per_worker
+                node, before_there = fit_one(cap, k)
+                if node < 0:
+                    failed[g] = spec.workers
+                    continue
+                failed.clear()
+                if node < n:
+                    took = before_there - float(cap[node])
+                    if took > _EPS:
+                        claims[node] += took
+                        queued[spec.tenant] = queued.get(spec.tenant, 0.0) + took
                 continue
             before = cap[:n].copy()
             if not fit_workers(cap, spec):

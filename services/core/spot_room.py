@@ -177,10 +177,9 @@ class SpotRoom:
     def _lift(self, *, reservation: bool, claims: bool) -> None:
         pool = self.pool
         if reservation and self.reservation is not None:
-            for node in self.reservation.nodes:
-                hold = hold_id(self.reservation, node)
-                if hold in pool.running:
-                    pool.remove_task(hold)
+            hold = hold_id(self.reservation)
+            if hold in pool.running:
+                pool.remove_task(hold)
         if claims and self.claims is not None:
             for node in np.flatnonzero(self.claims > _EPS).tolist():
                 hold = claimed_spec(pool, node, 0, self.now).task_id

@@ -1,0 +1,40 @@
+"""The journal of one scheduling pass over a pool (core/pool.py): what to undo, and whether undoing
+it gives back the very state the pass began on.
+
+Why the second part: the pool's `mutations` count keys the memos of its derived views (the
+servable plan, the idle-fit walk; core/runtime/servable_view.py). A pass changes the pool only
+tentatively and rolls back, so the state after it is the state before it; counting its changes as
+mutations threw every memo away after every pass, and the simulator recomputed those views on
+every event (issue 37). A rolled-back pass that only added tasks gives back the state exactly,
+dict order included, so the pool takes back its count from before the pass. One that removed a
+task that ran before it (a tentative eviction) re-adds it at the end of the pool's dicts: the
+same allocation in another order, so that pass keeps its count moving.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from services.core.ids import TaskId
+
+if TYPE_CHECKING:
+    from services.core.pool import RunningTask
+
+
+class PassJournal:
+    __slots__ = ("added", "begun_at", "ops", "order_kept")
+
+    def __init__(self, begun_at: int) -> None:
+        self.begun_at = begun_at  # the pool's `mutations` when the pass began
+        self.ops: list[tuple[str, RunningTask]] = []
+        self.added: set[TaskId] = set()  # tasks the pass added (removing them again keeps order)
+        self.order_kept = True  # False once the pass removed a task that ran before it
+
+    def added_task(self, rt: RunningTask) -> None:
+        self.ops.append(("add", rt))
+        self.added.add(rt.spec.task_id)
+
+    def removed_task(self, rt: RunningTask) -> None:
+        self.ops.append(("remove", rt))
+        if rt.spec.task_id not in self.added:
+            self.order_kept = False
