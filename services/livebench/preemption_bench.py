@@ -235,6 +235,7 @@ async def _bench(
                 state.pending[task.task_id] = Running(
                     task.task_class, task.gpus_per_worker * task.workers, workers=task.workers
                 )
+                state.submitted_wall[task.task_id] = time.time()  # the stage stamps' clock
                 state.submitted_at[task.task_id] = time.perf_counter()
                 await producer.send(TASK_SUBMIT_TOPIC, wrap(task, producer="bench"))
 

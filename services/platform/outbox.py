@@ -22,7 +22,8 @@ import base64
 import contextlib
 import json
 import logging
-from collections.abc import Iterable, Sequence
+import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -137,6 +138,9 @@ class OutboxRelay:
     batch: int = 500
     poll_interval_s: float = 0.2
     published: int = 0
+    # Headers added to a row as it is published, given the time (the preemption service's stage
+    # stamps, platform/stage_stamps.py); None: the stored headers as they are.
+    restamp: Callable[[tuple[tuple[str, bytes], ...], float], tuple[tuple[str, bytes], ...]] | None = None
     _wake: asyncio.Event = field(default_factory=asyncio.Event, init=False, repr=False)
 
     def wake(self) -> None:
@@ -154,6 +158,7 @@ class OutboxRelay:
             later = getattr(self.sink, "send_raw_later", None)
             acks = []
             for row in rows:
+                headers = row.headers if self.restamp is None else self.restamp(row.headers, time.time())
                 # The publish continues the trace of the transaction that wrote the row.
                 with tracer.start_as_current_span(
                     f"publish {row.topic}",
@@ -163,13 +168,9 @@ class OutboxRelay:
                                 "gfs.outbox.id": row.id},
                 ):  # fmt: skip
                     if later is not None:
-                        acks.append(
-                            await later(row.topic, value=row.payload, key=row.key, headers=row.headers)
-                        )
+                        acks.append(await later(row.topic, value=row.payload, key=row.key, headers=headers))
                     else:
-                        await self.sink.send_raw(
-                            row.topic, value=row.payload, key=row.key, headers=row.headers
-                        )
+                        await self.sink.send_raw(row.topic, value=row.payload, key=row.key, headers=headers)
             if acks:
                 await asyncio.gather(*acks)
             if rows:

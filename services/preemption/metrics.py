@@ -26,6 +26,12 @@ def register_metrics(meter: Meter, decider: Decider) -> None:
         "gfs_preemption_decision_latency_seconds", unit="s",
         description="From reading an inbox batch to its decisions, journal and commands committed",
     )  # fmt: skip
+    stages = meter.create_histogram(
+        "gfs_preemption_stage_seconds", unit="s",
+        description="A task event's latency by stage, from the router's fetch to the command handed to "
+        "the producer (services/platform/stage_stamps.py names the stages); per stamped command",
+    )  # fmt: skip
+    decider.commit_times.on_stages = lambda found: [stages.record(v, {"stage": k}) for k, v in found.items()]
     instruments.decisions_counter = meter.create_counter(
         "gfs_preemption_decisions", description="Decision records by kind"
     )  # exported as gfs_preemption_decisions_total

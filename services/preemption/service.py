@@ -42,6 +42,7 @@ import contextlib
 import logging
 import os
 import socket
+import time
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -131,11 +132,12 @@ class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
 async def _decide(consumer: AIOKafkaConsumer, decider: Decider, stop: asyncio.Event) -> None:
     while not stop.is_set():
         batch = await consumer.getmany(timeout_ms=200, max_records=500)
+        fetched_at = time.time()  # the batch's stage stamp (platform/stage_stamps.py)
         if decider.fatal is not None:
             raise decider.fatal
         for tp, records in batch.items():
             try:
-                await decider.handle_inbox(tp.partition, records)
+                await decider.handle_inbox(tp.partition, records, fetched_at)
             except Exception:
                 # The partition was dropped (memory ahead of Postgres): take it again and re-read.
                 await asyncio.sleep(0.5)
@@ -186,6 +188,7 @@ async def run_preemption_service(
             router_heard=lambda: hearing.at,
         )  # fmt: skip
         register_metrics(metrics.meter(TRACER), decider)
+        relay.restamp = decider.commit_times.restamp  # the commit's stage stamp (stage_stamps.py)
         # One decode per record: what this instance routes to a partition it decides crosses in
         # memory, validated (handoff.py).
         router = Router(pool, producer, inbox=inbox.name, pools=settings.pool_allowlist(),

@@ -23,6 +23,11 @@ async def test_the_pipeline_benchmark_runs_for_10_seconds_without_errors(
                            keep_schema=False)  # fmt: skip
     assert summary["submissions"] > 0 and summary["binds"] > 0 and summary["decisions"] > 0, summary
     assert summary["on_arrival"] > 0, summary
+    # The latency budget (issue 37): every on-arrival bind carries the stamps of each stage, in the
+    # order of the steps, and its stages add up to the latency the bench measured itself.
+    assert summary["staged"] > 0, summary
+    assert summary["staged_in_order"] == summary["staged"], summary
+    assert summary["staged_within_5pct"] == summary["staged"], summary
 
 
 @pytest.mark.asyncio(loop_scope="session")

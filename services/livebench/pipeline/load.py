@@ -41,7 +41,10 @@ class BenchState:
     capacity: int = 0
     allocated: float = 0.0
     submitted_at: dict[str, float] = field(default_factory=dict)  # task -> perf_counter at submit
+    submitted_wall: dict[str, float] = field(default_factory=dict)  # task -> wall clock at submit
     latency: dict[str, float] = field(default_factory=dict)  # task -> first bind latency
+    # task -> its first bind's latency by stage (platform/stage_stamps.py), seconds
+    stages: dict[str, dict[str, float]] = field(default_factory=dict)
     running: dict[str, Running] = field(default_factory=dict)
     pending: dict[str, Running] = field(default_factory=dict)  # submitted, not bound yet
     backlog: set[str] = field(default_factory=set)  # `--backlog` tasks (meant to wait all run)
@@ -112,10 +115,18 @@ class Load:
 async def on_arrival_latencies(
     connection: asyncpg.Connection, state: BenchState, since: datetime
 ) -> tuple[list[float], list[float]]:
-    """Submit -> BindCommand latencies (ms) of the tasks submitted since `since` and placed in the
-    pass of their own submission (accepted and started at the same instant), split into those
-    placed without preemption and those placed by preemption (which include the EvictAck round
-    trip). Tasks that queued first are left out: their wait is the queue's, not the pipeline's."""
+    """Submit -> BindCommand latencies (ms) of `on_arrival_tasks`."""
+    plain, preempting = await on_arrival_tasks(connection, state, since)
+    return [state.latency[t] * 1000 for t in plain], [state.latency[t] * 1000 for t in preempting]
+
+
+async def on_arrival_tasks(
+    connection: asyncpg.Connection, state: BenchState, since: datetime
+) -> tuple[list[str], list[str]]:
+    """The tasks submitted since `since` and placed in the pass of their own submission (accepted
+    and started at the same instant), split into those placed without preemption and those placed
+    by preemption (whose latency includes the EvictAck round trip). Tasks that queued first are
+    left out: their wait is the queue's, not the pipeline's."""
     rows = await connection.fetch(
         "SELECT task_id, kind, at, detail FROM preemption_decision "
         "WHERE kind IN ('accepted', 'started') AND at >= $1",
@@ -128,9 +139,9 @@ async def on_arrival_latencies(
             accepted[r["task_id"]] = r["at"]
         elif r["task_id"] not in first_start:
             first_start[r["task_id"]] = (r["at"], bool(json.loads(r["detail"]).get("preempted")))
-    plain: list[float] = []
-    preempting: list[float] = []
+    plain: list[str] = []
+    preempting: list[str] = []
     for tid, (at, preempted) in first_start.items():
         if accepted.get(tid) == at and tid in state.latency:
-            (preempting if preempted else plain).append(state.latency[tid] * 1000)
+            (preempting if preempted else plain).append(tid)
     return plain, preempting

@@ -23,12 +23,14 @@ from schemas.topics import (
 )
 from services.livebench.pipeline.load import (
     BenchState,
-    on_arrival_latencies,
+    on_arrival_tasks,
     percentile,
     signed,
 )
+from services.livebench.pipeline.stage_report import stage_budget
 from services.platform.kafka.producer import EnvelopeProducer
 from services.platform.settings import PlatformSettings
+from services.platform.stage_stamps import breakdown
 
 
 async def _read(
@@ -45,6 +47,7 @@ async def _read(
         while True:
             batch = await consumer.getmany(timeout_ms=50)
             received = time.perf_counter()
+            received_wall = time.time()
             for records in batch.values():
                 for r in records:
                     if not (r.key or b"").decode().startswith(prefix):
@@ -55,6 +58,9 @@ async def _read(
                         tid = payload.task_id
                         if tid not in state.latency and tid in state.submitted_at:
                             state.latency[tid] = received - state.submitted_at[tid]
+                            staged = breakdown(state.submitted_wall.get(tid), r.headers or (), received_wall)
+                            if staged is not None:
+                                state.stages[tid] = staged
                         r_ = state.pending.pop(tid, None) or state.running.get(tid)
                         if r_ is None:
                             continue
@@ -88,7 +94,9 @@ async def _report(
 ) -> dict[str, float]:
     connection = await asyncpg.connect(dsn)
     try:
-        plain, preempting = await on_arrival_latencies(connection, state, since)
+        plain_ids, preempting_ids = await on_arrival_tasks(connection, state, since)
+        plain = [state.latency[t] * 1000 for t in plain_ids]
+        preempting = [state.latency[t] * 1000 for t in preempting_ids]
         decided = await connection.fetchval(
             "SELECT count(*) FROM preemption_decision WHERE at >= $1 "
             "AND kind IN ('started', 'evicted', 'rejected', 'finished', 'accepted')",
@@ -130,6 +138,9 @@ async def _report(
         + ", ".join(f"<={e}: {counts.get(e, 0)}" for e in edges)
         + f", more: {counts.get(float('inf'), 0)}"
     )
+    budget = stage_budget(state, plain_ids)
     return {"decisions": float(decided), "placements": float(placements), "binds": float(state.binds),
             "submissions": float(offered["submit"]), "on_arrival": float(len(plain) + len(preempting)),
-            "p99_ms": percentile(plain, 0.99) if plain else float("nan")}  # fmt: skip
+            "p99_ms": percentile(plain, 0.99) if plain else float("nan"),
+            "staged": float(budget.staged), "staged_within_5pct": float(budget.within),
+            "staged_in_order": float(budget.ordered)}  # fmt: skip

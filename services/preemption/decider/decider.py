@@ -19,6 +19,7 @@ from opentelemetry import context as otel_context
 
 from services.platform.clock import Clock
 from services.platform.kafka.producer import EnvelopeProducer
+from services.platform.stage_stamps import CommitTimes
 from services.preemption.controller.pool import PoolController
 from services.preemption.decider.claims import Claims
 from services.preemption.decider.counters import Instruments, Stats
@@ -73,13 +74,15 @@ class Decider:
         # gives it to the router); only partitions held here are kept.
         self.handoff = Handoff(owned=self.partitions.__contains__)
         self.traces = TaskTraces()
+        # When each batch's commit returned, for the outbox relay's stage stamps (stage_stamps.py).
+        self.commit_times = CommitTimes(instance)
         committed = self._committed  # reads `on_committed` at each call: the service replaces it
         self.claims = Claims(
             pool, settings, clock, instance, self.lock, self.partitions, self.traces, self.handoff
         )
         self.transaction = Transaction(
             pool, settings, self.partitions, self.traces, Outgoing(keys, self.traces, clock),
-            self.stats, self.instruments, committed,
+            self.stats, self.instruments, committed, self.commit_times,
         )  # fmt: skip
         self.letters = DeadLetters(settings, producer, self.stats, self.instruments)
         reader = Reader(settings, clock, self.handoff, auth, self.letters, self.stats, self.instruments)
@@ -120,8 +123,10 @@ class Decider:
         return await self.transaction.snapshot(state)
 
     # ----- the inbox (the service's consume loop) ---------------------------------------------------
-    async def handle_inbox(self, partition: int, records: Sequence[ConsumerRecord[bytes, bytes]]) -> None:
-        await self.inbox.handle_inbox(partition, records)
+    async def handle_inbox(
+        self, partition: int, records: Sequence[ConsumerRecord[bytes, bytes]], fetched_at: float | None = None
+    ) -> None:
+        await self.inbox.handle_inbox(partition, records, fetched_at)
 
     def note_heard(self, partition: int, caught_up_at: float | None) -> None:
         """After a fetch: how far the inbox partition was read (hearing.py)."""

@@ -20,6 +20,7 @@ import asyncpg
 from aiokafka import ConsumerRecord
 
 from services.platform.clock import Clock, TickClock
+from services.platform.stage_stamps import BatchStamps
 from services.preemption.decider.claims import Claims
 from services.preemption.decider.counters import Instruments, Stats
 from services.preemption.decider.dead_letters import UNMATCHED, DeadLetters
@@ -71,7 +72,7 @@ class Inbox:
         self.instruments = instruments
         self.suspects: dict[int, int] = {}
 
-    async def handle_inbox(self, partition: int, records: Records) -> None:
+    async def handle_inbox(self, partition: int, records: Records, fetched_at: float | None = None) -> None:
         """`handle_batch`, and after a batch failed with an error a record may cause, its records
         one per `handle_batch` up to that batch's end: the one at fault fails alone (its second
         failure) and is dead-lettered; the others are decided as usual. Errors of the
@@ -79,7 +80,7 @@ class Inbox:
         end = self.suspects.get(partition)
         if end is None:
             try:
-                await self.handle_batch(partition, records)
+                await self.handle_batch(partition, records, fetched_at)
             except Exception as exc:
                 if caused_by_record(exc) and records:
                     self.suspects[partition] = records[-1].offset
@@ -121,13 +122,15 @@ class Inbox:
                 return
             state.next_offset = record.offset + 1
 
-    async def handle_batch(self, partition: int, records: Records) -> None:
-        """1. read the records; 2. decide them; 3. commit the batch with the next offset."""
+    async def handle_batch(self, partition: int, records: Records, fetched_at: float | None = None) -> None:
+        """1. read the records; 2. decide them; 3. commit the batch with the next offset.
+        `fetched_at`: when the consumer's fetch returned them (wall clock; the stage stamps)."""
         async with self.lock:
             state = self.partitions.get(partition)
             if state is None or not records:
                 return
             received = time.monotonic()
+            began_at = time.time()
             reading = await self.reader.read(state, records)
             last_offset = records[-1].offset
             if not reading.items:
@@ -135,8 +138,11 @@ class Inbox:
                 state.next_offset = last_offset + 1
                 return
             rows, effects = await self._decide(state, reading)
+            stamps = BatchStamps(
+                began_at if fetched_at is None else fetched_at, began_at, time.time(), reading.routed
+            )
             self.stats.inputs += len(reading.items)
-            await self.transaction.commit(state, rows, effects, next_offset=last_offset + 1)
+            await self.transaction.commit(state, rows, effects, next_offset=last_offset + 1, stamps=stamps)
             elapsed = time.monotonic() - received
             if self.instruments.latency_hist is not None:
                 self.instruments.latency_hist.record(elapsed)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from aiokafka import ConsumerRecord
 from opentelemetry import context as otel_context
@@ -30,6 +30,7 @@ from schemas.telemetry import NodeTelemetry
 from schemas.topics import decode
 from schemas.workers import WorkerExited, WorkerStarted
 from services.platform.clock import Clock, TickClock
+from services.platform.stage_stamps import routed_stamps
 from services.platform.tracing import extract_context
 from services.preemption import liveness
 from services.preemption.controller import reconcile_rules
@@ -57,6 +58,8 @@ class Reading:
     items: list[tuple[str, Entry, uuid.UUID | None, otel_context.Context]]
     acks: dict[int, tuple[ConsumerRecord[bytes, bytes], Ack, str | None]]
     now: float
+    # task -> the router's stamps of the batch's last record about it (platform/stage_stamps.py)
+    routed: dict[str, tuple[float, float]] = field(default_factory=dict)
 
 
 class Reader:
@@ -85,6 +88,7 @@ class Reader:
         ticked = isinstance(self.clock, TickClock)
         items: list[tuple[str, Entry, uuid.UUID | None, otel_context.Context]] = []
         acks: dict[int, tuple[ConsumerRecord[bytes, bytes], Ack, str | None]] = {}
+        routed: dict[str, tuple[float, float]] = {}
         for record in records:
             if record.offset < state.next_offset:
                 continue  # already committed (a re-seek after a rebuild)
@@ -92,6 +96,9 @@ class Reader:
             if decoded is None:
                 continue
             payload, event_id, duplicate, ctx = decoded
+            task_id = getattr(payload, "task_id", None)
+            if isinstance(task_id, str) and (stamps := routed_stamps(record.headers or ())) is not None:
+                routed[task_id] = stamps
             if isinstance(payload, Report) and not await self._authentic(record, payload):
                 continue  # refused before it counts as a heartbeat, a report or an ack
             source_key = next(
@@ -152,7 +159,7 @@ class Reader:
             items.append((pool_name, entry, eid, ctx))
             if isinstance(payload, NodeTelemetry) and report is not None:  # after node_seen
                 items.append((pool_name, report, None, ctx))
-        return Reading(items, acks, now)
+        return Reading(items, acks, now, routed)
 
     async def _decode(
         self, record: ConsumerRecord[bytes, bytes]

@@ -23,6 +23,7 @@ from opentelemetry import trace
 from schemas.envelope import Envelope
 from schemas.tasks import TaskEvicted
 from services.platform.outbox import outbox_values
+from services.platform.stage_stamps import BatchStamps, CommitTimes
 from services.preemption.controller.types import Effects
 from services.preemption.decider.counters import Instruments, Stats
 from services.preemption.decider.names import LOGGER, TRACER
@@ -43,8 +44,8 @@ Effected = list[tuple[str, Effects, otel_context.Context | None]]  # (pool, what
 
 class Transaction:
     __slots__ = (
-        "evictions_by_reason", "instruments", "on_committed", "outgoing", "partitions", "pool", "settings",
-        "stats", "traces",
+        "commit_times", "evictions_by_reason", "instruments", "on_committed", "outgoing", "partitions",
+        "pool", "settings", "stats", "traces",
     )  # fmt: skip
 
     def __init__(
@@ -57,6 +58,7 @@ class Transaction:
         stats: Stats,
         instruments: Instruments,
         on_committed: Callable[[], None],
+        commit_times: CommitTimes | None = None,
     ) -> None:
         self.pool = pool
         self.settings = settings
@@ -66,14 +68,22 @@ class Transaction:
         self.stats = stats
         self.instruments = instruments
         self.on_committed = on_committed  # after every commit: the relay's wake (and the due wake)
+        self.commit_times = commit_times  # when each stamped commit returned (stage_stamps.py)
         # (reason, pool) -> tasks evicted since the process started (the metrics read it)
         self.evictions_by_reason: dict[tuple[str, str], int] = {}
 
     async def commit(
-        self, state: PartitionState, rows: Rows, effects: Effected, *, next_offset: int | None
+        self,
+        state: PartitionState,
+        rows: Rows,
+        effects: Effected,
+        *,
+        next_offset: int | None,
+        stamps: BatchStamps | None = None,
     ) -> None:
         """Commit a batch of `state`'s partition (the caller holds the decider's lock); the inbox
-        offset moves to `next_offset` (None: a tick's, the offset stays)."""
+        offset moves to `next_offset` (None: a tick's, the offset stays). `stamps`: an inbox
+        batch's stage stamps, carried by the messages about its stamped tasks."""
         tracer = trace.get_tracer(TRACER)
         dry = self.settings.preemption_dry_run
         try:
@@ -89,6 +99,7 @@ class Transaction:
                     outgoing += [
                         self.outgoing.envelope(tracer, m, ctx, quota) for m in [*out.events, *out.commands]
                     ]
+            token = self._stamp(outgoing, stamps)
             # Epoch check, journal, decisions and outbox rows in one statement: one round trip.
             values = outbox_values(outgoing)
             async with self.pool.acquire() as connection:
@@ -105,6 +116,8 @@ class Transaction:
             self.stats.rebuilt += 1
             self.partitions.release(state.claim.partition)
             raise
+        if token is not None and self.commit_times is not None:
+            self.commit_times.committed(token, time.time())
         if next_offset is not None:
             state.next_offset = next_offset
         await self._end_routes(effects)
@@ -113,6 +126,22 @@ class Transaction:
         await self._maybe_snapshot(state)
         self._count(state, effects)
         self.on_committed()
+
+    def _stamp(
+        self, outgoing: list[tuple[str, Envelope[Any], list[tuple[str, bytes]]]], stamps: BatchStamps | None
+    ) -> str | None:
+        """Add the decided header to the messages about the batch's stamped tasks; the commit's
+        token (None: nothing stamped)."""
+        if stamps is None or not stamps.routed or self.commit_times is None:
+            return None
+        token = self.commit_times.token()
+        stamped = False
+        for _, envelope, headers in outgoing:
+            header = stamps.header(task_of(envelope.payload), token)
+            if header is not None:
+                headers.append(header)
+                stamped = True
+        return token if stamped else None
 
     def _count(self, state: PartitionState, effects: Effected) -> None:
         self.stats.batches += 1

@@ -54,6 +54,7 @@ from services.platform.kafka.dead_letter import DeadLetterPublisher, Refused
 from services.platform.kafka.processing import NO_RETRY, ConsumeStats, MessageContext
 from services.platform.kafka.producer import EnvelopeProducer
 from services.platform.kafka_security import PLAINTEXT, KafkaSecurity
+from services.platform.stage_stamps import STAMP_HEADERS, routed_header
 from services.platform.tracing import inject_headers
 from services.preemption.journal import store
 from services.preemption.router.expiry import RouteExpiry
@@ -75,6 +76,8 @@ ROUTED_TOPICS = (TASK_SUBMIT_TOPIC, TELEMETRY_TOPIC, QUOTAS_TOPIC, EVICT_ACK_TOP
 UNKNOWN_NODE_TTL_S = 30.0
 BATCH_SPAN = "route batch"  # the router's span of one fetched batch, linked to each record's trace
 _TRACE_HEADERS = frozenset({"traceparent", "tracestate"})
+# Headers only the router sets on an inbox record: a producer's own copies are dropped.
+_OWN_HEADERS = frozenset({SOURCE_HEADER, DUPLICATE_HEADER, SOURCE_KEY_HEADER, *STAMP_HEADERS})
 
 
 def inbox_spec(partitions: int) -> TopicSpec:
@@ -108,7 +111,8 @@ class Router:
     skipped: int = 0
     poisoned: int = 0  # records dead-lettered because their route could not be stored
     in_flight: list[asyncio.Future[Any]] = field(default_factory=list)
-    held: list[tuple[Envelope[Any], MessageContext]] = field(default_factory=list)  # until `flush`
+    # Until `flush`, with when each was read (wall clock: the stage stamps, platform/stage_stamps.py).
+    held: list[tuple[Envelope[Any], MessageContext, float]] = field(default_factory=list)
     unknown_nodes: dict[str, float] = field(default_factory=dict)  # node -> monotonic retry time
     # How far the router has heard (router/heard.py): the decider does not count a node's
     # silence past it (liveness.py).
@@ -140,10 +144,14 @@ class Router:
         """Hold a decoded record until the batch is forwarded (`flush`): the routes of a batch's
         submissions are then stored in one round trip, not one per record (issue 22: at 200
         submissions/s the router spent its time on per-record queries and fell behind)."""
-        self.held.append((envelope, context))
+        self.held.append((envelope, context, time.time()))
 
     async def _route(
-        self, envelope: Envelope[Any], context: MessageContext, stored: dict[uuid.UUID, tuple[str, bool]]
+        self,
+        envelope: Envelope[Any],
+        context: MessageContext,
+        stored: dict[uuid.UUID, tuple[str, bool]],
+        read_at: float,
     ) -> None:
         """Route one held record, in the batch's order (a cancel after its submission finds the
         route the batch stored); `stored` has the routes of the batch's submissions."""
@@ -153,7 +161,7 @@ class Router:
                 return
             # Every pool plays every tick: one copy per pool, in the pool's inbox order.
             for pool in await self._clock_pools():
-                await self._forward(envelope, context, pool, duplicate=False)
+                await self._forward(envelope, context, pool, read_at, duplicate=False)
             return
         if self.pools is not None and not self._maybe_ours(envelope.payload):
             self.skipped += 1
@@ -183,16 +191,13 @@ class Router:
         if self.pools is not None and pool not in self.pools:
             self.skipped += 1
             return
-        await self._forward(envelope, context, pool, duplicate=duplicate)
+        await self._forward(envelope, context, pool, read_at, duplicate=duplicate)
 
     async def _forward(
-        self, envelope: Envelope[Any], context: MessageContext, pool: str, *, duplicate: bool
+        self, envelope: Envelope[Any], context: MessageContext, pool: str, read_at: float, *, duplicate: bool
     ) -> None:
-        headers = [
-            (k, v)
-            for k, v in context.headers
-            if k not in _TRACE_HEADERS and k not in (SOURCE_HEADER, DUPLICATE_HEADER, SOURCE_KEY_HEADER)
-        ]
+        headers = [(k, v) for k, v in context.headers if k not in _TRACE_HEADERS and k not in _OWN_HEADERS]
+        headers.append(routed_header(read_at, time.time()))
         headers.append((SOURCE_HEADER, context.topic.encode()))
         if context.key is not None:
             headers.append((SOURCE_KEY_HEADER, context.key))
@@ -214,9 +219,9 @@ class Router:
         """Route and forward the held records in their order, then wait for the broker's ack of
         everything forwarded (before the batch's offsets are committed)."""
         held, self.held = self.held, []
-        stored = await self._store_submissions([envelope for envelope, _ in held])
-        for envelope, context in held:
-            await self._route(envelope, context, stored)
+        stored = await self._store_submissions([envelope for envelope, _, _ in held])
+        for envelope, context, read_at in held:
+            await self._route(envelope, context, stored, read_at)
         in_flight, self.in_flight = self.in_flight, []
         if in_flight:
             await asyncio.gather(*in_flight)
