@@ -40,6 +40,7 @@ from services.core.pool import PoolState, RunningTask
 from services.core.queues import Blocked, BucketQueue, SortKey
 from services.core.reasons import Unschedulable
 from services.core.reservation import Reservation, hold_reserved
+from services.core.servable import ServablePlan
 from services.core.spot_room import Held, SpotRoom, spot_room
 from services.core.task import TaskClass, TaskSpec
 from services.core.victims import PreemptionContext, PreemptionPlan, preemptible
@@ -59,6 +60,12 @@ class CycleContext(NamedTuple):
     # GPU chunks HP finishes freed in the last guarantee period: the soon-freed estimate of the
     # servable demand (core/servable.py), whose claims spot is kept off.
     freed: tuple[float, ...] = ()
+    # The caller's memo of the servable plan of the pool as the pass found it (None: the pass
+    # computes its own); on a miss it is handed how the pass computes it, and keeps the result. A
+    # pass that started nothing has the state it began with (its tentative changes rolled back; a
+    # reservation's placeholders are subtracted by the plan), so that plan is its own: the spot
+    # room takes it instead of walking the HP queue again when it was known (issue 37).
+    servable: Callable[[Callable[[], ServablePlan]], ServablePlan] | None = None
 
 
 class CycleOutcome(NamedTuple):
@@ -100,7 +107,11 @@ def schedule_pool(
         _hp_pass(pool, hp_queue, policy, ctx, decisions, blocked, skipped, budget, first)
         started = {d.task_id for d in decisions if isinstance(d, StartTask)}
         reserved = ctx.reservation if held is not None else None
-        room = spot_room(pool, hp_queue, spot_queue, policy, reserved, ctx.freed, ctx.now, started, held)
+        # The caller's plan has the pass's reservation (the holder's own placeholders aside).
+        before = None if started or reserved is not ctx.reservation else ctx.servable
+        room = spot_room(
+            pool, hp_queue, spot_queue, policy, reserved, ctx.freed, ctx.now, started, held, before
+        )
         _spot_pass(pool, spot_queue, policy, ctx, decisions, blocked, skipped, room)
     finally:
         pool.rollback()

@@ -40,11 +40,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from services.core.decisions import WorkerPlacement
-from services.core.ids import TaskId, TenantId
-from services.core.pool import PoolState, RunningTask
+from services.core.ids import TaskId
+from services.core.placeholders import hold
+from services.core.pool import PoolState
 from services.core.queues import BucketQueue
-from services.core.task import TaskClass, TaskSpec
+from services.core.task import TaskSpec
 
 HOLD_PREFIX = "reservation-hold:"  # ids of the placeholders that hold reserved idle GPUs in a pass
 
@@ -98,32 +98,13 @@ def choose_nodes(pool: PoolState, spec: TaskSpec) -> tuple[int, ...] | None:
 
 def hold_reserved(pool: PoolState, reservation: Reservation, now: float) -> np.ndarray:
     """Inside a journaled pass: take every idle whole GPU on the reserved nodes with one HP
-    placeholder (rolled back with the pass), so no other task is placed there. Returns the GPUs
-    held per node (explanations: what a task that found no room would have had without them).
-
-    One placeholder for all the nodes, not one per node: a wide gang's reservation spans dozens of
-    nodes and is held (and rolled back) on every pass, which made per-node placeholders the
-    simulator's largest cost (issue 37)."""
+    placeholder (core/placeholders.py; rolled back with the pass), so no other task is placed
+    there. Returns the GPUs held per node (explanations: what a task that found no room would have
+    had without them)."""
     held = np.zeros(len(pool.node_cap), dtype=np.int64)
-    placements: list[WorkerPlacement] = []
-    for node in reservation.nodes:
-        free = int(pool.free[node])
-        if free > 0:
-            placements.append(WorkerPlacement(node, free))
-            held[node] = free
-    if not placements:
-        return held
-    spec = TaskSpec(
-        task_id=hold_id(reservation),
-        tenant=TenantId("reservation"),
-        pool=pool.pool,
-        task_class=TaskClass.HP,
-        gpus_per_worker=float(held.sum()),
-        workers=1,
-        submit_s=now,
-        duration_s=0.0,
-    )
-    pool.add_task(RunningTask(spec, now, tuple(placements)))
+    nodes = list(reservation.nodes)
+    held[nodes] = np.maximum(pool.free[nodes], 0)
+    hold(pool, hold_id(reservation), "reservation", held, now)
     return held
 
 

@@ -44,7 +44,7 @@ from services.core.placeable import fit_one, fit_workers, preemptible_capacity
 from services.core.pool import PoolState, RunningTask
 from services.core.queues import BucketQueue, LargestFirst
 from services.core.reservation import Reservation
-from services.core.task import TaskClass, TaskSpec
+from services.core.task import TaskClass
 
 _DECIMALS = 6  # sums of fractional requests drift by ~1e-12; requests have a few decimals at most
 _EPS = 1e-9
@@ -189,17 +189,3 @@ def servable_levels(state: PoolState, plan: ServablePlan) -> dict[TenantId, floa
 def servable_total(state: PoolState, plan: ServablePlan) -> float:
     """The pool's servable HP demand now: the quota's floor."""
     return round(state.hp_in_use + plan.total, _DECIMALS) + 0.0
-
-
-def claimed_spec(pool: PoolState, node: int, gpus: int, now: float) -> TaskSpec:
-    """The placeholder that keeps spot off `gpus` claimed GPUs of `node` inside a pass."""
-    return TaskSpec(
-        task_id=TaskId(f"servable-claim:{node}"),
-        tenant=TenantId("servable-claim"),
-        pool=pool.pool,
-        task_class=TaskClass.HP,
-        gpus_per_worker=float(gpus),
-        workers=1,
-        submit_s=now,
-        duration_s=0.0,
-    )

@@ -16,22 +16,28 @@ again tries the unheld GPUs first.
 from __future__ import annotations
 
 import enum
-from dataclasses import replace
+from collections.abc import Callable
 
 import numpy as np
 
 from services.core.decisions import WorkerPlacement
 from services.core.ids import TaskId
 from services.core.placeable import fit_workers
+from services.core.placeholders import hold, lift
 from services.core.placement import place_task
 from services.core.policies.protocols import SchedulingPolicy
 from services.core.pool import PoolState, RunningTask
 from services.core.queues import BucketQueue
 from services.core.reservation import Reservation, hold_id, hold_reserved
-from services.core.servable import claimed_spec, plan_servable
+from services.core.servable import ServablePlan, plan_servable
 from services.core.task import TaskSpec
 
 _EPS = 1e-9
+# The placeholders of a pass (core/placeholders.py): the servable HP's claims, and the idle GPUs
+# outside a lent reservation while spot tries its nodes first.
+_CLAIMS = "servable-claims"
+_OUTSIDE = "spot-room-outside"
+CLAIM_TENANT = "servable-claim"
 
 
 class Held(enum.Enum):
@@ -53,15 +59,22 @@ def spot_room(
     now: float,
     started: set[TaskId],
     held: np.ndarray | None,
+    before: Callable[[Callable[[], ServablePlan]], ServablePlan] | None = None,
 ) -> SpotRoom | None:
     """What spot may use in this pass beyond the idle GPUs nobody holds: the reservation's held
     GPUs (lent while its holder cannot start within the period) and the GPUs the servable HP
-    queue is expected to take (kept off while anything else fits). None: nothing is held."""
+    queue is expected to take (kept off while anything else fits). None: nothing is held.
+    `before`: the servable plan of the state the pass began on, when nothing was started since
+    (cycle.py's `CycleContext.servable`); else the plan is computed here."""
     if not spot_queue.index or (res is None and policy.spot_claims == "off"):
         return None
     plan = None
     if policy.spot_claims != "off" or (res is not None and policy.lend_reserved):
-        plan = plan_servable(pool, hp_queue, res, freed, skip=started, held=held)
+
+        def compute() -> ServablePlan:
+            return plan_servable(pool, hp_queue, res, freed, skip=started, held=held)
+
+        plan = compute() if before is None else before(compute)
     lend = res is not None and policy.lend_reserved and plan is not None and not plan.holder_servable
     claims = None
     if plan is not None and policy.spot_claims != "off":
@@ -152,39 +165,23 @@ class SpotRoom:
         arrives starts; so they are kept free when the reserved nodes can take the task."""
         pool = self.pool
         assert self.reservation is not None
-        reserved = set(self.reservation.nodes)
-        outside = [
-            (node, int(pool.free[node]))
-            for node in np.flatnonzero(pool.free > 0).tolist()
-            if node not in reserved
-        ]
+        outside = np.maximum(pool.free, 0)
+        outside[list(self.reservation.nodes)] = 0
         self._lift(reservation=True, claims=False)
-        holds = []
-        for node, free in outside:
-            hold = replace(
-                claimed_spec(pool, node, free, self.now), task_id=TaskId(f"spot-room-outside:{node}")
-            )
-            pool.add_task(RunningTask(hold, self.now, (WorkerPlacement(node, free),)))
-            holds.append(hold.task_id)
+        hold(pool, _OUTSIDE, CLAIM_TENANT, outside, self.now)
         placements = place_task(pool, spec, policy.placement)
         if placements is not None:
             pool.add_task(RunningTask(spec, self.now, placements))
-        for hold_tid in holds:
-            pool.remove_task(hold_tid)
+        lift(pool, _OUTSIDE)
         self._restore(reservation=True, claims=False)
         return placements
 
     def _lift(self, *, reservation: bool, claims: bool) -> None:
         pool = self.pool
         if reservation and self.reservation is not None:
-            hold = hold_id(self.reservation)
-            if hold in pool.running:
-                pool.remove_task(hold)
+            lift(pool, hold_id(self.reservation))
         if claims and self.claims is not None:
-            for node in np.flatnonzero(self.claims > _EPS).tolist():
-                hold = claimed_spec(pool, node, 0, self.now).task_id
-                if hold in pool.running:
-                    pool.remove_task(hold)
+            lift(pool, _CLAIMS)
 
     def _restore(self, *, reservation: bool, claims: bool) -> None:
         if reservation and self.reservation is not None:
@@ -196,9 +193,6 @@ class SpotRoom:
         if self.claims is None:
             return
         pool = self.pool
-        for node in np.flatnonzero(self.claims > _EPS).tolist():
-            want = min(int(pool.free[node]), int(np.floor(self.claims[node] + _EPS)))
-            if want <= 0:
-                continue
-            spec = claimed_spec(pool, node, want, self.now)
-            pool.add_task(RunningTask(spec, self.now, (WorkerPlacement(node, want),)))
+        want = np.minimum(pool.free, np.floor(self.claims + _EPS).astype(np.int64))
+        want[self.claims <= _EPS] = 0
+        hold(pool, _CLAIMS, CLAIM_TENANT, want, self.now)

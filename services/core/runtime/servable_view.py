@@ -4,7 +4,7 @@ every event and a quiet pool's views do not change between them."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import numpy as np
 
@@ -16,6 +16,9 @@ from services.core.queues import BucketQueue
 from services.core.reservation import Reservation
 from services.core.servable import HpReleases, ServablePlan, plan_servable, servable_levels, servable_total
 from services.core.work_conservation import QuotaBasis, idle_while_work_fits
+
+# The caller's memo of a servable plan: given how to compute the plan on a miss, the plan.
+PlanMemo = Callable[[Callable[[], ServablePlan]], ServablePlan]
 
 
 class ServableView:
@@ -43,6 +46,25 @@ class ServableView:
             return memo[1]
         plan = plan_servable(state, hp, reservation, chunks)
         self._plan_memo = (key, plan)
+        return plan
+
+    def plan_before(
+        self, state: PoolState, hp: BucketQueue, reservation: Reservation | None, now: float
+    ) -> PlanMemo:
+        """The memo of `plan` for the state as it is now, read later by a pass that started
+        nothing and so has this state again (cycle.py's `CycleContext.servable`). Its key is read
+        now, so a pass's tentative changes (which move `state.mutations`) do not miss it; on a
+        miss the pass computes the plan its own way (its placeholders in the pool) and it is kept."""
+        key = (state.mutations, hp.mutations, reservation, self.releases.version)
+
+        def plan(compute: Callable[[], ServablePlan]) -> ServablePlan:
+            memo = self._plan_memo
+            if memo is not None and memo[0] == key:
+                return memo[1]
+            found = compute()
+            self._plan_memo = (key, found)
+            return found
+
         return plan
 
     def levels(
