@@ -27,17 +27,21 @@ def _logging(settings: PlatformSettings, service: str) -> None:
     install(service)
 
 
-def _run_until_signalled(main: object) -> None:
-    """Run the coroutine factory `main(stop)` with SIGINT/SIGTERM setting `stop`."""
+def _run_until_signalled(main: object, settings: PlatformSettings) -> None:
+    """Run the coroutine factory `main(stop)` with SIGINT/SIGTERM setting `stop`, on the event loop
+    and with the collector's settings `settings` names (services/platform/event_loop.py)."""
+    from services.platform.event_loop import run, tune_gc
 
     async def runner() -> None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
+        # Start-up's objects (modules, settings, libraries) are built: out of the collector's way.
+        tune_gc(settings.gfs_gc_freeze, settings.gfs_gc_threshold)
         await main(stop)  # type: ignore[operator]
 
-    asyncio.run(runner())
+    run(runner(), settings.gfs_event_loop)
 
 
 @app.command("quota")
@@ -71,7 +75,7 @@ def quota(
         finally:
             await asyncio.to_thread(provider.shutdown)  # flush the batched spans
 
-    _run_until_signalled(main)
+    _run_until_signalled(main, settings)
 
 
 @app.command("forecast")
@@ -128,7 +132,7 @@ def preemption(
             # Flush the batched spans (the last decisions' traces) before the process exits.
             await asyncio.to_thread(provider.shutdown)
 
-    _run_until_signalled(main)
+    _run_until_signalled(main, settings)
 
 
 @app.command("node-agent")
@@ -189,7 +193,7 @@ def node_agent(
         finally:
             await asyncio.to_thread(provider.shutdown)  # flush the batched spans (the last acks')
 
-    _run_until_signalled(main)
+    _run_until_signalled(main, settings)
 
 
 @app.command("virtual-nodes")
@@ -231,7 +235,7 @@ def virtual_nodes(
             security=settings.kafka_security,
         )
 
-    _run_until_signalled(main)
+    _run_until_signalled(main, settings)
 
 
 @app.command("quota-adapter")
@@ -272,4 +276,4 @@ def quota_adapter(
             recheck_s=recheck_s, security=settings.kafka_security,
         )  # fmt: skip
 
-    _run_until_signalled(main)
+    _run_until_signalled(main, settings)

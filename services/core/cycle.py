@@ -102,7 +102,7 @@ def schedule_pool(
                 attempt = _Attempt.HOLDS_RESERVATION
             first = (holder, attempt)
             if attempt is not _Attempt.STARTED:
-                held = hold_reserved(pool, res, ctx.now)
+                held = hold_reserved(pool, res)
                 ctx = ctx._replace(preemption=ctx.preemption._replace(excluded=frozenset(res.nodes)))
         _hp_pass(pool, hp_queue, policy, ctx, decisions, blocked, skipped, budget, first)
         started = {d.task_id for d in decisions if isinstance(d, StartTask)}

@@ -20,12 +20,10 @@ import numpy as np
 
 from services.core.decisions import WorkerPlacement
 from services.core.ids import PoolId, TaskId, TenantId
-from services.core.pool_journal import PassJournal
+from services.core.pool_journal import Hold, PassJournal
 from services.core.task import TaskClass, TaskSpec
 
 _EPS = 1e-9
-# A task with at least this many whole-GPU HP placements is accounted in one numpy step.
-_SPREAD = 8
 DEFAULT_EVICTION_SCORE = 9900  # spec 5.5 with no recent evictions: 10000 * (1 - 0.01 * 2^0)
 
 
@@ -88,6 +86,7 @@ class PoolState:
         # HP GPUs running per tenant (g x w): the running part of the servable demand series
         # (core/servable.py). A tenant whose last HP task left has no entry.
         self.hp_by_tenant: dict[TenantId, float] = {}
+        self.holds: dict[str, Hold] = {}  # inside a pass only (core/placeholders.py)
 
     def release_all(self, keep: frozenset[TaskId] = frozenset()) -> list[RunningTask]:
         """Remove every running task except `keep` and return the removed ones (in task-id order).
@@ -159,11 +158,8 @@ class PoolState:
         journal, self._journal = self._journal, None
         if journal is None:
             return
-        for op, rt in reversed(journal.ops):
-            if op == "add":
-                self._remove(rt.spec.task_id)
-            else:
-                self._add(rt)
+        for op, item in reversed(journal.ops):
+            self._undo(op, item)
         if journal.order_kept:
             self.mutations = journal.begun_at  # the exact state the pass began on
 
@@ -173,11 +169,18 @@ class PoolState:
     def rollback_to(self, mark: int) -> None:
         journal = self._journal.ops if self._journal is not None else []
         while len(journal) > mark:
-            op, rt = journal.pop()
-            if op == "add":
-                self._remove(rt.spec.task_id)
+            self._undo(*journal.pop())
+
+    def _undo(self, op: str, item: RunningTask | Hold) -> None:
+        if isinstance(item, Hold):
+            if op == "hold":
+                self._unhold(item.name)
             else:
-                self._add(rt)
+                self._hold(item)
+        elif op == "add":
+            self._remove(item.spec.task_id)
+        else:
+            self._add(item)
 
     # ----- eviction score (spec 5.5) and the placement tie-break derived from it ---------------
     @property
@@ -348,27 +351,59 @@ class PoolState:
             self._journal.removed_task(rt)
         return rt
 
-    def _take_spread(self, placements: tuple[WorkerPlacement, ...], sign: int) -> bool:
-        """Whole-GPU HP placements on many nodes (a reservation's placeholder, a wide gang) in one
-        numpy step each way; False (nothing done) for anything else, which `take_whole` handles
-        node by node. Same arithmetic as `take_whole`, so the arrays and keys end identical."""
-        if len(placements) < _SPREAD or any(p.slot >= 0 for p in placements):
-            return False
-        nodes = np.fromiter((p.node for p in placements), dtype=np.int64, count=len(placements))
-        gpus = np.fromiter((p.gpus for p in placements), dtype=np.int64, count=len(placements)) * sign
-        np.subtract.at(self.free, nodes, gpus)
-        np.add.at(self.hp_gpus, nodes, gpus)
+    # ----- holds (core/placeholders.py): idle GPUs kept for HP inside a pass --------------------
+    def hold(self, held: Hold) -> None:
+        """Hold idle whole GPUs inside a journaled pass; they count as HP of `held.tenant`, like a
+        running HP task, until `unhold` or the rollback."""
+        if self._journal is None:
+            raise RuntimeError("a hold outside a journaled pass")
+        if held.name in self.holds:
+            raise ValueError(f"{held.name} is already held")
+        self._hold(held)
+        self._journal.held(held)
+
+    def unhold(self, name: str) -> None:
+        if self._journal is None:
+            raise RuntimeError("an unhold outside a journaled pass")
+        self._journal.unheld(self._unhold(name))
+
+    def _hold(self, held: Hold) -> None:
+        self._mutated()
+        self._spread(held.nodes, held.gpus)
+        self.holds[held.name] = held
+        self._count_hp(held.tenant, held.total)
+
+    def _unhold(self, name: str) -> Hold:
+        self._mutated()
+        held = self.holds.pop(name)
+        self._spread(held.nodes, -held.gpus)
+        self._count_hp(held.tenant, -held.total)
+        return held
+
+    def _spread(self, nodes: np.ndarray, gpus: np.ndarray) -> None:
+        """`take_whole(node, gpus, HP)` on many distinct nodes in one numpy step: the same
+        arithmetic, so the arrays and the cached keys end identical."""
+        self.free[nodes] -= gpus
+        self.hp_gpus[nodes] += gpus
         unit = self._fit_unit
         for key_cls, key in self._fit_keys.items():
             per_gpu = -100 - (1 if key_cls is TaskClass.HP else 0)
-            np.add.at(key, nodes, gpus * (per_gpu * unit))
-        return True
+            key[nodes] += gpus * (per_gpu * unit)
+
+    def _count_hp(self, tenant: TenantId, gpus: float) -> None:
+        self.hp_in_use += gpus
+        tenants = self.hp_by_tenant
+        left = tenants.get(tenant, 0.0) + gpus
+        if gpus > 0 or left > _EPS:
+            tenants[tenant] = left
+        else:
+            del tenants[tenant]
 
     def _add(self, rt: RunningTask) -> None:
         self._mutated()
         spec = rt.spec
         cls = spec.task_class
-        for p in () if cls is TaskClass.HP and self._take_spread(rt.placements, 1) else rt.placements:
+        for p in rt.placements:
             if p.slot >= 0:
                 self.add_fraction(p.slot, p.fraction, cls)
                 if cls is TaskClass.SPOT:
@@ -383,16 +418,14 @@ class PoolState:
         if cls is TaskClass.SPOT:
             self.spot_in_use += spec.total_gpus
         else:
-            self.hp_in_use += spec.total_gpus
-            tenants = self.hp_by_tenant
-            tenants[spec.tenant] = tenants.get(spec.tenant, 0.0) + spec.total_gpus
+            self._count_hp(spec.tenant, spec.total_gpus)
 
     def _remove(self, task_id: TaskId) -> RunningTask:
         self._mutated()
         rt = self.running.pop(task_id)
         spec = rt.spec
         cls = spec.task_class
-        for p in () if cls is TaskClass.HP and self._take_spread(rt.placements, -1) else rt.placements:
+        for p in rt.placements:
             if p.slot >= 0:
                 if cls is TaskClass.SPOT:
                     occupants = self.slot_tasks[p.slot]
@@ -412,11 +445,5 @@ class PoolState:
         if cls is TaskClass.SPOT:
             self.spot_in_use -= spec.total_gpus
         else:
-            self.hp_in_use -= spec.total_gpus
-            tenants = self.hp_by_tenant
-            left = tenants[spec.tenant] - spec.total_gpus
-            if left > _EPS:
-                tenants[spec.tenant] = left
-            else:
-                del tenants[spec.tenant]
+            self._count_hp(spec.tenant, -spec.total_gpus)
         return rt

@@ -13,12 +13,25 @@ same allocation in another order, so that pass keeps its count moving.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
-from services.core.ids import TaskId
+import numpy as np
+
+from services.core.ids import TaskId, TenantId
 
 if TYPE_CHECKING:
     from services.core.pool import RunningTask
+
+
+class Hold(NamedTuple):
+    """Idle whole GPUs held for HP inside a pass (core/placeholders.py): `gpus[i]` on `nodes[i]`
+    (distinct nodes), `total` in all, counted as HP of `tenant` while held."""
+
+    name: str
+    tenant: TenantId
+    nodes: np.ndarray
+    gpus: np.ndarray
+    total: float
 
 
 class PassJournal:
@@ -26,7 +39,8 @@ class PassJournal:
 
     def __init__(self, begun_at: int) -> None:
         self.begun_at = begun_at  # the pool's `mutations` when the pass began
-        self.ops: list[tuple[str, RunningTask]] = []
+        # ("add" | "remove", task) and ("hold" | "unhold", hold), in order
+        self.ops: list[tuple[str, RunningTask | Hold]] = []
         self.added: set[TaskId] = set()  # tasks the pass added (removing them again keeps order)
         self.order_kept = True  # False once the pass removed a task that ran before it
 
@@ -38,3 +52,10 @@ class PassJournal:
         self.ops.append(("remove", rt))
         if rt.spec.task_id not in self.added:
             self.order_kept = False
+
+    def held(self, hold: Hold) -> None:
+        """Holds exist only inside a pass: taking them back never reorders anything."""
+        self.ops.append(("hold", hold))
+
+    def unheld(self, hold: Hold) -> None:
+        self.ops.append(("unhold", hold))

@@ -96,7 +96,7 @@ def choose_nodes(pool: PoolState, spec: TaskSpec) -> tuple[int, ...] | None:
     return tuple(sorted(chosen))
 
 
-def hold_reserved(pool: PoolState, reservation: Reservation, now: float) -> np.ndarray:
+def hold_reserved(pool: PoolState, reservation: Reservation) -> np.ndarray:
     """Inside a journaled pass: take every idle whole GPU on the reserved nodes with one HP
     placeholder (core/placeholders.py; rolled back with the pass), so no other task is placed
     there. Returns the GPUs held per node (explanations: what a task that found no room would have
@@ -104,7 +104,7 @@ def hold_reserved(pool: PoolState, reservation: Reservation, now: float) -> np.n
     held = np.zeros(len(pool.node_cap), dtype=np.int64)
     nodes = list(reservation.nodes)
     held[nodes] = np.maximum(pool.free[nodes], 0)
-    hold(pool, hold_id(reservation), "reservation", held, now)
+    hold(pool, hold_id(reservation), "reservation", held)
     return held
 
 

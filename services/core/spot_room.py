@@ -168,7 +168,7 @@ class SpotRoom:
         outside = np.maximum(pool.free, 0)
         outside[list(self.reservation.nodes)] = 0
         self._lift(reservation=True, claims=False)
-        hold(pool, _OUTSIDE, CLAIM_TENANT, outside, self.now)
+        hold(pool, _OUTSIDE, CLAIM_TENANT, outside)
         placements = place_task(pool, spec, policy.placement)
         if placements is not None:
             pool.add_task(RunningTask(spec, self.now, placements))
@@ -185,7 +185,7 @@ class SpotRoom:
 
     def _restore(self, *, reservation: bool, claims: bool) -> None:
         if reservation and self.reservation is not None:
-            hold_reserved(self.pool, self.reservation, self.now)
+            hold_reserved(self.pool, self.reservation)
         if claims:
             self._hold_claims()
 
@@ -195,4 +195,4 @@ class SpotRoom:
         pool = self.pool
         want = np.minimum(pool.free, np.floor(self.claims + _EPS).astype(np.int64))
         want[self.claims <= _EPS] = 0
-        hold(pool, _CLAIMS, CLAIM_TENANT, want, self.now)
+        hold(pool, _CLAIMS, CLAIM_TENANT, want)

@@ -65,6 +65,7 @@ from services.livebench.pipeline.load import (
 )
 from services.livebench.pipeline.ramp import RampOptions, run_ramp, submit_backlog
 from services.livebench.pipeline.readback import _read, _report
+from services.livebench.proc_stats import cpu_s
 from services.platform.kafka.producer import EnvelopeProducer
 from services.platform.migrations import discover, migrate, with_search_path
 from services.platform.paths import state_dir
@@ -266,9 +267,16 @@ async def _bench(
             else:
                 state.latency.clear()
                 measured_from = datetime.now(UTC)
+                cpu0 = cpu_s(service.pid)
                 offered, measured_s = await load.offer(rate, seconds)
                 await asyncio.sleep(3.0)
+                service_cpu = cpu_s(service.pid) - cpu0
                 summary = await _report(dsn, state, measured_from, measured_s, offered, rate)
+                events = sum(offered.values())
+                per_event = 1000 * service_cpu / max(events, 1)
+                print(f"service CPU in the measured phase (and the 3 s after): {service_cpu:.1f} s for "
+                      f"{events} task events = {per_event:.2f} ms per event")  # fmt: skip
+                summary["cpu_ms_per_event"] = per_event
             reader.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await reader

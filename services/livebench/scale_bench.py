@@ -28,12 +28,12 @@ import time
 import uuid
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
 from schemas.topics import BIND_TOPIC, QUOTAS_TOPIC, TASK_SUBMIT_TOPIC, TELEMETRY_TOPIC
+from services.livebench.proc_stats import cpu_s, machine_ticks
 from services.toolkit.processes import ServiceProcess, free_port, stop_all
 
 
@@ -113,22 +113,6 @@ def _pid(p: ServiceProcess) -> int:
     return p.proc.pid
 
 
-def _cpu_s(pid: int) -> float:
-    """User + system CPU seconds of a process and its reaped children (/proc/PID/stat)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
-
-
-def _machine_ticks() -> tuple[int, int]:
-    """(busy, total) jiffies of all cores since boot (/proc/stat's first line)."""
-    values = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
-    idle = values[3] + values[4]  # idle + iowait
-    return sum(values) - idle, sum(values)
-
-
 async def _run(
     n: int, database_url: str, servers: str, pools: int, nodes: int, gpus: int, tasks: int, window: int,
     replication_factor: int, keep_schema: bool,
@@ -179,13 +163,13 @@ async def _run(
         async with EnvelopeProducer(bootstrap_servers=servers, client_id=f"scale-{run}") as producer:
             await _register(producer, run, names, nodes, gpus, secret)
             outcome.owned = await _until_owned(ports, names, nodes)
-            cpu0 = [_cpu_s(_pid(p)) for p in procs]
-            self0 = _cpu_s(os.getpid())
-            busy0, total0 = _machine_ticks()
+            cpu0 = [cpu_s(_pid(p)) for p in procs]
+            self0 = cpu_s(os.getpid())
+            busy0, total0 = machine_ticks()
             latencies, bound_at = await _offer(producer, servers, run, names, tasks, window)
-            busy1, total1 = _machine_ticks()
-            outcome.cpu_s = [_cpu_s(_pid(p)) - c for p, c in zip(procs, cpu0, strict=True)]
-            outcome.bench_cpu_s = _cpu_s(os.getpid()) - self0
+            busy1, total1 = machine_ticks()
+            outcome.cpu_s = [cpu_s(_pid(p)) - c for p, c in zip(procs, cpu0, strict=True)]
+            outcome.bench_cpu_s = cpu_s(os.getpid()) - self0
             outcome.busy = (busy1 - busy0) / max(1, total1 - total0)
             outcome.machine_cpu_s = (busy1 - busy0) / os.sysconf("SC_CLK_TCK")
         outcome.binds = len(latencies)

@@ -71,6 +71,11 @@ class PlatformSettings(BaseSettings):
     # cluster evicts); 0.0.0.0 in a container or pod reached from outside (docker-compose.yml,
     # infra/k8s). Env GFS_HTTP_HOST.
     gfs_http_host: str = Field(default="127.0.0.1", min_length=1)
+    # The live services' event loop and garbage collector (services/platform/event_loop.py):
+    # GFS_EVENT_LOOP, GFS_GC_FREEZE, GFS_GC_THRESHOLD (0: CPython's).
+    gfs_event_loop: Literal["uvloop", "asyncio"] = "asyncio"
+    gfs_gc_freeze: bool = False
+    gfs_gc_threshold: int = Field(default=0, ge=0)
     # History the services delete (services/platform/retention.py; docs/operations.md, "Retention"):
     # decisions, quota versions, eta history and guarantee outcomes older than GFS_HISTORY_KEEP_S
     # (30 d), published outbox rows older than GFS_OUTBOX_KEEP_S (1 d), checked every

@@ -18,8 +18,10 @@ every stamp is there and in order; `breakdown` returns None otherwise. A command
 stamped record of its task (a start after a finish freed room, a re-issued bind) carries none.
 
 Only what a decision sends is stamped, and the commit time reaches the relay through `CommitTimes`,
-which lives in the process that commits and relays: a row relayed by another instance carries no
-`committed` stamp (`breakdown` then folds the commit into the relay's stage: `COMMIT_UNKNOWN`).
+which lives in the process that commits and relays. A row relayed before the decider saw its
+commit return (the relay's read runs beside the decider's await, and the row is visible as soon as
+Postgres commits), or relayed by another instance, carries no `committed` stamp: `breakdown` then
+folds the commit into the relay's stage (`COMMIT_UNKNOWN`).
 """
 
 from __future__ import annotations

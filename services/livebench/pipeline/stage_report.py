@@ -60,7 +60,11 @@ def stage_budget(state: BenchState, tasks: Iterable[str], *, show: bool = True) 
         if not values:
             continue
         mean = sum(values) / len(values)
-        about = what.get(name, "commit and relay (another instance relayed it)")
+        about = what.get(
+            name,
+            "commit and relay together: the relay read the row before the commit's "
+            "return reached the decider, or another instance relayed it",
+        )
         print(f"{name:<18} {percentile(values, 0.5):8.1f} {percentile(values, 0.99):8.1f} {mean:8.1f} "
               f"{mean / (total_mean * 1000):6.1%}  {about}")  # fmt: skip
     measured = [m * 1000 for _, m in staged]

@@ -1,13 +1,14 @@
-"""A pass's journal (core/pool_journal.py) and the one-step accounting of wide placements
-(`PoolState._take_spread`): both must leave the pool exactly as the node-by-node path does."""
+"""A pass's journal (core/pool_journal.py) and its holds (core/placeholders.py): both must leave
+the pool exactly as the node-by-node path does, and the rollback exactly as it was."""
 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from builders import HP, SPOT, a_pool, a_spot, a_task, run_on
 
-from services.core.decisions import WorkerPlacement
-from services.core.pool import PoolState, RunningTask
+from services.core.placeholders import hold, lift
+from services.core.pool import PoolState
 from services.core.task import TaskClass
 
 
@@ -36,7 +37,6 @@ def test_a_rolled_back_pass_that_only_added_gives_back_its_mutation_count() -> N
 def test_a_pass_that_removed_an_earlier_task_counts_as_a_change_never_seen_before() -> None:
     pool = run_on(run_on(a_pool(8, 8), a_spot("s0", gpus=2), (0, 2)), a_spot("s1", gpus=2), (1, 2))
     seen = {pool.mutations}
-    before = pool.mutations
     pool.begin()
     pool.remove_task(a_spot("s0").task_id)  # a tentative eviction
     seen.add(pool.mutations)
@@ -57,26 +57,38 @@ def test_a_removal_of_a_task_the_pass_added_keeps_the_order() -> None:
     assert pool.mutations == before
 
 
-def test_wide_hp_placements_are_accounted_as_node_by_node() -> None:
+def test_a_hold_is_accounted_as_hp_tasks_node_by_node_and_rolled_back() -> None:
     nodes = list(range(12))
-    stepwise, spread = a_pool(*[8] * 12), a_pool(*[8] * 12)
-    for pool in (stepwise, spread):
+    stepwise, held = a_pool(*[8] * 12), a_pool(*[8] * 12)
+    for pool in (stepwise, held):
         run_on(pool, a_spot("s", gpus=3), (2, 3))
         pool.best_fit_key(TaskClass.HP)  # the cached keys must follow the change too
         pool.best_fit_key(TaskClass.SPOT)
-    wide = a_task("wide", gpus=float(sum(1 + n % 3 for n in nodes)))
-    placements = tuple(WorkerPlacement(n, 1 + n % 3) for n in nodes)
-    # Node by node: one narrow task per node, as before the one-step path existed.
-    for n in nodes:
-        run_on(stepwise, a_task(f"w{n}", gpus=1 + n % 3, tenant="org"), (n, 1 + n % 3))
-    spread.add_task(RunningTask(wide, 0.0, placements))
-    a, b = _arrays(stepwise), _arrays(spread)
+    gpus = np.array([1 + n % 3 if n != 2 else 5 for n in nodes])
+    stepwise.begin()
+    for n in nodes:  # one HP placeholder task per node, as before holds existed
+        run_on(stepwise, a_task(f"w{n}", gpus=int(gpus[n]), tenant="reservation"), (n, int(gpus[n])))
+    before = _arrays(held)
+    held.begin()
+    assert hold(held, "r", "reservation", gpus)
+    a, b = _arrays(stepwise), _arrays(held)
     for field in ("free", "hp", "spot", "keys", "hp_in_use", "tenants"):
         assert a[field] == b[field], field
-    assert np.array_equal(spread.best_fit_key(HP), a_fresh_key(spread, HP))
-    spread.remove_task(wide.task_id)
-    assert spread.free.tolist() == [8, 8, 5, *[8] * 9]
-    assert np.array_equal(spread.best_fit_key(SPOT), a_fresh_key(spread, SPOT))
+    assert np.array_equal(held.best_fit_key(HP), a_fresh_key(held, HP))
+    lift(held, "r")
+    lift(held, "r")  # not held any more: nothing to do
+    assert hold(held, "r", "reservation", gpus)
+    held.rollback()
+    assert _arrays(held) == before
+    assert held.holds == {}
+    assert np.array_equal(held.best_fit_key(SPOT), a_fresh_key(held, SPOT))
+    assert not hold(held, "none", "reservation", np.zeros(12, dtype=np.int64)) and held.holds == {}
+
+
+def test_holds_exist_inside_a_pass_only() -> None:
+    pool = a_pool(8, 8)
+    with pytest.raises(RuntimeError):
+        hold(pool, "r", "reservation", np.array([1, 0]))
 
 
 def a_fresh_key(pool: PoolState, cls: TaskClass) -> np.ndarray:
