@@ -84,6 +84,9 @@ def test_the_relay_hands_the_service_its_stages_for_metrics() -> None:
     _relayed(times, (1.0, 1.1), (1.2, 1.3, 1.4), 1.6, 1.7)
     assert len(seen) == 1
     assert set(seen[0]) == set(STAGE_NAMES) - {"to_router", "to_reader"}
+    _relayed(times, (1.0, 1.1), (1.2, 1.3, 1.4), 1.6, 1.705)  # 5 ms later: not sampled
+    _relayed(times, (1.0, 1.1), (1.2, 1.3, 1.4), 1.6, 1.711)
+    assert len(seen) == 2
 
 
 def test_the_commit_times_are_bounded() -> None:
