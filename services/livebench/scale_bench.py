@@ -57,7 +57,7 @@ class Outcome:
 def scale(
     instances: Annotated[str, typer.Option(help="instance counts to run, side by side")] = "1,2",
     pools: Annotated[int, typer.Option(min=1, help="pools (one inbox partition each)")] = 4,
-    nodes: Annotated[int, typer.Option(min=1, help="nodes per pool")] = 50,
+    nodes: Annotated[int, typer.Option(min=1, help="nodes per pool")] = 100,
     gpus: Annotated[int, typer.Option(min=1, help="GPUs per node")] = 8,
     tasks: Annotated[int, typer.Option(min=10, help="tasks offered per run (must fit the GPUs)")] = 3000,
     window: Annotated[int, typer.Option(min=1, help="most tasks submitted and not yet bound")] = 400,
