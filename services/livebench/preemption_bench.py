@@ -268,10 +268,11 @@ async def _bench(
                 state.latency.clear()
                 measured_from = datetime.now(UTC)
                 cpu0 = cpu_s(service.pid)
+                start = time.perf_counter()
                 offered, measured_s = await load.offer(rate, seconds)
                 await asyncio.sleep(3.0)
                 service_cpu = cpu_s(service.pid) - cpu0
-                summary = await _report(dsn, state, measured_from, measured_s, offered, rate)
+                summary = await _report(dsn, state, measured_from, measured_s, offered, rate, start)
                 events = sum(offered.values())
                 per_event = 1000 * service_cpu / max(events, 1)
                 print(f"service CPU in the measured phase (and the 3 s after): {service_cpu:.1f} s for "

@@ -28,6 +28,7 @@ async def test_the_pipeline_benchmark_runs_for_10_seconds_without_errors(
     assert summary["staged"] > 0, summary
     assert summary["staged_in_order"] == summary["staged"], summary
     assert summary["staged_within_5pct"] == summary["staged"], summary
+    assert summary["accept_p99_ms"] > 0, summary  # submit -> TaskAccepted read back and reported
 
 
 @pytest.mark.asyncio(loop_scope="session")

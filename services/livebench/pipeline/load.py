@@ -43,6 +43,7 @@ class BenchState:
     submitted_at: dict[str, float] = field(default_factory=dict)  # task -> perf_counter at submit
     submitted_wall: dict[str, float] = field(default_factory=dict)  # task -> wall clock at submit
     latency: dict[str, float] = field(default_factory=dict)  # task -> first bind latency
+    accepted: dict[str, float] = field(default_factory=dict)  # task -> submit -> TaskAccepted latency
     # task -> its first bind's latency by stage (platform/stage_stamps.py), seconds
     stages: dict[str, dict[str, float]] = field(default_factory=dict)
     running: dict[str, Running] = field(default_factory=dict)

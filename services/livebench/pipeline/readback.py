@@ -14,10 +14,12 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from schemas.commands import BindCommand, EvictAck, EvictCommand, EvictOutcome
 from schemas.envelope import wrap
+from schemas.tasks import TaskAccepted
 from schemas.topics import (
     BIND_TOPIC,
     EVICT_ACK_TOPIC,
     EVICT_TOPIC,
+    TASK_LIFECYCLE_TOPIC,
     decode,
     topic,
 )
@@ -40,7 +42,11 @@ async def _read(
     consumer = AIOKafkaConsumer(bootstrap_servers=settings.bootstrap_servers, enable_auto_commit=False)
     await consumer.start()
     try:
-        tps = [TopicPartition(t, p) for t in (BIND_TOPIC, EVICT_TOPIC) for p in range(topic(t).partitions)]
+        tps = [
+            TopicPartition(t, p)
+            for t in (BIND_TOPIC, EVICT_TOPIC, TASK_LIFECYCLE_TOPIC)
+            for p in range(topic(t).partitions)
+        ]
         consumer.assign(tps)
         await consumer.seek_to_end(*tps)
         prefix = f"{run}-"
@@ -53,7 +59,11 @@ async def _read(
                     if not (r.key or b"").decode().startswith(prefix):
                         continue
                     payload = decode(r.topic, r.value or b"").payload
-                    if isinstance(payload, BindCommand):
+                    if isinstance(payload, TaskAccepted):
+                        tid = payload.task_id
+                        if tid not in state.accepted and tid in state.submitted_at:
+                            state.accepted[tid] = received - state.submitted_at[tid]
+                    elif isinstance(payload, BindCommand):
                         state.binds += 1
                         tid = payload.task_id
                         if tid not in state.latency and tid in state.submitted_at:
@@ -90,8 +100,15 @@ async def _read(
 
 
 async def _report(
-    dsn: str, state: BenchState, since: datetime, measured_s: float, offered: Counter[str], rate: float
+    dsn: str,
+    state: BenchState,
+    since: datetime,
+    measured_s: float,
+    offered: Counter[str],
+    rate: float,
+    start: float = float("-inf"),
 ) -> dict[str, float]:
+    """The report of the measured phase, which began at `since` (wall) and `start` (perf_counter)."""
     connection = await asyncpg.connect(dsn)
     try:
         plain_ids, preempting_ids = await on_arrival_tasks(connection, state, since)
@@ -131,6 +148,11 @@ async def _report(
             f"p99 {percentile(values, 0.99):.1f} p99.9 {percentile(values, 0.999):.1f} "
             f"max {max(values):.1f}"
         )
+    accepted = [v * 1000 for t, v in state.accepted.items() if state.submitted_at.get(t, -1.0) >= start]
+    if accepted:
+        print(f"submit -> TaskAccepted (every submission of the measured phase): n={len(accepted)} ms "
+              f"p50 {percentile(accepted, 0.5):.1f} p99 {percentile(accepted, 0.99):.1f} "
+              f"max {max(accepted):.1f}")  # fmt: skip
     edges = [5, 10, 20, 50, 100, 200, 500, 1000, 5000]
     counts = Counter(next((e for e in edges if v <= e), float("inf")) for v in plain)
     print(
@@ -143,4 +165,5 @@ async def _report(
             "submissions": float(offered["submit"]), "on_arrival": float(len(plain) + len(preempting)),
             "p99_ms": percentile(plain, 0.99) if plain else float("nan"),
             "staged": float(budget.staged), "staged_within_5pct": float(budget.within),
-            "staged_in_order": float(budget.ordered)}  # fmt: skip
+            "staged_in_order": float(budget.ordered),
+            "accept_p99_ms": percentile(accepted, 0.99) if accepted else float("nan")}  # fmt: skip
