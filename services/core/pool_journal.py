@@ -8,7 +8,9 @@ mutations threw every memo away after every pass, and the simulator recomputed t
 every event (issue 37). A rolled-back pass that only added tasks gives back the state exactly,
 dict order included, so the pool takes back its count from before the pass. One that removed a
 task that ran before it (a tentative eviction) re-adds it at the end of the pool's dicts: the
-same allocation in another order, so that pass keeps its count moving.
+same allocation in another order, so that pass keeps its count moving. (The float counters, HP
+GPUs per tenant and in use, may come back from an add and its undo off by a last bit; the memos
+kept are those of the values before the pass, the exact ones.)
 """
 
 from __future__ import annotations
