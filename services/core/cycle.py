@@ -41,6 +41,7 @@ from services.core.queues import Blocked, BucketQueue, SortKey
 from services.core.reasons import Unschedulable
 from services.core.reservation import Reservation, hold_reserved
 from services.core.servable import ServablePlan
+from services.core.shared_gpus import open_slot
 from services.core.spot_room import Held, SpotRoom, spot_room
 from services.core.task import TaskClass, TaskSpec
 from services.core.victims import PreemptionContext, PreemptionPlan, preemptible
@@ -344,7 +345,7 @@ def _count_workers(spec: TaskSpec, placed: list[WorkerPlacement]) -> int:
 def _placement_after_eviction(pool: PoolState, spec: TaskSpec, plan: PreemptionPlan) -> WorkerPlacement:
     if not spec.is_fractional:
         return WorkerPlacement(plan.node, spec.whole_gpus_per_worker)
-    slot = plan.slot if plan.slot >= 0 else pool.open_slot(plan.node)
+    slot = plan.slot if plan.slot >= 0 else open_slot(pool, plan.node)
     return WorkerPlacement(plan.node, 0, slot, spec.gpus_per_worker)
 
 

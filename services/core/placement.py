@@ -14,6 +14,7 @@ import numpy as np
 
 from services.core.decisions import WorkerPlacement
 from services.core.pool import PoolState
+from services.core.shared_gpus import open_slot
 from services.core.task import TaskClass, TaskSpec
 
 _EPS = 1e-9
@@ -145,7 +146,7 @@ def place_worker(pool: PoolState, spec: TaskSpec, chooser: NodeChooser) -> Worke
         node = chooser.choose(pool, 1, spec.task_class)
         if node < 0:
             return None
-        return WorkerPlacement(node, 0, pool.open_slot(node), spec.gpus_per_worker)
+        return WorkerPlacement(node, 0, open_slot(pool, node), spec.gpus_per_worker)
     k = spec.whole_gpus_per_worker
     node = chooser.choose(pool, k, spec.task_class)
     return WorkerPlacement(node, k) if node >= 0 else None

@@ -19,12 +19,12 @@ from typing import NamedTuple
 import numpy as np
 
 from services.core.decisions import WorkerPlacement
+from services.core.fit_keys import FitKeys
 from services.core.ids import PoolId, TaskId, TenantId
 from services.core.pool_journal import Hold, PassJournal
 from services.core.task import TaskClass, TaskSpec
 
 _EPS = 1e-9
-DEFAULT_EVICTION_SCORE = 9900  # spec 5.5 with no recent evictions: 10000 * (1 - 0.01 * 2^0)
 
 
 class RunningTask(NamedTuple):
@@ -44,9 +44,7 @@ class PoolState:
         self.capacity = int(self.node_cap.sum())
         self.node_offset = np.concatenate(([0], np.cumsum(self.node_cap)[:-1])).astype(np.int64)
         self.node_index = np.arange(n, dtype=np.int64)
-        self._eviction_score = np.full(n, DEFAULT_EVICTION_SCORE, dtype=np.int64)
-        self._tie_keys: dict[bool, np.ndarray] = {}
-        self._fit_unit = 10001 * n
+        self.fit = FitKeys(n)  # the eviction scores and the best-fit keys (fit_keys.py)
         self.gpu_node = np.repeat(self.node_index, self.node_cap)
         # Whole-GPU spot holdings per node (victim selection needs them): task -> GPUs there.
         self.spot_whole: list[dict[TaskId, int]] = [{} for _ in range(n)]
@@ -55,12 +53,12 @@ class PoolState:
         # has no free GPUs and nothing preemptible, so neither placement nor preemption picks it.
         self.online_cap = self.node_cap.copy()
         self.online_capacity = self.capacity  # GPUs on nodes that are up (`capacity`: installed)
-        # Bumped by every change of what runs where or of the nodes (a pass's journaled changes
-        # too): derived views (core/servable.py's plan) are memoised on it.
+        # Moved by every change of what runs where or of the nodes, and given back by a rollback
+        # that restores the exact state (pool_journal.py): derived views are memoised on it.
         self.mutations = 0
         self._stamps = 0  # the last `mutations` value given out (a rollback may take one back)
         self._empty()
-        self._journal: PassJournal | None = None
+        self._journal: PassJournal[RunningTask] | None = None
 
     def _empty(self) -> None:
         """Every GPU free, no task running."""
@@ -70,10 +68,7 @@ class PoolState:
         self.free = self.online_cap.copy()
         self.hp_gpus = np.zeros(n, dtype=np.int64)
         self.spot_gpus = np.zeros(n, dtype=np.int64)
-        # Best-fit composite keys per class (see `best_fit_key`), built on first use and then
-        # kept current by every GPU-accounting change, so a placement reads them instead of
-        # recomputing them over all nodes.
-        self._fit_keys: dict[TaskClass, np.ndarray] = {}
+        self.fit.forget_keys()
         # Per-GPU state for shared (fractional) GPUs.
         self.gpu_shared = np.zeros(self.capacity, dtype=bool)
         self.gpu_hp = np.zeros(self.capacity, dtype=np.float64)
@@ -126,8 +121,7 @@ class PoolState:
         self.node_offset = np.append(self.node_offset[:index], np.int64(self.capacity))
         self.capacity += gpus
         self.node_index = np.arange(n, dtype=np.int64)
-        self._eviction_score = np.append(self._eviction_score, np.int64(DEFAULT_EVICTION_SCORE))
-        self._fit_unit = 10001 * n
+        self.fit.grow()
         self.gpu_node = np.append(self.gpu_node, np.full(gpus, index, dtype=np.int64))
         self.spot_whole.append({})
         self.spot_gpus = np.append(self.spot_gpus, np.int64(0))
@@ -139,9 +133,6 @@ class PoolState:
         self.gpu_shared = np.append(self.gpu_shared, np.zeros(gpus, dtype=bool))
         self.gpu_hp = np.append(self.gpu_hp, np.zeros(gpus, dtype=np.float64))
         self.gpu_spot = np.append(self.gpu_spot, np.zeros(gpus, dtype=np.float64))
-        # Both caches scale with the node count (tie keys multiply by it): rebuilt on next use.
-        self._tie_keys.clear()
-        self._fit_keys.clear()
         return index
 
     # ----- journal -------------------------------------------------------------------------
@@ -156,22 +147,20 @@ class PoolState:
 
     def rollback(self) -> None:
         journal, self._journal = self._journal, None
-        if journal is None:
-            return
-        for op, item in reversed(journal.ops):
-            self._undo(op, item)
-        if journal.order_kept:
-            self.mutations = journal.begun_at  # the exact state the pass began on
+        if journal is not None:
+            journal.undo(self)
+            if journal.order_kept:
+                self.mutations = journal.begun_at  # the exact state the pass began on
 
     def mark(self) -> int:
         return len(self._journal.ops) if self._journal is not None else 0
 
     def rollback_to(self, mark: int) -> None:
-        journal = self._journal.ops if self._journal is not None else []
-        while len(journal) > mark:
-            self._undo(*journal.pop())
+        if self._journal is not None:
+            self._journal.undo(self, mark)
 
-    def _undo(self, op: str, item: RunningTask | Hold) -> None:
+    def undo(self, op: str, item: RunningTask | Hold) -> None:
+        """One journaled change taken back (pool_journal.py calls it, newest first)."""
         if isinstance(item, Hold):
             if op == "hold":
                 self._unhold(item.name)
@@ -182,46 +171,22 @@ class PoolState:
         else:
             self._add(item)
 
-    # ----- eviction score (spec 5.5) and the placement tie-break derived from it ---------------
+    # ----- eviction score (spec 5.5) and the placement tie-break derived from it (fit_keys.py) ------
     @property
     def eviction_score(self) -> np.ndarray:
-        return self._eviction_score
+        return self.fit.scores
 
     @eviction_score.setter
     def eviction_score(self, scores: np.ndarray) -> None:
-        self._eviction_score = np.asarray(scores, dtype=np.int64)
-        self._tie_keys.clear()
-        self._fit_keys.clear()
+        self.fit.set_scores(scores)
 
     def tie_key(self, *, prefer_high_score: bool) -> np.ndarray:
-        """(eviction-score key) * n_nodes + node index, cached until the scores change: the low
-        tiers of the best-fit composite key."""
-        key = self._tie_keys.get(prefer_high_score)
-        if key is None:
-            e = 10000 - self._eviction_score if prefer_high_score else self._eviction_score
-            key = e * len(self.node_cap) + self.node_index
-            self._tie_keys[prefer_high_score] = key
-        return key
+        return self.fit.tie_key(self.node_index, prefer_high_score=prefer_high_score)
 
     def best_fit_key(self, cls: TaskClass) -> np.ndarray:
-        """Per node: ((free + 1) * 100 - GPUs of class `cls`) * 10001 * n_nodes + tie_key: the
-        best-fit composite key (spec 5.1, `placement.BestFit`). Read it, do not change it."""
-        key = self._fit_keys.get(cls)
-        if key is None:
-            exist = self.hp_gpus if cls is TaskClass.HP else self.spot_gpus
-            score = (self.free + 1) * 100 - exist
-            key = score * self._fit_unit + self.tie_key(prefer_high_score=cls is TaskClass.SPOT)
-            self._fit_keys[cls] = key
-        return key
-
-    def _shift_fit_keys(self, node: int, free_delta: int, cls: TaskClass | None, class_delta: int) -> None:
-        """Keep the cached best-fit keys exact after `free[node] += free_delta` and
-        `<cls>_gpus[node] += class_delta`."""
-        unit = self._fit_unit
-        for key_cls, key in self._fit_keys.items():
-            delta = free_delta * 100 - (class_delta if key_cls is cls else 0)
-            if delta:
-                key[node] += delta * unit
+        """Per node: the best-fit composite key (spec 5.1, `placement.BestFit`). Read it, do not
+        change it."""
+        return self.fit.best_fit_key(cls, self.free, self.hp_gpus, self.spot_gpus, self.node_index)
 
     # ----- queries -------------------------------------------------------------------------
     @property
@@ -247,8 +212,8 @@ class PoolState:
         self.online_cap[node] = cap if online else 0
         self.online_capacity += delta
         self.free[node] += delta
-        if self._fit_keys:
-            self._shift_fit_keys(node, delta, None, 0)
+        if self.fit.keys:
+            self.fit.shift(node, delta, None, 0)
 
     def allocated_gpus(self) -> int:
         return int(self.hp_gpus.sum() + self.spot_gpus.sum())
@@ -260,22 +225,6 @@ class PoolState:
             return TaskClass.SPOT
         return None
 
-    def spot_slots_on_node(self, node: int) -> list[int]:
-        """Shared GPUs on `node` that hold spot work only (they count as non-HP GPUs)."""
-        if self.shared_on_node[node] == 0:
-            return []
-        lo = int(self.node_offset[node])
-        hi = lo + int(self.node_cap[node])
-        return [s for s in range(lo, hi) if self.gpu_shared[s] and self.gpu_hp[s] <= _EPS]
-
-    def open_slot(self, node: int) -> int:
-        """Lowest GPU index on `node` that is not shared yet (deterministic)."""
-        lo = int(self.node_offset[node])
-        for s in range(lo, lo + int(self.node_cap[node])):
-            if not self.gpu_shared[s]:
-                return s
-        raise ValueError(f"node {node} has no unshared GPU")
-
     # ----- low-level GPU accounting (also used for tentative per-worker reservations) --------
     def take_whole(self, node: int, gpus: int, cls: TaskClass) -> None:
         self.free[node] -= gpus
@@ -283,8 +232,8 @@ class PoolState:
             self.hp_gpus[node] += gpus
         else:
             self.spot_gpus[node] += gpus
-        if self._fit_keys:
-            self._shift_fit_keys(node, -gpus, cls, gpus)
+        if self.fit.keys:
+            self.fit.shift(node, -gpus, cls, gpus)
 
     def give_whole(self, node: int, gpus: int, cls: TaskClass) -> None:
         self.take_whole(node, -gpus, cls)
@@ -296,8 +245,8 @@ class PoolState:
             self.gpu_shared[slot] = True
             self.shared_on_node[node] += 1
             self.free[node] -= 1
-            if self._fit_keys:
-                self._shift_fit_keys(node, -1, None, 0)
+            if self.fit.keys:
+                self.fit.shift(node, -1, None, 0)
         if cls is TaskClass.HP:
             self.gpu_hp[slot] += fraction
         else:
@@ -319,8 +268,8 @@ class PoolState:
             self.gpu_shared[slot] = False
             self.shared_on_node[node] -= 1
             self.free[node] += 1
-            if self._fit_keys:
-                self._shift_fit_keys(node, 1, None, 0)
+            if self.fit.keys:
+                self.fit.shift(node, 1, None, 0)
 
     def _reclassify(self, node: int, before: TaskClass | None, after: TaskClass | None) -> None:
         if before is after:
@@ -333,32 +282,30 @@ class PoolState:
             self.hp_gpus[node] += 1
         elif after is TaskClass.SPOT:
             self.spot_gpus[node] += 1
-        if self._fit_keys:
+        if self.fit.keys:
             if before is not None:
-                self._shift_fit_keys(node, 0, before, -1)
+                self.fit.shift(node, 0, before, -1)
             if after is not None:
-                self._shift_fit_keys(node, 0, after, 1)
+                self.fit.shift(node, 0, after, 1)
 
     # ----- task-level changes ----------------------------------------------------------------
     def add_task(self, rt: RunningTask) -> None:
         self._add(rt)
         if self._journal is not None:
-            self._journal.added_task(rt)
+            self._journal.added_task(rt.spec.task_id, rt)
 
     def remove_task(self, task_id: TaskId) -> RunningTask:
         rt = self._remove(task_id)
         if self._journal is not None:
-            self._journal.removed_task(rt)
+            self._journal.removed_task(task_id, rt)
         return rt
 
     # ----- holds (core/placeholders.py): idle GPUs kept for HP inside a pass --------------------
     def hold(self, held: Hold) -> None:
         """Hold idle whole GPUs inside a journaled pass; they count as HP of `held.tenant`, like a
         running HP task, until `unhold` or the rollback."""
-        if self._journal is None:
-            raise RuntimeError("a hold outside a journaled pass")
-        if held.name in self.holds:
-            raise ValueError(f"{held.name} is already held")
+        if self._journal is None or held.name in self.holds:
+            raise RuntimeError(f"a hold outside a pass, or {held.name} held twice")
         self._hold(held)
         self._journal.held(held)
 
@@ -385,10 +332,7 @@ class PoolState:
         arithmetic, so the arrays and the cached keys end identical."""
         self.free[nodes] -= gpus
         self.hp_gpus[nodes] += gpus
-        unit = self._fit_unit
-        for key_cls, key in self._fit_keys.items():
-            per_gpu = -100 - (1 if key_cls is TaskClass.HP else 0)
-            key[nodes] += gpus * (per_gpu * unit)
+        self.fit.shift_hp(nodes, gpus)
 
     def _count_hp(self, tenant: TenantId, gpus: float) -> None:
         self.hp_in_use += gpus

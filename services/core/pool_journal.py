@@ -15,14 +15,13 @@ kept are those of the values before the pass, the exact ones.)
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple
+from typing import Any, Generic, NamedTuple, Protocol, TypeVar
 
 import numpy as np
 
 from services.core.ids import TaskId, TenantId
 
-if TYPE_CHECKING:
-    from services.core.pool import RunningTask
+Task = TypeVar("Task")  # the pool's running task (core/pool.py's RunningTask)
 
 
 class Hold(NamedTuple):
@@ -36,23 +35,29 @@ class Hold(NamedTuple):
     total: float
 
 
-class PassJournal:
+class Undoable(Protocol):
+    """What a journal's changes are taken back on (core/pool.py's PoolState)."""
+
+    def undo(self, op: str, item: Any) -> None: ...
+
+
+class PassJournal(Generic[Task]):
     __slots__ = ("added", "begun_at", "ops", "order_kept")
 
     def __init__(self, begun_at: int) -> None:
         self.begun_at = begun_at  # the pool's `mutations` when the pass began
         # ("add" | "remove", task) and ("hold" | "unhold", hold), in order
-        self.ops: list[tuple[str, RunningTask | Hold]] = []
+        self.ops: list[tuple[str, Task | Hold]] = []
         self.added: set[TaskId] = set()  # tasks the pass added (removing them again keeps order)
         self.order_kept = True  # False once the pass removed a task that ran before it
 
-    def added_task(self, rt: RunningTask) -> None:
-        self.ops.append(("add", rt))
-        self.added.add(rt.spec.task_id)
+    def added_task(self, task_id: TaskId, task: Task) -> None:
+        self.ops.append(("add", task))
+        self.added.add(task_id)
 
-    def removed_task(self, rt: RunningTask) -> None:
-        self.ops.append(("remove", rt))
-        if rt.spec.task_id not in self.added:
+    def removed_task(self, task_id: TaskId, task: Task) -> None:
+        self.ops.append(("remove", task))
+        if task_id not in self.added:
             self.order_kept = False
 
     def held(self, hold: Hold) -> None:
@@ -61,3 +66,9 @@ class PassJournal:
 
     def unheld(self, hold: Hold) -> None:
         self.ops.append(("unhold", hold))
+
+    def undo(self, target: Undoable, mark: int = 0) -> None:
+        """Take back the changes after the first `mark`, newest first."""
+        ops = self.ops
+        while len(ops) > mark:
+            target.undo(*ops.pop())

@@ -15,6 +15,7 @@ import numpy as np
 
 from services.core.ids import TaskId
 from services.core.pool import PoolState
+from services.core.shared_gpus import spot_slots_on_node
 from services.core.victims import PreemptionContext, PreemptionPlan, lost_gpu_seconds, node_cost, preemptible
 
 
@@ -40,7 +41,7 @@ def node_holdings(pool: PoolState, node: int) -> NodeHoldings:
     for tid, n in pool.spot_whole[node].items():
         holders.extend([frozenset((tid,))] * n)
         order.append(tid)
-    for slot in pool.spot_slots_on_node(node):
+    for slot in spot_slots_on_node(pool, node):
         occupants = pool.slot_tasks.get(slot, {})
         holders.append(frozenset(occupants))
         order.extend(t for t in occupants if t not in order)

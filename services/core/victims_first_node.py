@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from services.core.ids import TaskId
 from services.core.pool import PoolState
+from services.core.shared_gpus import spot_slots_on_node
 from services.core.task import TaskSpec
 from services.core.victims import PreemptionContext, PreemptionPlan, lost_gpu_seconds, node_cost, preemptible
 
@@ -22,7 +23,7 @@ class FirstNodeVictims:
         if not feasible[node]:
             return None
         whole = pool.spot_whole[node]
-        slots = pool.spot_slots_on_node(node)
+        slots = spot_slots_on_node(pool, node)
         order = list(whole) + [t for s in slots for t in pool.slot_tasks.get(s, {})]
         idle = int(pool.free[node])
         victims: list[TaskId] = []

@@ -13,6 +13,7 @@ import numpy as np
 from services.core.ids import TaskId, TenantId
 from services.core.pool import PoolState
 from services.core.preemption_plan import with_alternatives
+from services.core.shared_gpus import spot_slots_on_node
 from services.core.task import TaskSpec
 from services.core.tenant_budget import overage
 from services.core.two_pointer import fraction_two_pointer, two_pointer
@@ -48,7 +49,7 @@ def _virtual_gpus(pool: PoolState, node: int) -> tuple[dict[TaskId, set[int]], i
     for tid, n in pool.spot_whole[node].items():
         holdings.setdefault(tid, set()).update(range(next_id, next_id + n))
         next_id += n
-    for slot in pool.spot_slots_on_node(node):
+    for slot in spot_slots_on_node(pool, node):
         for tid in pool.slot_tasks.get(slot, {}):
             holdings.setdefault(tid, set()).add(next_id)
         next_id += 1
@@ -233,7 +234,7 @@ class GfsVictims:
 
     def _plan_node(self, pool: PoolState, node: int, k: int, ctx: PreemptionContext) -> PreemptionPlan:
         whole = pool.spot_whole[node]
-        if not pool.spot_slots_on_node(node) and len(whole) == 1 and int(pool.free[node]) < k:
+        if not spot_slots_on_node(pool, node) and len(whole) == 1 and int(pool.free[node]) < k:
             (tid,) = whole  # fast path: the only spot task must go
             return _gfs_plan(node, (tid,), lost_gpu_seconds(pool, tid, ctx.now), pool, ctx)
         holdings, n_ids = _virtual_gpus(pool, node)

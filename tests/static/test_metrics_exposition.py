@@ -25,6 +25,7 @@ from services.forecast.metrics import register_metrics as register_forecast
 from services.node_agent.agent import AgentMetrics
 from services.node_agent.service import _observe as observe_agent
 from services.platform.metrics import configure_metrics
+from services.platform.stage_stamps import BatchStamps, CommitTimes
 from services.preemption.metrics import register_metrics as register_preemption
 from services.quota.metrics import register_metrics as register_quota
 
@@ -67,6 +68,7 @@ def _preemption() -> bytes:
         partitions={0: object(), 3: object()},
         instance="host-1",
         settings=SimpleNamespace(preemption_inbox_topic="inbox", preemption_inbox_partitions=6),
+        commit_times=CommitTimes("host-1"),
         instruments=SimpleNamespace(
             latency_hist=None,
             decisions_counter=None,
@@ -81,6 +83,10 @@ def _preemption() -> bytes:
     decider.instruments.held_counter.add(1, {"reason": "input_lag", "pool": "A100"})
     decider.instruments.refused_counter.add(1, {"type": "EvictAck", "reason": "signature_mismatch"})
     decider.instruments.unsigned_counter.add(1, {"type": "NodeTelemetry"})
+    stamped = BatchStamps(1.0, 1.1, 1.2, routed={"t": (0.9, 0.95)}).header("t", "host-1:0")
+    assert stamped is not None
+    decider.commit_times.committed("host-1:0", 1.3)
+    decider.commit_times.restamp((stamped,), 1.4)  # one relayed command's stages on /metrics
     return metrics.render()
 
 
@@ -127,6 +133,7 @@ def _node_agent() -> bytes:
 EXPECTED = {
     "preemption": (_preemption, {
         "gfs_preemption_decision_latency_seconds": "histogram",
+        "gfs_preemption_stage_seconds": "histogram",
         "gfs_preemption_decisions": "counter",
         "gfs_preemption_tasks": "gauge",
         "gfs_preemption_evictions": "counter",

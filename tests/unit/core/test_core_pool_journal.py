@@ -17,7 +17,7 @@ def _arrays(pool: PoolState) -> dict[str, object]:
         "free": pool.free.tolist(),
         "hp": pool.hp_gpus.tolist(),
         "spot": pool.spot_gpus.tolist(),
-        "keys": {c: k.tolist() for c, k in pool._fit_keys.items()},
+        "keys": {c: k.tolist() for c, k in pool.fit.keys.items()},
         "hp_in_use": pool.hp_in_use,
         "tenants": dict(pool.hp_by_tenant),
         "running": list(pool.running),
@@ -93,9 +93,9 @@ def test_holds_exist_inside_a_pass_only() -> None:
 
 def a_fresh_key(pool: PoolState, cls: TaskClass) -> np.ndarray:
     """The best-fit key computed from scratch (the cache dropped)."""
-    cached = dict(pool._fit_keys)
-    pool._fit_keys.clear()
+    cached = dict(pool.fit.keys)
+    pool.fit.keys.clear()
     try:
         return pool.best_fit_key(cls).copy()
     finally:
-        pool._fit_keys.update(cached)
+        pool.fit.keys.update(cached)
