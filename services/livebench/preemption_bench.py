@@ -35,8 +35,6 @@ import contextlib
 import csv
 import os
 import random
-import subprocess
-import sys
 import time
 import uuid
 from collections import Counter
@@ -65,11 +63,11 @@ from services.livebench.pipeline.load import (
 )
 from services.livebench.pipeline.ramp import RampOptions, run_ramp, submit_backlog
 from services.livebench.pipeline.readback import _read, _report
-from services.livebench.proc_stats import cpu_s
+from services.livebench.pipeline.under_test import UnderTest, distinct_partitions
 from services.platform.kafka.producer import EnvelopeProducer
 from services.platform.migrations import discover, migrate, with_search_path
-from services.platform.paths import state_dir
 from services.platform.settings import PlatformSettings
+from services.preemption.service_settings import PreemptionSettings
 
 REPO = Path(__file__).resolve().parents[2]
 SHAPES = ((1, 0.40), (2, 0.20), (4, 0.20), (8, 0.20))  # GPUs per worker, share of tasks
@@ -104,6 +102,9 @@ def preemption(
     ramp_factor: Annotated[float, typer.Option(help="--ramp: each step's rate over the last's")] = 1.5,
     step_s: Annotated[float, typer.Option(help="--ramp: length of each step")] = 60.0,
     p99_limit_ms: Annotated[float, typer.Option(help="--ramp: the p99 that ends the ramp")] = 100.0,
+    instances: Annotated[
+        int, typer.Option(min=1, help="preemption instances sharing the pools (one consumer group)")
+    ] = 1,
 ) -> None:
     """Submit -> BindCommand latency (p50/p99/p99.9) and decisions/s through a running preemption
     service with full-scale cluster state (prints numbers; needs `make up`)."""
@@ -112,17 +113,22 @@ def preemption(
     steps = RampOptions(ramp_start, ramp_factor, step_s, p99_limit_ms) if ramp else None
     asyncio.run(
         _bench(settings, _inventory(inventory), rate, seconds, fill, hp_share, seed, keep_schema, profile,
-               backlog=backlog, ramp=steps)
+               backlog=backlog, ramp=steps, instances=instances)
     )  # fmt: skip
 
 
 async def _bench(
     settings: PlatformSettings, inventory: list[tuple[str, str, int]], rate: float, seconds: float,
     fill: float, hp_share: float, seed: int, keep_schema: bool, profile: Path | None = None,
-    *, backlog: int = 0, ramp: RampOptions | None = None,
+    *, backlog: int = 0, ramp: RampOptions | None = None, instances: int = 1,
 ) -> dict[str, float]:  # fmt: skip
     rng = random.Random(seed)
+    models = sorted({model for _, model, _ in inventory})
+    default = PreemptionSettings.model_fields["preemption_inbox_partitions"].default
+    partitions = max(default, len(models))
     run = uuid.uuid4().hex[:6]
+    while not distinct_partitions([f"{m}.{run}" for m in models], partitions):
+        run = uuid.uuid4().hex[:6]  # pipeline/under_test.py: no two pools on one inbox partition
     schema = f"bench_{run}"
     secret = os.environ.get("GFS_COMMAND_SECRET") or uuid.uuid4().hex * 2
     admin = await asyncpg.connect(settings.database_url)
@@ -137,30 +143,23 @@ async def _bench(
     for _, model, gpus in inventory:
         largest[f"{model}.{run}"] = max(largest[f"{model}.{run}"], gpus)
     state = BenchState(capacity=sum(pools.values()))
-    port = 18000 + rng.randrange(1000)
+    ports = [18000 + rng.randrange(1000) + 1000 * i for i in range(instances)]
     env = os.environ | {
         "DATABASE_URL": dsn, "GFS_COMMAND_SECRET": secret,
         "PREEMPTION_GROUP": f"bench-pre-{run}", "PREEMPTION_ROUTER_GROUP": f"bench-router-{run}",
-        "PREEMPTION_INBOX_TOPIC": f"bench-inbox-{run}", "PREEMPTION_POOLS": ",".join(pools),
-        "PREEMPTION_NODE_TIMEOUT_S": "1e9", "PREEMPTION_API_PORT": str(port), "PREEMPTION_GRACE_S": "5",
-        "PREEMPTION_ACK_MARGIN_S": "5",
+        "PREEMPTION_INBOX_TOPIC": f"bench-inbox-{run}", "PREEMPTION_INBOX_PARTITIONS": str(partitions),
+        "PREEMPTION_POOLS": ",".join(pools),
+        "PREEMPTION_NODE_TIMEOUT_S": "1e9", "PREEMPTION_GRACE_S": "5", "PREEMPTION_ACK_MARGIN_S": "5",
+        # From the end: nothing of the run is sent before both groups are stable (under_test.py).
+        "PREEMPTION_ROUTER_OFFSET_RESET": "latest",
     }  # fmt: skip
-    log_path = state_dir(f"bench-preemption-{run}.log")  # services/platform/paths.py: not the checkout
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    with log_path.open("wb") as log:
-        profiler = ["-m", "cProfile", "-o", str(profile)] if profile is not None else []
-        service = subprocess.Popen(
-            [sys.executable, *profiler, "-m", "services", "serve", "preemption"],
-            cwd=REPO,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    print(f"run {run}: service pid {service.pid}, log {log_path}, schema {schema}")
+    under = UnderTest(run, env, ports, partitions, REPO, profile)
+    print(f"run {run}: {instances} instance(s), schema {schema}")
     print(f"cluster: {len(inventory)} nodes, {state.capacity} GPUs, {len(pools)} pools; fill {fill:.0%}, "
           f"rate {rate:g} events/s for {seconds:g} s, HP share {hp_share:.0%}, seed {seed}")  # fmt: skip
     try:
+        await under.start(settings.bootstrap_servers)
+        await under.ready(settings.bootstrap_servers)
         async with EnvelopeProducer(
             bootstrap_servers=settings.bootstrap_servers, client_id=f"bench-{run}"
         ) as producer:
@@ -200,12 +199,14 @@ async def _bench(
                     forecast_version="bench",
                 )
                 await producer.send(QUOTAS_TOPIC, wrap(q, producer="bench"))
-            await _until_registered(port, len(inventory))
+            owner = await under.until_registered(len(inventory))
             print(f"registered {len(inventory)} nodes in {time.perf_counter() - t0:.1f} s")
-            # A new router group starts at the beginning of the input topics (earlier runs' records,
-            # skipped as not ours): wait until it has caught up, so that is not measured.
+            if instances > 1:
+                share = [sum(c for p, c in pools.items() if owner.get(p) == i) / state.capacity
+                         for i in range(instances)]  # fmt: skip
+                print("share of the GPUs per instance: " + " / ".join(f"{x:.0%}" for x in share))
             behind = await _router_caught_up(settings, f"bench-router-{run}")
-            print(f"router caught up with the topics' history ({behind} records behind at the end)")
+            print(f"router caught up ({behind} records behind at the end)")
 
             pool_names = list(pools)
             weights = [pools[p] for p in pool_names]
@@ -263,30 +264,28 @@ async def _bench(
                 await submit_backlog(state, backlog, new_backlog_task, submit, settings, run, dsn)
             load = Load(state, producer, secret, rng, fill, new_task, submit)
             if ramp is not None:
-                summary = await run_ramp(load, ramp, dsn, settings, run)
+                summary = await run_ramp(load, ramp, dsn, settings, run, lambda: sum(under.cpu_s()))
             else:
                 state.latency.clear()
                 measured_from = datetime.now(UTC)
-                cpu0 = cpu_s(service.pid)
+                cpu0 = under.cpu_s()
                 start = time.perf_counter()
                 offered, measured_s = await load.offer(rate, seconds)
                 await asyncio.sleep(3.0)
-                service_cpu = cpu_s(service.pid) - cpu0
+                each = [c - c0 for c, c0 in zip(under.cpu_s(), cpu0, strict=True)]
+                service_cpu = sum(each)
                 summary = await _report(dsn, state, measured_from, measured_s, offered, rate, start)
                 events = sum(offered.values())
                 per_event = 1000 * service_cpu / max(events, 1)
+                split = f" (per instance: {' / '.join(f'{c:.1f}' for c in each)} s)" if instances > 1 else ""
                 print(f"service CPU in the measured phase (and the 3 s after): {service_cpu:.1f} s for "
-                      f"{events} task events = {per_event:.2f} ms per event")  # fmt: skip
+                      f"{events} task events = {per_event:.2f} ms per event{split}")  # fmt: skip
                 summary["cpu_ms_per_event"] = per_event
             reader.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await reader
     finally:
-        service.terminate()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            service.wait(timeout=20)
-        if service.poll() is None:
-            service.kill()
+        under.stop()
         await connection.close()
         if not keep_schema:
             await admin.execute(f'DROP SCHEMA "{schema}" CASCADE')
@@ -315,20 +314,3 @@ async def _router_caught_up(settings: PlatformSettings, group: str, timeout: flo
     finally:
         await consumer.stop()
         await admin.close()
-
-
-async def _until_registered(port: int, nodes: int, timeout: float = 600.0) -> None:
-    import aiohttp
-
-    deadline = time.monotonic() + timeout
-    async with aiohttp.ClientSession() as http:
-        while time.monotonic() < deadline:
-            with contextlib.suppress(aiohttp.ClientError, OSError):
-                async with http.get(f"http://127.0.0.1:{port}/pools") as response:
-                    body = await response.json()
-                    if sum(p["nodes"] for p in body["pools"].values()) >= nodes and all(
-                        p["quota_version"] for p in body["pools"].values()
-                    ):
-                        return
-            await asyncio.sleep(0.5)
-    raise TimeoutError("the preemption service did not register every node in time")

@@ -33,6 +33,7 @@ from typing import Annotated, Any
 import typer
 
 from schemas.topics import BIND_TOPIC, QUOTAS_TOPIC, TASK_SUBMIT_TOPIC, TELEMETRY_TOPIC
+from services.livebench.instances import until_split, until_stable
 from services.livebench.proc_stats import cpu_s, machine_ticks
 from services.toolkit.processes import ServiceProcess, free_port, stop_all
 
@@ -156,10 +157,9 @@ async def _run(
             instance = env | {"PREEMPTION_API_PORT": str(port), "PREEMPTION_INSTANCE": f"scale-{run}-{i}"}
             procs.append(ServiceProcess(f"preemption-{i}", ["serve", "preemption"], instance, log))
             procs[-1].start()
-        # Every instance in both groups before any record flows: a router whose group rebalances
-        # under traffic can die on its pipelined offset commit (docs/operations.md, "Scaling out").
-        await _until_split(ports, pools)
-        await _until_stable(servers, [f"scale-pre-{run}", f"scale-router-{run}"], n)
+        # Every instance in both groups before any record flows (livebench/instances.py).
+        await until_split(ports, pools)
+        await until_stable(servers, [f"scale-pre-{run}", f"scale-router-{run}"], n)
         async with EnvelopeProducer(bootstrap_servers=servers, client_id=f"scale-{run}") as producer:
             await _register(producer, run, names, nodes, gpus, secret)
             outcome.owned = await _until_owned(ports, names, nodes)
@@ -215,47 +215,6 @@ async def _register(producer: Any, run: str, names: list[str], nodes: int, gpus:
         )  # fmt: skip
         sends.append(producer.send(QUOTAS_TOPIC, wrap(quota, producer="bench-scale")))
     await asyncio.gather(*sends)
-
-
-async def _until_split(ports: list[int], partitions: int, timeout: float = 180.0) -> None:
-    """Every instance ready, the inbox's partitions split over all of them (/readyz)."""
-    import aiohttp
-
-    deadline = time.monotonic() + timeout
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as http:
-        while time.monotonic() < deadline:
-            owned: list[list[int]] = []
-            for port in ports:
-                try:
-                    async with http.get(f"http://127.0.0.1:{port}/readyz") as response:
-                        owned.append((await response.json())["partitions"] if response.status == 200 else [])
-                except (aiohttp.ClientError, OSError, TimeoutError, KeyError, ValueError):
-                    owned.append([])
-            if all(owned) and sorted(p for o in owned for p in o) == list(range(partitions)):
-                return
-            await asyncio.sleep(0.5)
-    raise TimeoutError("the instances did not split the inbox's partitions between them")
-
-
-async def _until_stable(servers: str, groups: list[str], members: int, timeout: float = 120.0) -> None:
-    """Each consumer group Stable with `members` members, twice in a row 2 s apart."""
-    from aiokafka.admin import AIOKafkaAdminClient
-
-    admin = AIOKafkaAdminClient(bootstrap_servers=servers)
-    await admin.start()
-    try:
-        deadline, streak = time.monotonic() + timeout, 0
-        while time.monotonic() < deadline and streak < 2:
-            described = [(await admin.describe_consumer_groups([g]))[0].to_object() for g in groups]
-            stable = all(
-                g["state"] == "Stable" and len(g["members"]) == members
-                for d in described
-                for g in d["groups"]
-            )
-            streak = streak + 1 if stable else 0
-            await asyncio.sleep(2.0)
-    finally:
-        await admin.close()
 
 
 async def _until_owned(ports: list[int], names: list[str], nodes: int, timeout: float = 300.0) -> list[int]:

@@ -33,14 +33,15 @@ async def test_the_pipeline_benchmark_runs_for_10_seconds_without_errors(
 
 @pytest.mark.asyncio(loop_scope="session")
 async def test_the_ramp_runs_its_steps_with_the_backlog_kept_queued(registry_topics: TopicsReport) -> None:
-    """`--ramp --backlog`: two 5-s steps over 300 queued spot tasks. The backlog asks for a
-    guarantee the bench gives no quota, so every one of its tasks must still be waiting at the end
-    (were it placed, the backlog would not be a backlog). Whether a 5-s step places anything on
-    arrival depends on the queue it meets; the plain smoke above checks that."""
+    """`--ramp --backlog --instances 2`: two 5-s steps over 300 queued spot tasks, through two
+    instances sharing the pools. The backlog asks for a guarantee the bench gives no quota, so every
+    one of its tasks must still be waiting at the end (were it placed, the backlog would not be a
+    backlog). Whether a 5-s step places anything on arrival depends on the queue it meets; the plain
+    smoke above checks that."""
     settings = PlatformSettings()
     inventory = _inventory(settings.gfs_shared_dir / "data" / "gfs-v2026" / "node_info_df.csv")
     ramp = RampOptions(start=20.0, factor=2.0, step_s=5.0, p99_limit_ms=1e9, max_steps=2)
     summary = await _bench(settings, inventory, rate=0.0, seconds=0.0, fill=0.8, hp_share=0.5, seed=11,
-                           keep_schema=False, backlog=300, ramp=ramp)  # fmt: skip
+                           keep_schema=False, backlog=300, ramp=ramp, instances=2)  # fmt: skip
     assert summary["steps"] >= 1, summary
     assert summary["backlog_waiting"] == 300, summary

@@ -49,6 +49,7 @@ class Step:
     p99_ms: float
     lag: int
     queued: int
+    cpu_ms_per_event: float = 0.0
 
     def passes(self, limit_ms: float) -> bool:
         return self.placed > 0 and self.p99_ms < limit_ms and self.lag <= max(50.0, self.achieved)
@@ -131,12 +132,13 @@ async def submit_backlog(
 
 
 async def run_ramp(
-    load: Load, options: RampOptions, dsn: str, settings: PlatformSettings, run: str
-) -> dict[str, float]:
+    load: Load, options: RampOptions, dsn: str, settings: PlatformSettings, run: str,
+    service_cpu_s: Callable[[], float] = lambda: 0.0,
+) -> dict[str, float]:  # fmt: skip
     steps: list[Step] = []
     print(f"\nramp: from {options.start:g} events/s, x{options.factor:g} per {options.step_s:g}-s step, "
           f"until p99 >= {options.p99_limit_ms:g} ms or the lag grows")  # fmt: skip
-    heads = ("target/s", "offered/s", "placed", "p50 ms", "p99 ms", "lag", "queued")
+    heads = ("target/s", "offered/s", "placed", "p50 ms", "p99 ms", "lag", "queued", "cpu ms/ev")
     print(" ".join(f"{h:>9}" for h in heads))
     connection = await asyncpg.connect(dsn)
     try:
@@ -145,9 +147,12 @@ async def run_ramp(
             for _ in range(options.max_steps):
                 load.state.latency.clear()
                 since = datetime.now(UTC)
+                cpu0 = service_cpu_s()
                 offered, measured_s = await load.offer(rate, options.step_s)
                 behind = await lag.total()  # at the step's end, before the tail drains
                 await lag.drained(below=max(50, int(rate)), timeout_s=30.0)
+                # The instances' CPU over the step and its drain, per event offered in the step.
+                cpu_ms = 1000 * (service_cpu_s() - cpu0) / max(1, sum(offered.values()))
                 plain, _ = await on_arrival_latencies(connection, load.state, since)
                 step = Step(
                     target=rate,
@@ -157,10 +162,11 @@ async def run_ramp(
                     p99_ms=percentile(plain, 0.99),
                     lag=behind,
                     queued=len(load.state.pending),
+                    cpu_ms_per_event=cpu_ms,
                 )
                 steps.append(step)
                 print(f"{step.target:9.0f} {step.achieved:9.1f} {step.placed:9d} {step.p50_ms:9.1f} "
-                      f"{step.p99_ms:9.1f} {step.lag:9d} {step.queued:9d}"
+                      f"{step.p99_ms:9.1f} {step.lag:9d} {step.queued:9d} {step.cpu_ms_per_event:9.2f}"
                       + ("" if step.passes(options.p99_limit_ms) else "  <- over"))  # fmt: skip
                 if not step.passes(options.p99_limit_ms):
                     break

@@ -1,0 +1,112 @@
+"""The preemption instances `gfs bench pipeline` measures: `--instances` processes of
+`gfs serve preemption` sharing one inbox and both consumer groups (issue 37 item 3), each with an
+API port and a log of its own.
+
+The router groups start at the topics' ends, and nothing of the run is sent before both groups are
+stable with every instance in them (services/livebench/instances.py says why). The run's pool names
+land on distinct inbox partitions (the bench picks its run id so), so no two pools are tied to one
+instance by a hash collision and the split over instances is the group assignor's alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from services.livebench.instances import until_split, until_stable
+from services.livebench.proc_stats import cpu_s
+from services.platform.kafka.topic_admin import ensure_topics
+from services.platform.paths import state_dir
+from services.preemption.router.routing import inbox_spec
+from services.producers.partitioning import partition_for_key
+
+
+def distinct_partitions(names: list[str], partitions: int) -> bool:
+    """Whether the pools `names` land on distinct inbox partitions."""
+    return len({partition_for_key(n.encode(), partitions) for n in names}) == len(names)
+
+
+@dataclass(slots=True)
+class UnderTest:
+    """N service processes; `start`, `ready`, then `cpu_s()` around the measured phase, `stop`."""
+
+    run: str
+    env: dict[str, str]
+    ports: list[int]
+    partitions: int
+    repo: Path
+    profile: Path | None = None
+    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    owned: list[list[int]] = field(default_factory=list)  # inbox partitions per instance
+
+    @property
+    def groups(self) -> list[str]:
+        return [self.env["PREEMPTION_GROUP"], self.env["PREEMPTION_ROUTER_GROUP"]]
+
+    async def start(self, servers: str | list[str]) -> None:
+        inbox = replace(inbox_spec(self.partitions), name=self.env["PREEMPTION_INBOX_TOPIC"])
+        await ensure_topics(servers, [inbox])  # before the instances, so none races another to it
+        for i, port in enumerate(self.ports):
+            log_path = state_dir(f"bench-preemption-{self.run}-{i}.log")  # not the checkout
+            log_path.parent.mkdir(parents=True, exist_ok=True)
+            own = {"PREEMPTION_API_PORT": str(port), "PREEMPTION_INSTANCE": f"bench-{self.run}-{i}"}
+            env = self.env | own
+            args = [sys.executable, *self._profiler(i), "-m", "services", "serve", "preemption"]
+            with log_path.open("wb") as log:
+                proc = subprocess.Popen(
+                    args, cwd=self.repo, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+                )
+            self.procs.append(proc)
+            print(f"instance {i}: pid {self.procs[-1].pid}, port {port}, log {log_path}")
+
+    def _profiler(self, i: int) -> list[str]:
+        if self.profile is None:
+            return []
+        one = len(self.ports) == 1
+        out = self.profile if one else self.profile.with_suffix(f".{i}{self.profile.suffix}")
+        return ["-m", "cProfile", "-o", str(out)]
+
+    async def ready(self, servers: str | list[str]) -> None:
+        self.owned = await until_split(self.ports, self.partitions)
+        await until_stable(servers, self.groups, len(self.ports))
+        print("inbox partitions per instance: " + " / ".join(str(o) for o in self.owned))
+
+    def cpu_s(self) -> list[float]:
+        return [cpu_s(p.pid) for p in self.procs]
+
+    def stop(self) -> None:
+        for p in self.procs:
+            p.terminate()
+        deadline = time.monotonic() + 20
+        for p in self.procs:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                p.wait(timeout=max(0.1, deadline - time.monotonic()))
+            if p.poll() is None:
+                p.kill()
+
+    async def until_registered(self, nodes: int, timeout: float = 600.0) -> dict[str, int]:
+        """Every node and every pool's quota in, over all instances; returns the pools each owns
+        (pool -> instance)."""
+        import aiohttp
+
+        deadline = time.monotonic() + timeout
+        async with aiohttp.ClientSession() as http:
+            while time.monotonic() < deadline:
+                seen, quota = 0, True
+                owner: dict[str, int] = {}
+                for i, port in enumerate(self.ports):
+                    with contextlib.suppress(aiohttp.ClientError, OSError):
+                        async with http.get(f"http://127.0.0.1:{port}/pools") as response:
+                            body = await response.json()
+                            seen += sum(p["nodes"] for p in body["pools"].values())
+                            quota = quota and all(p["quota_version"] for p in body["pools"].values())
+                            owner |= dict.fromkeys(body["pools"], i)
+                if seen >= nodes and quota:
+                    return owner
+                await asyncio.sleep(0.5)
+        raise TimeoutError("the preemption instances did not register every node in time")
