@@ -40,7 +40,7 @@ from services.core.pool import PoolState, RunningTask
 from services.core.queues import Blocked, BucketQueue, SortKey
 from services.core.reasons import Unschedulable
 from services.core.reservation import Reservation, hold_reserved
-from services.core.servable import ServablePlan
+from services.core.servable import PlanMemo
 from services.core.shared_gpus import open_slot
 from services.core.spot_room import Held, SpotRoom, spot_room
 from services.core.task import TaskClass, TaskSpec
@@ -66,7 +66,7 @@ class CycleContext(NamedTuple):
     # pass that started nothing has the state it began with (its tentative changes rolled back; a
     # reservation's placeholders are subtracted by the plan), so that plan is its own: the spot
     # room takes it instead of walking the HP queue again when it was known (issue 37).
-    servable: Callable[[Callable[[], ServablePlan]], ServablePlan] | None = None
+    servable: PlanMemo | None = None
 
 
 class CycleOutcome(NamedTuple):

@@ -34,7 +34,7 @@ where the preemption service publishes it (`PoolDemandLevel`) and the forecast s
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -61,6 +61,11 @@ class ServablePlan:
     @property
     def total(self) -> float:
         return float(sum(self.queued.values()))
+
+
+# A caller's memo of a servable plan: given how to compute the plan on a miss, the plan
+# (runtime/servable_view.py keeps it; cycle.py and spot_room.py read it).
+PlanMemo = Callable[[Callable[[], ServablePlan]], ServablePlan]
 
 
 class HpReleases:

@@ -16,7 +16,6 @@ again tries the unheld GPUs first.
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable
 
 import numpy as np
 
@@ -29,7 +28,7 @@ from services.core.policies.protocols import SchedulingPolicy
 from services.core.pool import PoolState, RunningTask
 from services.core.queues import BucketQueue
 from services.core.reservation import Reservation, hold_id, hold_reserved
-from services.core.servable import ServablePlan, plan_servable
+from services.core.servable import PlanMemo, ServablePlan, plan_servable
 from services.core.task import TaskSpec
 
 _EPS = 1e-9
@@ -59,7 +58,7 @@ def spot_room(
     now: float,
     started: set[TaskId],
     held: np.ndarray | None,
-    before: Callable[[Callable[[], ServablePlan]], ServablePlan] | None = None,
+    before: PlanMemo | None = None,
 ) -> SpotRoom | None:
     """What spot may use in this pass beyond the idle GPUs nobody holds: the reservation's held
     GPUs (lent while its holder cannot start within the period) and the GPUs the servable HP

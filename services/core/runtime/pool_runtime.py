@@ -218,7 +218,7 @@ class PoolRuntime:
         ctx = CycleContext(
             now, preemption_enabled, quota_enabled, self.quota, preemption, self.version,
             eviction_budget=budget, reservation=self.reservation, freed=self.servable.freed(now),
-            servable=self.servable.plan_before(self.state, self.hp, self.reservation, now),
+            servable=self.servable.plan_before(self.state, self.hp, self.reservation),
         )  # fmt: skip
         outcome = schedule_pool(self.state, self.hp, self.spot, self.policy, ctx)
         outcomes: list[Outcome] = []

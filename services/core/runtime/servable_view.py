@@ -14,11 +14,15 @@ from services.core.placeable import reservation_growth
 from services.core.pool import PoolState
 from services.core.queues import BucketQueue
 from services.core.reservation import Reservation
-from services.core.servable import HpReleases, ServablePlan, plan_servable, servable_levels, servable_total
+from services.core.servable import (
+    HpReleases,
+    PlanMemo,
+    ServablePlan,
+    plan_servable,
+    servable_levels,
+    servable_total,
+)
 from services.core.work_conservation import QuotaBasis, idle_while_work_fits
-
-# The caller's memo of a servable plan: given how to compute the plan on a miss, the plan.
-PlanMemo = Callable[[Callable[[], ServablePlan]], ServablePlan]
 
 
 class ServableView:
@@ -40,32 +44,27 @@ class ServableView:
         """The servable plan now, memoised on what runs where, the HP queue, the reservation and
         the chunks freed in the last period."""
         chunks = self.releases.chunks(now)
-        key = (state.mutations, hp.mutations, reservation, self.releases.version)
-        memo = self._plan_memo
-        if memo is not None and memo[0] == key:
-            return memo[1]
-        plan = plan_servable(state, hp, reservation, chunks)
-        self._plan_memo = (key, plan)
-        return plan
+        key = self._key(state, hp, reservation)
+        return self._memoised(key, lambda: plan_servable(state, hp, reservation, chunks))
 
-    def plan_before(
-        self, state: PoolState, hp: BucketQueue, reservation: Reservation | None, now: float
-    ) -> PlanMemo:
+    def plan_before(self, state: PoolState, hp: BucketQueue, reservation: Reservation | None) -> PlanMemo:
         """The memo of `plan` for the state as it is now, read later by a pass that started
         nothing and so has this state again (cycle.py's `CycleContext.servable`). Its key is read
         now, so a pass's tentative changes (which move `state.mutations`) do not miss it; on a
         miss the pass computes the plan its own way (its placeholders in the pool) and it is kept."""
-        key = (state.mutations, hp.mutations, reservation, self.releases.version)
+        key = self._key(state, hp, reservation)
+        return lambda compute: self._memoised(key, compute)
 
-        def plan(compute: Callable[[], ServablePlan]) -> ServablePlan:
-            memo = self._plan_memo
-            if memo is not None and memo[0] == key:
-                return memo[1]
-            found = compute()
-            self._plan_memo = (key, found)
-            return found
+    def _key(self, state: PoolState, hp: BucketQueue, reservation: Reservation | None) -> tuple[object, ...]:
+        return (state.mutations, hp.mutations, reservation, self.releases.version)
 
-        return plan
+    def _memoised(self, key: tuple[object, ...], compute: Callable[[], ServablePlan]) -> ServablePlan:
+        memo = self._plan_memo
+        if memo is not None and memo[0] == key:
+            return memo[1]
+        found = compute()
+        self._plan_memo = (key, found)
+        return found
 
     def levels(
         self, state: PoolState, hp: BucketQueue, reservation: Reservation | None, now: float
