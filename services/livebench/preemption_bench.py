@@ -67,7 +67,9 @@ from services.livebench.pipeline.under_test import UnderTest, distinct_partition
 from services.platform.kafka.producer import EnvelopeProducer
 from services.platform.migrations import discover, migrate, with_search_path
 from services.platform.settings import PlatformSettings
+from services.preemption.router.routing import ROUTED_TOPICS
 from services.preemption.service_settings import PreemptionSettings
+from services.toolkit.consumer_groups import start_group_at_end
 
 REPO = Path(__file__).resolve().parents[2]
 SHAPES = ((1, 0.40), (2, 0.20), (4, 0.20), (8, 0.20))  # GPUs per worker, share of tasks
@@ -150,14 +152,15 @@ async def _bench(
         "PREEMPTION_INBOX_TOPIC": f"bench-inbox-{run}", "PREEMPTION_INBOX_PARTITIONS": str(partitions),
         "PREEMPTION_POOLS": ",".join(pools),
         "PREEMPTION_NODE_TIMEOUT_S": "1e9", "PREEMPTION_GRACE_S": "5", "PREEMPTION_ACK_MARGIN_S": "5",
-        # From the end: nothing of the run is sent before both groups are stable (under_test.py).
-        "PREEMPTION_ROUTER_OFFSET_RESET": "latest",
     }  # fmt: skip
     under = UnderTest(run, env, ports, partitions, REPO, profile)
     print(f"run {run}: {instances} instance(s), schema {schema}")
     print(f"cluster: {len(inventory)} nodes, {state.capacity} GPUs, {len(pools)} pools; fill {fill:.0%}, "
           f"rate {rate:g} events/s for {seconds:g} s, HP share {hp_share:.0%}, seed {seed}")  # fmt: skip
     try:
+        # The router group starts where the topics end now (earlier runs' records are not this
+        # run's), committed before it starts, so its lag counts only this run's records.
+        await start_group_at_end(settings.bootstrap_servers, f"bench-router-{run}", ROUTED_TOPICS)
         await under.start(settings.bootstrap_servers)
         await under.ready(settings.bootstrap_servers)
         async with EnvelopeProducer(
@@ -297,7 +300,6 @@ async def _router_caught_up(settings: PlatformSettings, group: str, timeout: flo
     from aiokafka.admin import AIOKafkaAdminClient
 
     from services.platform.kafka.lag import LagProbe
-    from services.preemption.router.routing import ROUTED_TOPICS
 
     probe = LagProbe(settings.bootstrap_servers, group, ROUTED_TOPICS)
     admin = AIOKafkaAdminClient(bootstrap_servers=settings.bootstrap_servers)

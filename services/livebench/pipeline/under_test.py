@@ -2,8 +2,9 @@
 `gfs serve preemption` sharing one inbox and both consumer groups (issue 37 item 3), each with an
 API port and a log of its own.
 
-The router groups start at the topics' ends, and nothing of the run is sent before both groups are
-stable with every instance in them (services/livebench/instances.py says why). The run's pool names
+The router group starts at the topics' ends (committed before the instances start), and nothing of
+the run is sent before both groups are stable with every instance in them
+(services/livebench/instances.py says why). The run's pool names
 land on distinct inbox partitions (the bench picks its run id so), so no two pools are tied to one
 instance by a hash collision and the split over instances is the group assignor's alone.
 """
