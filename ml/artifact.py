@@ -11,10 +11,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from ml.calibration import CALIBRATION_HOURS
-from ml.features import FeatureSpec
-from ml.neural import IdMap, LstmModel, OrgLinearModel
-from ml.training_info import TrainingInfo
+from gfs.ml.calibration import CALIBRATION_HOURS
+from gfs.ml.features import FeatureSpec
+from gfs.ml.neural import IdMap, LstmModel, OrgLinearModel
+from gfs.ml.training_info import TrainingInfo
 
 FORMAT = "gfs-forecast-artifact/1"
 WEIGHTS = "weights.pt"

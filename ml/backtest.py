@@ -14,9 +14,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ml.calibrated import CalibratedForecaster
-from ml.series import DemandSeries
-from ml.zoo import build_forecaster
+from gfs.ml.calibrated import CalibratedForecaster
+from gfs.ml.series import DemandSeries
+from gfs.ml.zoo import build_forecaster
 
 
 @dataclass(frozen=True, slots=True)

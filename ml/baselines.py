@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ml.series import SeriesKey
+from gfs.ml.series import SeriesKey
 
 BASELINE_VERSION = "1"
 

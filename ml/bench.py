@@ -8,8 +8,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from ml.series import DemandSeries
-from ml.zoo import build_forecaster
+from gfs.ml.series import DemandSeries
+from gfs.ml.zoo import build_forecaster
 
 
 def _tile(series: DemandSeries, n: int, hours: int) -> tuple[list[tuple[str, str]], np.ndarray]:

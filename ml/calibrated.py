@@ -26,10 +26,10 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from ml.calibration import CALIBRATION_HOURS, MIN_CALIBRATION, calibration_cells, residual_quantile
-from ml.forecast import Z90, Forecast
-from ml.online import DEFAULT_ONLINE, OnlineCalibration, OnlineSettings, quantile_at_levels
-from ml.series import SeriesError, SeriesKey, fill_gaps
+from gfs.ml.calibration import CALIBRATION_HOURS, MIN_CALIBRATION, calibration_cells, residual_quantile
+from gfs.ml.forecast import Z90, Forecast
+from gfs.ml.online import DEFAULT_ONLINE, OnlineCalibration, OnlineSettings, quantile_at_levels
+from gfs.ml.series import SeriesError, SeriesKey, fill_gaps
 
 
 class RawModel(Protocol):

@@ -38,9 +38,9 @@ def train(
     threads: ThreadsOpt = 1,
 ) -> None:
     """Train on the whole series (newest quarter, at most 7 days, validates) and save an artifact."""
-    from ml.artifact import save_artifact
-    from ml.datasets import load_series
-    from ml.zoo import NEURAL, build_forecaster
+    from gfs.ml.artifact import save_artifact
+    from gfs.ml.datasets import load_series
+    from gfs.ml.zoo import NEURAL, build_forecaster
 
     if model not in NEURAL:
         raise typer.BadParameter(f"--model must be one of {', '.join(NEURAL)}")
@@ -71,9 +71,9 @@ def backtest(
     threads: ThreadsOpt = 1,
 ) -> None:
     """Train before the last HOLDOUT_DAYS, freeze, forecast every holdout hour at horizons 1-4."""
-    from ml.backtest import run_backtest
-    from ml.datasets import load_series
-    from ml.report import table
+    from gfs.ml.backtest import run_backtest
+    from gfs.ml.datasets import load_series
+    from gfs.ml.report import table
 
     _threads(threads)
     data = load_series(series)
@@ -108,13 +108,13 @@ def coverage(
 ) -> None:
     """P90 coverage per pool and per tenant, seen vs unseen by the artifact, before/after online
     recalibration. The models stay frozen; every hour from START_HOUR on is forecast at 1-4 h."""
-    from ml.baselines import LastValue
-    from ml.calibrated import CalibratedForecaster
-    from ml.calibration import CALIBRATION_HOURS
-    from ml.coverage import coverage_report, markdown
-    from ml.datasets import load_series
-    from ml.inference import load_forecaster
-    from ml.online import DEFAULT_ONLINE
+    from gfs.ml.baselines import LastValue
+    from gfs.ml.calibrated import CalibratedForecaster
+    from gfs.ml.calibration import CALIBRATION_HOURS
+    from gfs.ml.coverage import coverage_report, markdown
+    from gfs.ml.datasets import load_series
+    from gfs.ml.inference import load_forecaster
+    from gfs.ml.online import DEFAULT_ONLINE
 
     # The --output convention of services/platform/cli_output.py (ml imports nothing of services).
     if output not in ("table", "json"):
@@ -172,8 +172,8 @@ def bench(
     json_out: Annotated[Path | None, typer.Option("--json")] = None,
 ) -> None:
     """LSTM inference latency (TENANTS x 4 h) and a daily warm-start retrain on HISTORY_DAYS."""
-    from ml.bench import run_bench
-    from ml.datasets import load_series
+    from gfs.ml.bench import run_bench
+    from gfs.ml.datasets import load_series
 
     _threads(threads)
     result = run_bench(load_series(series), n_tenants=tenants, history_days=history_days)

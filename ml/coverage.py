@@ -25,9 +25,9 @@ from typing import Any
 
 import numpy as np
 
-from ml.backtest import pinball, rolling_cells
-from ml.calibrated import CalibratedForecaster
-from ml.series import DemandSeries
+from gfs.ml.backtest import pinball, rolling_cells
+from gfs.ml.calibrated import CalibratedForecaster
+from gfs.ml.series import DemandSeries
 
 BAND = (0.88, 0.92)
 BIG_TENANT_GPUS = 5.0  # "tenants >= 5 GPUs": the per-tenant target of issue 5

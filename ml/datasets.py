@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ml.series import DemandSeries, SeriesError, SeriesKey, fill_gaps
+from gfs.ml.series import DemandSeries, SeriesError, SeriesKey, fill_gaps
 
 HELIOS_POOL = "helios-earth"
 _HELIOS_SUFFIX = "_cluster_sequence_vc.csv"

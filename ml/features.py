@@ -23,7 +23,7 @@ from datetime import datetime
 
 import numpy as np
 
-from ml.calendar import calendar_features
+from gfs.ml.calendar import calendar_features
 
 N_CAL = 5  # sin/cos hour, sin/cos weekday, workday
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ml.series import SeriesKey
+from gfs.ml.series import SeriesKey
 
 Z90 = 1.2815515655446004  # Phi^-1(0.9): std is reported as (q90 - q50) / Z90
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 from datetime import datetime
 from pathlib import Path
 
-from ml.artifact import load_model
-from ml.calibrated import CalibratedForecaster, Uncertainty
-from ml.features import CalendarTable
+from gfs.ml.artifact import load_model
+from gfs.ml.calibrated import CalibratedForecaster, Uncertainty
+from gfs.ml.features import CalendarTable
 
 
 def load_forecaster(artifact_dir: Path, *, start: datetime | None = None) -> CalibratedForecaster:

@@ -14,12 +14,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from ml.calendar import calendar_index
-from ml.features import CalendarTable, FeatureSpec, build_windows
-from ml.forecast import Z90
-from ml.networks import OrgLinear, QuantileLSTM
-from ml.series import SIMULATOR_ORIGIN, SeriesKey
-from ml.training_info import TrainingInfo
+from gfs.ml.calendar import calendar_index
+from gfs.ml.features import CalendarTable, FeatureSpec, build_windows
+from gfs.ml.forecast import Z90
+from gfs.ml.networks import OrgLinear, QuantileLSTM
+from gfs.ml.series import SIMULATOR_ORIGIN, SeriesKey
+from gfs.ml.training_info import TrainingInfo
 
 LSTM_VERSION = "lstm-q50q90-1"
 ORGLINEAR_VERSION = "orglinear-1"
@@ -72,7 +72,7 @@ class LstmModel:
         self.info = TrainingInfo(seed=seed)
         self.shrink = np.ones(spec.horizon)  # per-horizon factor on the median change (training sets it)
         self.gap_scale = np.ones(spec.horizon)  # per-horizon factor on the q90 - q50 spread (ditto)
-        self.train_config: Any = None  # ml.training.LstmTraining; None = its defaults
+        self.train_config: Any = None  # gfs.ml.training.LstmTraining; None = its defaults
 
     @property
     def version(self) -> str:
@@ -86,7 +86,7 @@ class LstmModel:
         return self.tenants.lookup([k[1] for k in keys]), self.pools.lookup([k[0] for k in keys])
 
     def fit(self, keys: Sequence[SeriesKey], values: np.ndarray, end_hour: int) -> None:
-        from ml.training import train_lstm  # training code only when training
+        from gfs.ml.training import train_lstm  # training code only when training
 
         train_lstm(self, keys, values, end_hour, self.train_config)
 
@@ -157,7 +157,7 @@ class OrgLinearModel:
         )
         self.net.eval()
         self.info = TrainingInfo(seed=seed)
-        self.train_config: Any = None  # ml.training.OrgLinearTraining; None = the paper's protocol
+        self.train_config: Any = None  # gfs.ml.training.OrgLinearTraining; None = the paper's protocol
 
     @property
     def version(self) -> str:
@@ -181,7 +181,7 @@ class OrgLinearModel:
         return torch.from_numpy(values[idx].transpose(0, 2, 1).astype(np.float32))  # [B, N, L]
 
     def fit(self, keys: Sequence[SeriesKey], values: np.ndarray, end_hour: int) -> None:
-        from ml.training import train_orglinear
+        from gfs.ml.training import train_orglinear
 
         train_orglinear(self, keys, values, end_hour, self.train_config)
 

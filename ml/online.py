@@ -28,7 +28,7 @@ push the level up. Both bounds and gamma were chosen by the worst case over seve
 
 One copy of the rule serves both callers: `CalibratedForecaster` (ml/calibrated.py) applies it, and
 both the simulator's `--forecast model` path and the live forecast stream build their forecaster
-with `ml.inference.load_forecaster`. The stream stores the state (`to_json`) beside each pool's
+with `gfs.ml.inference.load_forecaster`. The stream stores the state (`to_json`) beside each pool's
 history, so a restarted worker resumes with the same alphas and still scores the forecasts it
 published before the restart.
 """

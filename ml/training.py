@@ -17,14 +17,14 @@ from typing import Protocol
 import numpy as np
 import torch
 
-from ml.features import CalendarTable, FeatureSpec, build_windows, targets
-from ml.networks import OrgLinear, QuantileLSTM
-from ml.series import SeriesError, SeriesKey
-from ml.training_info import TrainingInfo
+from gfs.ml.features import CalendarTable, FeatureSpec, build_windows, targets
+from gfs.ml.networks import OrgLinear, QuantileLSTM
+from gfs.ml.series import SeriesError, SeriesKey
+from gfs.ml.training_info import TrainingInfo
 
 
 class LstmModel(Protocol):
-    """What LSTM training reads and sets of ml.neural.LstmModel (which calls it from `fit`): the
+    """What LSTM training reads and sets of gfs.ml.neural.LstmModel (which calls it from `fit`): the
     model classes import this module, so this module names them only by their shape."""
 
     spec: FeatureSpec
@@ -41,7 +41,7 @@ class LstmModel(Protocol):
 
 
 class OrgLinearModel(Protocol):
-    """The same for ml.neural.OrgLinearModel."""
+    """The same for gfs.ml.neural.OrgLinearModel."""
 
     lookback: int
     horizon: int

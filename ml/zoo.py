@@ -7,11 +7,11 @@ from datetime import datetime
 
 import numpy as np
 
-from ml.baselines import Ewma, LastValue, SeasonalNaive
-from ml.calibrated import CalibratedForecaster, RawModel, Uncertainty
-from ml.features import FeatureSpec
-from ml.neural import IdMap, LstmModel, OrgLinearModel
-from ml.series import SIMULATOR_ORIGIN, SeriesKey
+from gfs.ml.baselines import Ewma, LastValue, SeasonalNaive
+from gfs.ml.calibrated import CalibratedForecaster, RawModel, Uncertainty
+from gfs.ml.features import FeatureSpec
+from gfs.ml.neural import IdMap, LstmModel, OrgLinearModel
+from gfs.ml.series import SIMULATOR_ORIGIN, SeriesKey
 
 MODEL_NAMES = ("lstm", "lstm-point", "orglinear", "last-value", "seasonal-naive", "ewma")
 NEURAL = ("lstm", "orglinear")

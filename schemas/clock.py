@@ -24,7 +24,7 @@ import enum
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from schemas.fields import ShortName, UtcDatetime, WorkerRef
+from gfs.schemas.fields import ShortName, UtcDatetime, WorkerRef
 
 _CONTRACT = ConfigDict(extra="forbid", frozen=True)
 

@@ -16,7 +16,7 @@ from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from schemas.fields import (
+from gfs.schemas.fields import (
     CommandText,
     FreeText,
     NodeName,
@@ -24,7 +24,7 @@ from schemas.fields import (
     UtcDatetime,
     no_control_in_command,
 )
-from schemas.tasks import EvictionReason, Placement, TaskClass
+from gfs.schemas.tasks import EvictionReason, Placement, TaskClass
 
 _CONTRACT = ConfigDict(extra="forbid", frozen=True)
 

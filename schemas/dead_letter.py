@@ -7,7 +7,7 @@ import binascii
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from schemas.fields import UtcDatetime
+from gfs.schemas.fields import UtcDatetime
 
 _CONTRACT = ConfigDict(extra="forbid", frozen=True)
 

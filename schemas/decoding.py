@@ -1,4 +1,4 @@
-"""How a record read from a topic is decoded and validated (`schemas.topics.decode`'s work).
+"""How a record read from a topic is decoded and validated (`gfs.schemas.topics.decode`'s work).
 
 Kept apart from the registry (topics.py) so the registry reads as the list of topics; this module
 knows nothing of which topics exist: it is handed the topic's spec.
@@ -13,11 +13,11 @@ from typing import Any, Protocol
 from pydantic import BaseModel, ConfigDict, ValidationError
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
-from schemas.envelope import SUPPORTED_SCHEMA_VERSIONS, Envelope, envelope_type
+from gfs.schemas.envelope import SUPPORTED_SCHEMA_VERSIONS, Envelope, envelope_type
 
 
 class TopicSpec(Protocol):
-    """What decoding reads of a topic's registry entry (`schemas.topics.TopicSpec`)."""
+    """What decoding reads of a topic's registry entry (`gfs.schemas.topics.TopicSpec`)."""
 
     @property
     def name(self) -> str: ...
@@ -39,7 +39,7 @@ class _Head(BaseModel):
 
 
 def decode_for(spec: TopicSpec, raw: bytes) -> Envelope[Any]:
-    """`schemas.topics.decode` for the topic `spec` describes.
+    """`gfs.schemas.topics.decode` for the topic `spec` describes.
 
     A well-formed record is parsed and validated in one pass by pydantic-core
     (`model_validate_json`: about half the time of json.loads then model_validate, and faster

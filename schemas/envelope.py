@@ -12,7 +12,7 @@ from uuid import UUID, uuid4
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from schemas.fields import FreeText, ShortName, UtcDatetime
+from gfs.schemas.fields import FreeText, ShortName, UtcDatetime
 
 P = TypeVar("P")
 M = TypeVar("M", bound=BaseModel)
@@ -23,14 +23,14 @@ examples under tests/contract/golden/v<N>/)."""
 
 SUPPORTED_SCHEMA_VERSIONS: frozenset[int] = frozenset({1})
 """Versions this code can read. A newer one (a producer upgraded before its consumers) is refused
-by `schemas.topics.decode` with a reason, so it goes to the dead-letter topic instead of being
+by `gfs.schemas.topics.decode` with a reason, so it goes to the dead-letter topic instead of being
 read as if its fields meant what version 1's mean."""
 
 
 class Envelope(BaseModel, Generic[P]):
     """One event or command on the wire.
 
-    `event_type` is the payload class name and is what `schemas.topics.decode` dispatches on; a
+    `event_type` is the payload class name and is what `gfs.schemas.topics.decode` dispatches on; a
     mismatch between `event_type` and the payload's class is rejected so the two can never
     disagree on the wire.
     """

@@ -3,7 +3,7 @@
 Identifiers are constrained strings (non-empty, bounded, no surrounding whitespace) rather than
 bare `str`, so an empty or padded id is rejected at the edge instead of becoming a second,
 invisible key in Kafka or Postgres. They are `Annotated` aliases, not `NewType`s, because pydantic
-turns the annotation into validation and JSON Schema; `services.core` keeps its own NewTypes and
+turns the annotation into validation and JSON Schema; `gfs.services.core` keeps its own NewTypes and
 the service-side mapping translates between the two.
 """
 

@@ -7,7 +7,7 @@ from itertools import pairwise
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from schemas.fields import FreeText, PoolName, TenantId, UtcDatetime
+from gfs.schemas.fields import FreeText, PoolName, TenantId, UtcDatetime
 
 _CONTRACT = ConfigDict(extra="forbid", frozen=True)
 

@@ -10,8 +10,8 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, Field, TypeAdapter, create_model
 
-from schemas.envelope import envelope_type
-from schemas.topics import TopicSpec
+from gfs.schemas.envelope import envelope_type
+from gfs.schemas.topics import TopicSpec
 
 JSON_SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 

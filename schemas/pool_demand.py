@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from schemas.fields import PoolName, TenantId, UtcDatetime
+from gfs.schemas.fields import PoolName, TenantId, UtcDatetime
 
 _CONTRACT = ConfigDict(extra="forbid", frozen=True)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from schemas.fields import FreeText, PoolName, TaskId, UtcDatetime
+from gfs.schemas.fields import FreeText, PoolName, TaskId, UtcDatetime
 
 _CONTRACT = ConfigDict(extra="forbid", frozen=True)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from schemas.fields import FreeText, GuaranteeHours, PoolName, UtcDatetime
+from gfs.schemas.fields import FreeText, GuaranteeHours, PoolName, UtcDatetime
 
 _CONTRACT = ConfigDict(extra="forbid", frozen=True)
 

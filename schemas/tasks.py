@@ -13,7 +13,7 @@ from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from schemas.fields import (
+from gfs.schemas.fields import (
     CommandText,
     FreeText,
     GpuModel,

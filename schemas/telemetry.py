@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from schemas.fields import FreeText, GpuModel, NodeName, TaskId, UtcDatetime
+from gfs.schemas.fields import FreeText, GpuModel, NodeName, TaskId, UtcDatetime
 
 _CONTRACT = ConfigDict(extra="forbid", frozen=True)
 

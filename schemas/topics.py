@@ -13,16 +13,16 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from schemas.clock import ClockAck, ClockTick
-from schemas.commands import BindCommand, EvictAck, EvictCommand, WarnCommand
-from schemas.dead_letter import DeadLetter
-from schemas.decoding import decode_for
-from schemas.envelope import Envelope
-from schemas.forecast import DemandForecast, PoolDemandForecast
-from schemas.pool_demand import PoolDemandLevel
-from schemas.pool_status import PoolStatus
-from schemas.quota import SpotQuota
-from schemas.tasks import (
+from gfs.schemas.clock import ClockAck, ClockTick
+from gfs.schemas.commands import BindCommand, EvictAck, EvictCommand, WarnCommand
+from gfs.schemas.dead_letter import DeadLetter
+from gfs.schemas.decoding import decode_for
+from gfs.schemas.envelope import Envelope
+from gfs.schemas.forecast import DemandForecast, PoolDemandForecast
+from gfs.schemas.pool_demand import PoolDemandLevel
+from gfs.schemas.pool_status import PoolStatus
+from gfs.schemas.quota import SpotQuota
+from gfs.schemas.tasks import (
     GuaranteePeriodClosed,
     TaskAccepted,
     TaskCancelled,
@@ -34,8 +34,8 @@ from schemas.tasks import (
     TaskSubmitted,
     TaskWithdrawn,
 )
-from schemas.telemetry import NodeTelemetry
-from schemas.workers import WorkerExited, WorkerStarted
+from gfs.schemas.telemetry import NodeTelemetry
+from gfs.schemas.workers import WorkerExited, WorkerStarted
 
 __all__ = [
     "BIND_TOPIC",

@@ -14,7 +14,7 @@ from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from schemas.fields import FreeText, NodeName, TaskId, UtcDatetime
+from gfs.schemas.fields import FreeText, NodeName, TaskId, UtcDatetime
 
 _CONTRACT = ConfigDict(extra="forbid", frozen=True)
 

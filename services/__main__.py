@@ -1,5 +1,5 @@
-"""`python -m services ...` is `gfs ...` (tests start services this way with the venv's python)."""
+"""`python -m gfs.services ...` is `gfs ...` (tests start services this way with the venv's python)."""
 
-from services.entry import main
+from gfs.services.entry import main
 
 main()

@@ -14,15 +14,15 @@ from typing import Annotated
 
 import typer
 
-from services.platform.openapi import Api, render
+from gfs.services.platform.openapi import Api, render
 
 DOCS_DIR = Path(__file__).resolve().parents[1] / "docs" / "api"
 # service -> the module whose `API` is its contract
 CONTRACTS: dict[str, str] = {
-    "preemption": "services.preemption.sre.api_spec",
-    "quota": "services.quota.api_spec",
-    "forecast": "services.forecast.api_spec",
-    "node-agent": "services.node_agent.api_spec",
+    "preemption": "gfs.services.preemption.sre.api_spec",
+    "quota": "gfs.services.quota.api_spec",
+    "forecast": "gfs.services.forecast.api_spec",
+    "node-agent": "gfs.services.node_agent.api_spec",
 }
 
 

@@ -1,6 +1,6 @@
 """The `gfs` command line: the composition root that mounts each area's sub-commands.
 
-Sub-apps are imported inside `build_app()` rather than at module import so `import services.cli`
+Sub-apps are imported inside `build_app()` rather than at module import so `import gfs.services.cli`
 has no side effects, and so heavy dependencies (matplotlib, torch) load only when a command that
 needs them runs (each sub-app imports those inside its commands).
 """
@@ -13,31 +13,31 @@ import typer
 
 # (command name, module, attribute): each module owns one typer sub-app.
 _SUBAPPS: tuple[tuple[str, str, str], ...] = (
-    ("schemas", "services.platform.schema_cli", "app"),
-    ("stack", "services.platform.stack_cli", "app"),
-    ("db", "services.platform.db_cli", "app"),
-    ("deadletter", "services.platform.deadletter_cli", "app"),
-    ("quota", "services.quota.quota_cli", "app"),
-    ("trace", "services.simulator.trace_cli", "app"),
-    ("bench", "services.simulator.bench_cli", "app"),
-    ("forecast", "ml.cli", "app"),
-    ("serve", "services.serve_cli", "app"),
-    ("livebench", "services.livebench.cli", "app"),
-    ("faults", "services.faults.cli", "app"),
-    ("demo", "services.demo.cli", "app"),
-    ("parity", "services.parity.cli", "app"),
+    ("schemas", "gfs.services.platform.schema_cli", "app"),
+    ("stack", "gfs.services.platform.stack_cli", "app"),
+    ("db", "gfs.services.platform.db_cli", "app"),
+    ("deadletter", "gfs.services.platform.deadletter_cli", "app"),
+    ("quota", "gfs.services.quota.quota_cli", "app"),
+    ("trace", "gfs.services.simulator.trace_cli", "app"),
+    ("bench", "gfs.services.simulator.bench_cli", "app"),
+    ("forecast", "gfs.ml.cli", "app"),
+    ("serve", "gfs.services.serve_cli", "app"),
+    ("livebench", "gfs.services.livebench.cli", "app"),
+    ("faults", "gfs.services.faults.cli", "app"),
+    ("demo", "gfs.services.demo.cli", "app"),
+    ("parity", "gfs.services.parity.cli", "app"),
 )
 
 # Single commands mounted at the top level: (command name, module, function attribute).
 _COMMANDS: tuple[tuple[str, str, str], ...] = (
-    ("simulate", "services.simulator.cli", "simulate"),
-    ("evaluate", "services.simulator.evaluate_cli", "evaluate"),
-    ("evaluate-budgets", "services.simulator.budget_cli", "evaluate_budgets"),
-    ("packing", "services.simulator.packing_cli", "packing"),
-    ("fake-task", "services.node_agent.fake_task_cli", "fake_task"),
-    ("replay", "services.producers.replay", "replay"),
-    ("explain", "services.preemption.sre.explain_cli", "explain"),
-    ("whatif", "services.whatif.cli", "whatif"),
+    ("simulate", "gfs.services.simulator.cli", "simulate"),
+    ("evaluate", "gfs.services.simulator.evaluate_cli", "evaluate"),
+    ("evaluate-budgets", "gfs.services.simulator.budget_cli", "evaluate_budgets"),
+    ("packing", "gfs.services.simulator.packing_cli", "packing"),
+    ("fake-task", "gfs.services.node_agent.fake_task_cli", "fake_task"),
+    ("replay", "gfs.services.producers.replay", "replay"),
+    ("explain", "gfs.services.preemption.sre.explain_cli", "explain"),
+    ("whatif", "gfs.services.whatif.cli", "whatif"),
 )
 
 
@@ -65,12 +65,14 @@ def build_app() -> typer.Typer:
         app.command(name=name)(getattr(importlib.import_module(module), attr))
     # `gfs bench pipeline` is the live pipeline's benchmark: it lives in services/livebench (the
     # simulator may not touch Kafka), and is mounted beside the simulator's benchmarks here.
-    bench = importlib.import_module("services.simulator.bench_cli").app
-    bench.command(name="pipeline")(importlib.import_module("services.livebench.preemption_bench").preemption)
-    bench.command(name="failover")(importlib.import_module("services.livebench.failover_bench").failover)
+    bench = importlib.import_module("gfs.services.simulator.bench_cli").app
+    bench.command(name="pipeline")(
+        importlib.import_module("gfs.services.livebench.preemption_bench").preemption
+    )
+    bench.command(name="failover")(importlib.import_module("gfs.services.livebench.failover_bench").failover)
     # `gfs schemas openapi`: the HTTP APIs' contracts live in the service packages (api_docs.py).
-    schemas = importlib.import_module("services.platform.schema_cli").app
-    schemas.command(name="openapi")(importlib.import_module("services.api_docs").openapi)
+    schemas = importlib.import_module("gfs.services.platform.schema_cli").app
+    schemas.command(name="openapi")(importlib.import_module("gfs.services.api_docs").openapi)
     return app
 
 

@@ -1,7 +1,7 @@
 """The `gfs` program's entry point: the command line if its extra is installed, else a clear error.
 
 The base install is the producers' client (`pip install gfs`: schemas, `GfsClient`); the command
-line and everything it runs come with the extras (pyproject.toml). Importing `services.cli` without
+line and everything it runs come with the extras (pyproject.toml). Importing `gfs.services.cli` without
 them fails on typer, numpy or another extra's module: say which extra brings it instead of showing
 a traceback. Stdlib only here, so this module itself always imports.
 """
@@ -36,7 +36,7 @@ def missing_extra_message(module: str) -> str:
 
 def main() -> None:
     try:
-        from services.cli import main as cli_main
+        from gfs.services.cli import main as cli_main
     except ModuleNotFoundError as exc:
         sys.exit(missing_extra_message(exc.name or str(exc)))
     try:

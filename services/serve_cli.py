@@ -13,15 +13,15 @@ from typing import TYPE_CHECKING
 import typer
 
 if TYPE_CHECKING:
-    from services.platform.settings import PlatformSettings
+    from gfs.services.platform.settings import PlatformSettings
 
 app = typer.Typer(help="Run a live GFS service (Kafka, Postgres).", no_args_is_help=True)
 
 
 def _logging(settings: PlatformSettings, service: str) -> None:
     """Logs, and the allocation tracing an operator may switch on (GFS_TRACEMALLOC)."""
-    from services.platform.logs import configure_logging
-    from services.platform.memory_trace import install
+    from gfs.services.platform.logs import configure_logging
+    from gfs.services.platform.memory_trace import install
 
     configure_logging(service=service, log_format=settings.gfs_log_format, level=settings.gfs_log_level)
     install(service)
@@ -30,7 +30,7 @@ def _logging(settings: PlatformSettings, service: str) -> None:
 def _run_until_signalled(main: object, settings: PlatformSettings) -> None:
     """Run the coroutine factory `main(stop)` with SIGINT/SIGTERM setting `stop`, on the event loop
     and with the collector's settings `settings` names (services/platform/event_loop.py)."""
-    from services.platform.event_loop import run, tune_gc
+    from gfs.services.platform.event_loop import run, tune_gc
 
     async def runner() -> None:
         stop = asyncio.Event()
@@ -50,7 +50,7 @@ def quota(
     port: int = typer.Option(None, "--port", help="SRE API port (default 8081; 0: none)"),
 ) -> None:
     """The quota service: forecasts, pool status and guarantee outcomes in, SpotQuota out."""
-    from services.quota.service import QuotaServiceSettings, run_quota_service
+    from gfs.services.quota.service import QuotaServiceSettings, run_quota_service
 
     overrides: dict[str, object] = {}
     if refresh_s is not None:
@@ -65,7 +65,7 @@ def quota(
         raise typer.BadParameter(str(exc)) from None
 
     async def main(stop: asyncio.Event) -> None:
-        from services.platform.tracing import configure_tracing
+        from gfs.services.platform.tracing import configure_tracing
 
         provider = configure_tracing(settings)
         try:
@@ -81,10 +81,10 @@ def quota(
 @app.command("forecast")
 def forecast() -> None:
     """The forecast stream (Faust): task events in, per-tenant and per-pool forecasts out."""
-    from services.forecast.settings import ForecastServiceSettings
-    from services.forecast.worker import run_forecast_worker
-    from services.platform.memory_trace import install
-    from services.platform.tracing import configure_tracing
+    from gfs.services.forecast.settings import ForecastServiceSettings
+    from gfs.services.forecast.worker import run_forecast_worker
+    from gfs.services.platform.memory_trace import install
+    from gfs.services.platform.tracing import configure_tracing
 
     settings = ForecastServiceSettings()
     configure_tracing(settings)  # the Faust worker's exit flushes nothing: the last batch may be lost
@@ -102,7 +102,7 @@ def preemption(
     instance: str = typer.Option(None, "--instance", help="this instance's name (default host-pid)"),
 ) -> None:
     """The preemption service: submissions, quotas, telemetry and acks in; bind/evict commands out."""
-    from services.preemption.service import PreemptionSettings, run_preemption_service
+    from gfs.services.preemption.service import PreemptionSettings, run_preemption_service
 
     overrides: dict[str, object] = {}
     if policy is not None:
@@ -123,7 +123,7 @@ def preemption(
         raise typer.BadParameter(str(exc)) from None
 
     async def main(stop: asyncio.Event) -> None:
-        from services.platform.tracing import configure_tracing
+        from gfs.services.platform.tracing import configure_tracing
 
         provider = configure_tracing(settings)
         try:
@@ -154,11 +154,11 @@ def node_agent(
     import os
     from pathlib import Path
 
-    from services.node_agent.service import AgentOptions, default_node_name, run_node_agent
-    from services.node_agent.settings import MissingKeyError, NodeAgentSettings
+    from gfs.services.node_agent.service import AgentOptions, default_node_name, run_node_agent
+    from gfs.services.node_agent.settings import MissingKeyError, NodeAgentSettings
 
     if not fake_gpus:
-        from services.node_agent.gpu import NVML_MISSING, nvml_installed
+        from gfs.services.node_agent.gpu import NVML_MISSING, nvml_installed
 
         if not nvml_installed():
             typer.echo(f"error: {NVML_MISSING}", err=True)
@@ -185,7 +185,7 @@ def node_agent(
     os.environ.pop("GFS_COMMAND_SECRET_PREVIOUS", None)  # the rotated-out master too (key_rotation.py)
 
     async def main(stop: asyncio.Event) -> None:
-        from services.platform.tracing import configure_tracing
+        from gfs.services.platform.tracing import configure_tracing
 
         provider = configure_tracing(settings)
         try:
@@ -208,9 +208,9 @@ def virtual_nodes(
     """Many virtual GPU nodes in one process (demos at scale): heartbeats and agent-like acks."""
     import csv
 
-    from services.node_agent.virtual import run_virtual_nodes
-    from services.platform.settings import PlatformSettings
-    from services.preemption.service import PreemptionSettings
+    from gfs.services.node_agent.virtual import run_virtual_nodes
+    from gfs.services.platform.settings import PlatformSettings
+    from gfs.services.preemption.service import PreemptionSettings
 
     with open(nodes_csv, newline="") as handle:
         nodes = {
@@ -250,10 +250,10 @@ def quota_adapter(
     from datetime import UTC, datetime
     from pathlib import Path
 
-    from services.adapters.adapter import QuotaAdapter
-    from services.adapters.mapping import ConfigError, load_config
-    from services.adapters.service import KubectlMissingError, kubectl_sink, print_sink, run_quota_adapter
-    from services.platform.settings import PlatformSettings
+    from gfs.services.adapters.adapter import QuotaAdapter
+    from gfs.services.adapters.mapping import ConfigError, load_config
+    from gfs.services.adapters.service import KubectlMissingError, kubectl_sink, print_sink, run_quota_adapter
+    from gfs.services.platform.settings import PlatformSettings
 
     if target not in ("kueue", "kai"):
         raise typer.BadParameter("--target must be kueue or kai")

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from services.core.decisions import WorkerPlacement
-from services.core.ids import PoolId, TaskId, TenantId
-from services.core.pool import PoolState, RunningTask
-from services.core.task import TaskClass, TaskSpec
-from services.simulator.traces.records import Trace, TraceJob, TraceNode
+from gfs.services.core.decisions import WorkerPlacement
+from gfs.services.core.ids import PoolId, TaskId, TenantId
+from gfs.services.core.pool import PoolState, RunningTask
+from gfs.services.core.task import TaskClass, TaskSpec
+from gfs.services.simulator.traces.records import Trace, TraceJob, TraceNode
 
 HP = TaskClass.HP
 SPOT = TaskClass.SPOT

@@ -22,6 +22,7 @@ RUN mkdir -p schemas services ml \
 
 # Editable install: the code stays in /app, so paths the code derives from its own location
 # (the repo root) resolve inside the image as they do in a checkout; migrations ship as package data.
+COPY gfs ./gfs
 COPY schemas ./schemas
 COPY services ./services
 COPY ml ./ml

@@ -27,7 +27,7 @@ CRED_DIR="$SECURE_DIR/credentials"
 PID_FILE="$SECURE_DIR/kafka.pid"
 PYTHON="$GFS_REPO_DIR/.venv/bin/python"
 
-acl_table() { (cd "$GFS_REPO_DIR" && PYTHONPATH="$GFS_REPO_DIR" "$PYTHON" -m services.platform.kafka.acls "$@" "${AGENTS[@]}"); }
+acl_table() { (cd "$GFS_REPO_DIR" && PYTHONPATH="$GFS_REPO_DIR" "$PYTHON" -m gfs.services.platform.kafka.acls "$@" "${AGENTS[@]}"); }
 
 broker_pid() {
   [[ -f "$PID_FILE" ]] || return 1
@@ -218,7 +218,7 @@ case "${1:-}" in
     apply_acls
     # The registry's topics, created as the super user (the services may not create them).
     eval "$(client_env admin)"
-    (cd "$GFS_REPO_DIR" && PYTHONPATH="$GFS_REPO_DIR" "$PYTHON" -c 'from services.entry import main; main()' stack topics >/dev/null)
+    (cd "$GFS_REPO_DIR" && PYTHONPATH="$GFS_REPO_DIR" "$PYTHON" -c 'from gfs.services.entry import main; main()' stack topics >/dev/null)
     echo "kafka-secure: ready on SASL_SSL 127.0.0.1:$PORT" ;;
   down) stop ;;
   reset)

@@ -12,10 +12,10 @@ import logging
 from datetime import datetime
 from typing import Any, Literal
 
-from schemas.quota import SpotQuota
-from services.adapters import kai, kueue
-from services.adapters.crd_schema import crd_for
-from services.adapters.mapping import AdapterConfig, SpotGpus, spot_gpus
+from gfs.schemas.quota import SpotQuota
+from gfs.services.adapters import kai, kueue
+from gfs.services.adapters.crd_schema import crd_for
+from gfs.services.adapters.mapping import AdapterConfig, SpotGpus, spot_gpus
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from services.adapters.mapping import KaiQueue, SpotGpus
+from gfs.services.adapters.mapping import KaiQueue, SpotGpus
 
 
 def queue_manifest(

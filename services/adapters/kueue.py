@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from services.adapters.mapping import KueueClusterQueue, SpotGpus
+from gfs.services.adapters.mapping import KueueClusterQueue, SpotGpus
 
 FIELD_MANAGER = "gfs-quota-adapter"
 

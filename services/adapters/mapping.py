@@ -15,8 +15,8 @@ from typing import Any, Literal, get_args
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from schemas.fields import GuaranteeHours
-from schemas.quota import SpotQuota
+from gfs.schemas.fields import GuaranteeHours
+from gfs.schemas.quota import SpotQuota
 
 _STRICT = ConfigDict(extra="forbid", frozen=True)
 # A Kubernetes object name (DNS-1123 subdomain), as the CRDs' flavor-name pattern requires.

@@ -21,11 +21,11 @@ from typing import Any, TextIO
 import yaml
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from schemas.quota import SpotQuota
-from schemas.topics import QUOTAS_TOPIC, decode, topic
-from services.adapters.adapter import QuotaAdapter
-from services.adapters.kueue import FIELD_MANAGER
-from services.platform.kafka_security import PLAINTEXT, KafkaSecurity, announce
+from gfs.schemas.quota import SpotQuota
+from gfs.schemas.topics import QUOTAS_TOPIC, decode, topic
+from gfs.services.adapters.adapter import QuotaAdapter
+from gfs.services.adapters.kueue import FIELD_MANAGER
+from gfs.services.platform.kafka_security import PLAINTEXT, KafkaSecurity, announce
 
 log = logging.getLogger(__name__)
 

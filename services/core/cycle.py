@@ -32,19 +32,19 @@ from typing import NamedTuple
 
 import numpy as np
 
-from services.core.decisions import Decision, EvictTask, StartTask, WorkerPlacement
-from services.core.ids import TenantId
-from services.core.placement import place_task, place_worker, release, reserve
-from services.core.policies.protocols import SchedulingPolicy
-from services.core.pool import PoolState, RunningTask
-from services.core.queues import Blocked, BucketQueue, SortKey
-from services.core.reasons import Unschedulable
-from services.core.reservation import Reservation, hold_reserved
-from services.core.servable import PlanMemo
-from services.core.shared_gpus import open_slot
-from services.core.spot_room import Held, SpotRoom, spot_room
-from services.core.task import TaskClass, TaskSpec
-from services.core.victims import PreemptionContext, PreemptionPlan, preemptible
+from gfs.services.core.decisions import Decision, EvictTask, StartTask, WorkerPlacement
+from gfs.services.core.ids import TenantId
+from gfs.services.core.placement import place_task, place_worker, release, reserve
+from gfs.services.core.policies.protocols import SchedulingPolicy
+from gfs.services.core.pool import PoolState, RunningTask
+from gfs.services.core.queues import Blocked, BucketQueue, SortKey
+from gfs.services.core.reasons import Unschedulable
+from gfs.services.core.reservation import Reservation, hold_reserved
+from gfs.services.core.servable import PlanMemo
+from gfs.services.core.shared_gpus import open_slot
+from gfs.services.core.spot_room import Held, SpotRoom, spot_room
+from gfs.services.core.task import TaskClass, TaskSpec
+from gfs.services.core.victims import PreemptionContext, PreemptionPlan, preemptible
 
 _EPS = 1e-9
 

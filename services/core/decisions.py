@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from services.core.ids import TaskId
-from services.core.preemption_plan import PreemptionPlan
-from services.core.reasons import EvictionReason
+from gfs.services.core.ids import TaskId
+from gfs.services.core.preemption_plan import PreemptionPlan
+from gfs.services.core.reasons import EvictionReason
 
 
 class WorkerPlacement(NamedTuple):

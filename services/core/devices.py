@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from services.core.decisions import WorkerPlacement
-from services.core.ids import TaskId
+from gfs.services.core.decisions import WorkerPlacement
+from gfs.services.core.ids import TaskId
 
 
 class DeviceBinding(NamedTuple):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from services.core.eviction_score import eviction_scores, recent_counts
+from gfs.services.core.eviction_score import eviction_scores, recent_counts
 
 DAY_S = 86400.0
 HOUR_S = 3600.0

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from services.core.ids import TaskId
-from services.core.reasons import EvictionReason, Unschedulable
+from gfs.services.core.ids import TaskId
+from gfs.services.core.reasons import EvictionReason, Unschedulable
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from services.core.reasons import Rejection
+from gfs.services.core.reasons import Rejection
 
 _EPS = 1e-9
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from services.core.task import TaskClass
+from gfs.services.core.task import TaskClass
 
 DEFAULT_EVICTION_SCORE = 9900  # spec 5.5 with no recent evictions: 10000 * (1 - 0.01 * 2^0)
 

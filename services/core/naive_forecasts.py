@@ -19,7 +19,7 @@ from typing import cast
 
 import numpy as np
 
-from services.core.forecast import DemandForecast, SeriesKey
+from gfs.services.core.forecast import DemandForecast, SeriesKey
 
 RESIDUAL_HOURS = 168  # 7 days of residuals
 WEEK_H = 168

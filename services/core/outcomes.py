@@ -8,11 +8,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from services.core.decisions import WorkerPlacement
-from services.core.devices import DeviceBinding
-from services.core.ids import TaskId
-from services.core.reasons import EvictionReason
-from services.core.task import TaskClass
+from gfs.services.core.decisions import WorkerPlacement
+from gfs.services.core.devices import DeviceBinding
+from gfs.services.core.ids import TaskId
+from gfs.services.core.reasons import EvictionReason
+from gfs.services.core.task import TaskClass
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,8 +21,8 @@ from collections.abc import Iterable, Iterator
 
 import numpy as np
 
-from services.core.pool import PoolState
-from services.core.task import TaskSpec
+from gfs.services.core.pool import PoolState
+from gfs.services.core.task import TaskSpec
 
 _EPS = 1e-9
 

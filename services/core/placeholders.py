@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from services.core.ids import TenantId
-from services.core.pool import PoolState
-from services.core.pool_journal import Hold
+from gfs.services.core.ids import TenantId
+from gfs.services.core.pool import PoolState
+from gfs.services.core.pool_journal import Hold
 
 
 def hold(pool: PoolState, name: str, tenant: str, gpus: np.ndarray) -> bool:

@@ -12,10 +12,10 @@ from typing import Protocol
 
 import numpy as np
 
-from services.core.decisions import WorkerPlacement
-from services.core.pool import PoolState
-from services.core.shared_gpus import open_slot
-from services.core.task import TaskClass, TaskSpec
+from gfs.services.core.decisions import WorkerPlacement
+from gfs.services.core.pool import PoolState
+from gfs.services.core.shared_gpus import open_slot
+from gfs.services.core.task import TaskClass, TaskSpec
 
 _EPS = 1e-9
 _NO_NODE = np.iinfo(np.int64).max

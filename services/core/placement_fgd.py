@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from services.core.placement_spread import fill_by_choice
-from services.core.pool import PoolState
-from services.core.task import TaskClass
+from gfs.services.core.placement_spread import fill_by_choice
+from gfs.services.core.pool import PoolState
+from gfs.services.core.task import TaskClass
 
 TYPICAL_TASKS: tuple[tuple[int, int], ...] = ((1, 35), (2, 10), (4, 5), (8, 50))  # (GPUs, weight %)
 

@@ -12,8 +12,8 @@ from typing import Protocol
 
 import numpy as np
 
-from services.core.pool import PoolState
-from services.core.task import TaskClass
+from gfs.services.core.pool import PoolState
+from gfs.services.core.task import TaskClass
 
 
 class _Chooser(Protocol):

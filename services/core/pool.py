@@ -18,11 +18,11 @@ from typing import NamedTuple
 
 import numpy as np
 
-from services.core.decisions import WorkerPlacement
-from services.core.fit_keys import FitKeys
-from services.core.ids import PoolId, TaskId, TenantId
-from services.core.pool_journal import Hold, PassJournal
-from services.core.task import TaskClass, TaskSpec
+from gfs.services.core.decisions import WorkerPlacement
+from gfs.services.core.fit_keys import FitKeys
+from gfs.services.core.ids import PoolId, TaskId, TenantId
+from gfs.services.core.pool_journal import Hold, PassJournal
+from gfs.services.core.task import TaskClass, TaskSpec
 
 _EPS = 1e-9
 

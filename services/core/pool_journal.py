@@ -19,7 +19,7 @@ from typing import Any, Generic, NamedTuple, Protocol, TypeVar
 
 import numpy as np
 
-from services.core.ids import TaskId, TenantId
+from gfs.services.core.ids import TaskId, TenantId
 
 Task = TypeVar("Task")  # the pool's running task (core/pool.py's RunningTask)
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass, replace
 
-from services.core.ids import TaskId
+from gfs.services.core.ids import TaskId
 
 MAX_ALTERNATIVES = 5  # losing candidates kept with a plan for explanations (cheapest first)
 

@@ -6,8 +6,8 @@ blocks the rest of the pass (no backfilling of smaller tasks, unlike GFS's `fail
 
 from __future__ import annotations
 
-from services.core.queues import SortKey
-from services.core.task import TaskSpec
+from gfs.services.core.queues import SortKey
+from gfs.services.core.task import TaskSpec
 
 
 class LargestFirstBlocking:

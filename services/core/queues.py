@@ -16,9 +16,9 @@ import bisect
 from collections.abc import Iterator
 from typing import NamedTuple, Protocol
 
-from services.core.ids import TaskId
-from services.core.reasons import Unschedulable
-from services.core.task import TaskSpec
+from gfs.services.core.ids import TaskId
+from gfs.services.core.reasons import Unschedulable
+from gfs.services.core.task import TaskSpec
 
 SortKey = tuple[float, ...]
 

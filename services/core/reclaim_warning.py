@@ -19,9 +19,9 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from services.core.ids import TaskId
-from services.core.pool import PoolState
-from services.core.task import TaskClass
+from gfs.services.core.ids import TaskId
+from gfs.services.core.pool import PoolState
+from gfs.services.core.task import TaskClass
 
 HOUR_S = 3600.0
 

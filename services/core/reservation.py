@@ -40,11 +40,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from services.core.ids import TaskId
-from services.core.placeholders import hold
-from services.core.pool import PoolState
-from services.core.queues import BucketQueue
-from services.core.task import TaskSpec
+from gfs.services.core.ids import TaskId
+from gfs.services.core.placeholders import hold
+from gfs.services.core.pool import PoolState
+from gfs.services.core.queues import BucketQueue
+from gfs.services.core.task import TaskSpec
 
 HOLD_PREFIX = "reservation-hold:"  # ids of the placeholders that hold reserved idle GPUs in a pass
 

@@ -39,12 +39,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from services.core.ids import TaskId, TenantId
-from services.core.placeable import fit_one, fit_workers, preemptible_capacity
-from services.core.pool import PoolState, RunningTask
-from services.core.queues import BucketQueue, LargestFirst
-from services.core.reservation import Reservation
-from services.core.task import TaskClass
+from gfs.services.core.ids import TaskId, TenantId
+from gfs.services.core.placeable import fit_one, fit_workers, preemptible_capacity
+from gfs.services.core.pool import PoolState, RunningTask
+from gfs.services.core.queues import BucketQueue, LargestFirst
+from gfs.services.core.reservation import Reservation
+from gfs.services.core.task import TaskClass
 
 _DECIMALS = 6  # sums of fractional requests drift by ~1e-12; requests have a few decimals at most
 _EPS = 1e-9

@@ -3,7 +3,7 @@ looks at: queries over the pool's per-GPU arrays, outside the pool's accounting.
 
 from __future__ import annotations
 
-from services.core.pool import PoolState
+from gfs.services.core.pool import PoolState
 
 _EPS = 1e-9
 

@@ -19,17 +19,17 @@ import enum
 
 import numpy as np
 
-from services.core.decisions import WorkerPlacement
-from services.core.ids import TaskId
-from services.core.placeable import fit_workers
-from services.core.placeholders import hold, lift
-from services.core.placement import place_task
-from services.core.policies.protocols import SchedulingPolicy
-from services.core.pool import PoolState, RunningTask
-from services.core.queues import BucketQueue
-from services.core.reservation import Reservation, hold_id, hold_reserved
-from services.core.servable import PlanMemo, ServablePlan, plan_servable
-from services.core.task import TaskSpec
+from gfs.services.core.decisions import WorkerPlacement
+from gfs.services.core.ids import TaskId
+from gfs.services.core.placeable import fit_workers
+from gfs.services.core.placeholders import hold, lift
+from gfs.services.core.placement import place_task
+from gfs.services.core.policies.protocols import SchedulingPolicy
+from gfs.services.core.pool import PoolState, RunningTask
+from gfs.services.core.queues import BucketQueue
+from gfs.services.core.reservation import Reservation, hold_id, hold_reserved
+from gfs.services.core.servable import PlanMemo, ServablePlan, plan_servable
+from gfs.services.core.task import TaskSpec
 
 _EPS = 1e-9
 # The placeholders of a pass (core/placeholders.py): the servable HP's claims, and the idle GPUs

@@ -30,8 +30,8 @@ from bisect import bisect_right
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from services.core.guarantee import OFFERED_GUARANTEE_HOURS
-from services.core.runtime import PoolRuntime
+from gfs.services.core.guarantee import OFFERED_GUARANTEE_HOURS
+from gfs.services.core.runtime import PoolRuntime
 
 _EPS = 1e-9
 _Z90 = 1.2815515655446004  # Phi^-1(0.9): turns a forecast's 0.5..0.9 quantile gap into a std
@@ -262,7 +262,7 @@ def quote_in_pool(
 
 
 # The recalibration the live service quotes with (issue 27 item 1; docs/evaluation.md section 14):
-# the isotonic maps per duration that `python -m services.simulator.calibration` fitted on the
+# the isotonic maps per duration that `python -m gfs.services.simulator.calibration` fitted on the
 # training runs of configs/calibration-survival.yaml (seeds 101-102 only; its calibration.json,
 # "knots", at full precision so the live map is exactly the one scored on the held-out runs).
 # Held out (seeds 201-203) it lowered the Brier score in every regime, the default p = 0.9 ones

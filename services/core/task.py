@@ -6,7 +6,7 @@ import enum
 import math
 from dataclasses import dataclass
 
-from services.core.ids import PoolId, TaskId, TenantId
+from gfs.services.core.ids import PoolId, TaskId, TenantId
 
 
 class TaskClass(enum.Enum):

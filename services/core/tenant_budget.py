@@ -20,7 +20,7 @@ from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from services.core.ids import TenantId
+from gfs.services.core.ids import TenantId
 
 DAY_S = 86400.0
 PERIODS_WINDOW = 100  # "per 100 guarantee periods"

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from services.core.ids import TaskId
+from gfs.services.core.ids import TaskId
 
 _EPS = 1e-9
 

@@ -13,10 +13,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from services.core.ids import TaskId
-from services.core.pool import PoolState
-from services.core.shared_gpus import spot_slots_on_node
-from services.core.victims import PreemptionContext, PreemptionPlan, lost_gpu_seconds, node_cost, preemptible
+from gfs.services.core.ids import TaskId
+from gfs.services.core.pool import PoolState
+from gfs.services.core.shared_gpus import spot_slots_on_node
+from gfs.services.core.victims import (
+    PreemptionContext,
+    PreemptionPlan,
+    lost_gpu_seconds,
+    node_cost,
+    preemptible,
+)
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,10 +16,10 @@ from typing import NamedTuple, Protocol
 
 import numpy as np
 
-from services.core.ids import TaskId, TenantId
-from services.core.pool import PoolState
-from services.core.preemption_plan import PreemptionPlan as PreemptionPlan  # re-exported
-from services.core.task import TaskSpec
+from gfs.services.core.ids import TaskId, TenantId
+from gfs.services.core.pool import PoolState
+from gfs.services.core.preemption_plan import PreemptionPlan as PreemptionPlan  # re-exported
+from gfs.services.core.task import TaskSpec
 
 
 class PreemptionContext(NamedTuple):

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from services.core.ids import TaskId
-from services.core.placement_fgd import frag_growth
-from services.core.pool import PoolState
-from services.core.task import TaskSpec
-from services.core.victim_sets import NodeHoldings, best_node_plan, reprieve
-from services.core.victims import PreemptionContext, PreemptionPlan
+from gfs.services.core.ids import TaskId
+from gfs.services.core.placement_fgd import frag_growth
+from gfs.services.core.pool import PoolState
+from gfs.services.core.task import TaskSpec
+from gfs.services.core.victim_sets import NodeHoldings, best_node_plan, reprieve
+from gfs.services.core.victims import PreemptionContext, PreemptionPlan
 
 
 class FgdVictims:

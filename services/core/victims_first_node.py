@@ -3,11 +3,17 @@ index) where evicting spot frees enough GPUs, its spot tasks evicted in placemen
 
 from __future__ import annotations
 
-from services.core.ids import TaskId
-from services.core.pool import PoolState
-from services.core.shared_gpus import spot_slots_on_node
-from services.core.task import TaskSpec
-from services.core.victims import PreemptionContext, PreemptionPlan, lost_gpu_seconds, node_cost, preemptible
+from gfs.services.core.ids import TaskId
+from gfs.services.core.pool import PoolState
+from gfs.services.core.shared_gpus import spot_slots_on_node
+from gfs.services.core.task import TaskSpec
+from gfs.services.core.victims import (
+    PreemptionContext,
+    PreemptionPlan,
+    lost_gpu_seconds,
+    node_cost,
+    preemptible,
+)
 
 
 class FirstNodeVictims:

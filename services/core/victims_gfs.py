@@ -10,14 +10,14 @@ from dataclasses import replace
 
 import numpy as np
 
-from services.core.ids import TaskId, TenantId
-from services.core.pool import PoolState
-from services.core.preemption_plan import with_alternatives
-from services.core.shared_gpus import spot_slots_on_node
-from services.core.task import TaskSpec
-from services.core.tenant_budget import overage
-from services.core.two_pointer import fraction_two_pointer, two_pointer
-from services.core.victims import (
+from gfs.services.core.ids import TaskId, TenantId
+from gfs.services.core.pool import PoolState
+from gfs.services.core.preemption_plan import with_alternatives
+from gfs.services.core.shared_gpus import spot_slots_on_node
+from gfs.services.core.task import TaskSpec
+from gfs.services.core.tenant_budget import overage
+from gfs.services.core.two_pointer import fraction_two_pointer, two_pointer
+from gfs.services.core.victims import (
     PreemptionContext,
     PreemptionPlan,
     lost_gpu_seconds,

@@ -7,9 +7,9 @@ services/simulator/lease.py); between renewals an HP task that does not fit simp
 
 from __future__ import annotations
 
-from services.core.pool import PoolState
-from services.core.task import TaskSpec
-from services.core.victims import PreemptionContext, PreemptionPlan
+from gfs.services.core.pool import PoolState
+from gfs.services.core.task import TaskSpec
+from gfs.services.core.victims import PreemptionContext, PreemptionPlan
 
 LEASE_PERIOD_S = 1200.0  # Chronus's lease (spec 6.2)
 RELEASE_OVERHEAD_S = 120.0  # restart cost of a task whose lease is not renewed (spec 6.2)

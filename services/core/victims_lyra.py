@@ -15,11 +15,11 @@ preemptible capacity as GFS does.
 
 from __future__ import annotations
 
-from services.core.ids import TaskId
-from services.core.pool import PoolState
-from services.core.task import TaskSpec
-from services.core.victim_sets import NodeHoldings, best_node_plan, reprieve
-from services.core.victims import PreemptionContext, PreemptionPlan
+from gfs.services.core.ids import TaskId
+from gfs.services.core.pool import PoolState
+from gfs.services.core.task import TaskSpec
+from gfs.services.core.victim_sets import NodeHoldings, best_node_plan, reprieve
+from gfs.services.core.victims import PreemptionContext, PreemptionPlan
 
 
 def server_cost(pool: PoolState, task_id: TaskId) -> int:

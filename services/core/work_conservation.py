@@ -30,11 +30,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from services.core.placeable import fit_workers
-from services.core.pool import PoolState
-from services.core.queues import BucketQueue, LargestFirst
-from services.core.reservation import Reservation
-from services.core.task import TaskSpec
+from gfs.services.core.placeable import fit_workers
+from gfs.services.core.pool import PoolState
+from gfs.services.core.queues import BucketQueue, LargestFirst
+from gfs.services.core.reservation import Reservation
+from gfs.services.core.task import TaskSpec
 
 REASONS = ("reservation", "claimed", "quota:eta", "quota:floor", "quota:forecast", "order", "no-fit")
 _EPS = 1e-9

@@ -12,8 +12,8 @@ from typing import Any
 
 import asyncpg
 
-from services.demo.clock import ClockState, run_clock
-from services.platform.settings import PlatformSettings
+from gfs.services.demo.clock import ClockState, run_clock
+from gfs.services.platform.settings import PlatformSettings
 
 # Accelerated clock: t = 0 of the sample is this instant (a midnight, so the sample's hours are the
 # hours of the day the LSTM's calendar features see); one tick per TICK_S wall seconds; the quota
@@ -72,8 +72,8 @@ async def drive_clock(
 ) -> None:
     """The accelerated clock (services/demo/clock.py) over the sample, at `speed`x, held while a
     pool's forecast lags (`forecast_gate`)."""
-    from services.producers.replay import job_to_submission
-    from services.simulator.traces.gfs_format import load_gfs_trace
+    from gfs.services.producers.replay import job_to_submission
+    from gfs.services.simulator.traces.gfs_format import load_gfs_trace
 
     trace = load_gfs_trace(sample)
     end = max([trace.horizon_s, *(j.submit_s for j in trace.jobs)])

@@ -42,7 +42,7 @@ def live(
     $XDG_STATE_HOME/gfs, else ~/.local/state/gfs)."""
     from rich.console import Console
 
-    from services.demo.live import SAMPLE, run_demo
+    from gfs.services.demo.live import SAMPLE, run_demo
 
     ports = {"preemption": preemption_port, "quota": quota_port, "forecast": forecast_port}
     raise typer.Exit(
@@ -66,6 +66,6 @@ def sim() -> None:
     """The simulator replay of a synthetic trace over the real inventory (GFS vs FIFO). Outputs
     go to $GFS_DEMO_OUT (default <state>/runs/demo; <state>: $GFS_STATE_DIR, else
     $XDG_STATE_HOME/gfs, else ~/.local/state/gfs)."""
-    from services.platform.settings import REPO_ROOT
+    from gfs.services.platform.settings import REPO_ROOT
 
     raise typer.Exit(subprocess.call(["bash", str(REPO_ROOT / "scripts" / "demo-sim.sh")]))

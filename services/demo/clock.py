@@ -38,10 +38,10 @@ from datetime import UTC, datetime
 
 from pydantic import ValidationError
 
-from schemas.clock import ClockPhase, ClockTick
-from schemas.envelope import wrap
-from schemas.topics import CLOCK_TOPIC
-from services.simulator.traces.records import TraceJob
+from gfs.schemas.clock import ClockPhase, ClockTick
+from gfs.schemas.envelope import wrap
+from gfs.schemas.topics import CLOCK_TOPIC
+from gfs.services.simulator.traces.records import TraceJob
 
 log = logging.getLogger(__name__)
 
@@ -114,8 +114,8 @@ async def run_clock(
     running finish on the clock) until `stop`. `to_task` maps a job to its TaskSubmitted (raising
     pydantic's ValidationError for a job the wire contract refuses: skipped and counted). `gate(t)`
     (sample seconds): False holds the clock before instant t until it says True (module doc)."""
-    from services.platform.kafka.producer import EnvelopeProducer
-    from services.producers.client import GfsClient
+    from gfs.services.platform.kafka.producer import EnvelopeProducer
+    from gfs.services.producers.client import GfsClient
 
     now = {"t": 0.0}
     client = GfsClient(

@@ -13,8 +13,8 @@ from typing import Any
 import asyncpg
 from rich.table import Table
 
-from services.demo.side_by_side import COLUMNS, TITLE, Row, caption, cells, live, simulated, verdict
-from services.demo.view import TARGET, View
+from gfs.services.demo.side_by_side import COLUMNS, TITLE, Row, caption, cells, live, simulated, verdict
+from gfs.services.demo.view import TARGET, View
 
 
 async def _periods(db: asyncpg.Connection, run: str) -> dict[str, tuple[int, int]]:
@@ -104,7 +104,7 @@ async def _side_by_side(
     """The live run beside the simulator's FIFO, k8s-priority and GFS on the same sample.
     `clock_at`: on the accelerated clock, the sample time it stopped at (decisions are stamped in
     the sample's time, so no wall-to-sample scaling); None on the wall clock."""
-    from services.simulator.traces.gfs_format import load_gfs_trace
+    from gfs.services.simulator.traces.gfs_format import load_gfs_trace
 
     stopped_at = clock_at or datetime.now(UTC)
     records = await db.fetch(

@@ -41,7 +41,7 @@ it quotes from the first seconds even on a stack whose topics hold a long histor
 Parts: this module runs the demo (`run_demo`); processes.py kills what is left of the run's
 workers, topics.py publishes the bootstrap forecasts, view.py draws the terminal view,
 final_report.py the report at the end. Starting and stopping the processes, and the run's Kafka
-groups at the topics' end, are the tools' shared `services.toolkit`.
+groups at the topics' end, are the tools' shared `gfs.services.toolkit`.
 """
 
 from __future__ import annotations
@@ -64,10 +64,10 @@ import asyncpg
 from rich.console import Console
 from rich.live import Live
 
-from schemas.topics import CLOCK_TOPIC, POOL_DEMAND_TOPIC, TASK_LIFECYCLE_TOPIC, TASK_SUBMIT_TOPIC
-from services.demo.accelerated import BASE_S, clock_env, drive_clock
-from services.demo.clock import ClockState
-from services.demo.final_report import (
+from gfs.schemas.topics import CLOCK_TOPIC, POOL_DEMAND_TOPIC, TASK_LIFECYCLE_TOPIC, TASK_SUBMIT_TOPIC
+from gfs.services.demo.accelerated import BASE_S, clock_env, drive_clock
+from gfs.services.demo.clock import ClockState
+from gfs.services.demo.final_report import (
     _lstm_line,
     _lstm_quotas,
     _periods,
@@ -76,16 +76,16 @@ from services.demo.final_report import (
     _side_by_side,
     _side_by_side_table,
 )
-from services.demo.processes import _kill_workers
-from services.demo.report_page import write_page
-from services.demo.topics import _bootstrap_forecasts
-from services.demo.view import View, _json, _render
-from services.node_agent.worker_env import DEFAULT_ALLOW
-from services.platform.migrations import migrated_schema
-from services.platform.paths import state_dir
-from services.platform.settings import REPO_ROOT, PlatformSettings
-from services.toolkit.consumer_groups import start_group_at_end
-from services.toolkit.processes import ServiceProcess, stop_all
+from gfs.services.demo.processes import _kill_workers
+from gfs.services.demo.report_page import write_page
+from gfs.services.demo.topics import _bootstrap_forecasts
+from gfs.services.demo.view import View, _json, _render
+from gfs.services.node_agent.worker_env import DEFAULT_ALLOW
+from gfs.services.platform.migrations import migrated_schema
+from gfs.services.platform.paths import state_dir
+from gfs.services.platform.settings import REPO_ROOT, PlatformSettings
+from gfs.services.toolkit.consumer_groups import start_group_at_end
+from gfs.services.toolkit.processes import ServiceProcess, stop_all
 
 DEMO_DIR = REPO_ROOT / "demo"
 SAMPLE = DEMO_DIR / "sample"
@@ -254,7 +254,7 @@ async def run_demo(
     try:
         # The quota service's new group would read its topics from their start: on a stack that has
         # run a while, minutes of other runs' records. Like the router, it starts at their end.
-        from services.quota.service import TOPICS as QUOTA_TOPICS
+        from gfs.services.quota.service import TOPICS as QUOTA_TOPICS
 
         await start_group_at_end(settings.bootstrap_servers, f"demo-quota-{run}", QUOTA_TOPICS)
         if accelerated:

@@ -1,7 +1,7 @@
 """What is left of a `gfs demo live` run (services/demo/live.py) once its services are stopped: the
 agents leave their workers running when stopped (a restarted agent re-adopts them), so the demo
 finds and kills what is left by its `GFS_DEMO_RUN`. Starting and stopping the services themselves is
-the tools' shared `services.toolkit.processes`."""
+the tools' shared `gfs.services.toolkit.processes`."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import os
 import signal
 from pathlib import Path
 
-from services.toolkit.processes import kill_agent_workers
+from gfs.services.toolkit.processes import kill_agent_workers
 
 
 def _kill_workers(workdir: Path, run: str) -> None:

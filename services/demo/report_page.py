@@ -13,7 +13,7 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from services.demo.side_by_side import COLUMNS, TITLE, Row, caption, cells, verdict
+from gfs.services.demo.side_by_side import COLUMNS, TITLE, Row, caption, cells, verdict
 
 
 def _table(table_id: str, heads: tuple[str, ...], rows: list[tuple[str, ...]], note: str = "") -> str:

@@ -27,7 +27,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from services.simulator.traces.records import Trace
+from gfs.services.simulator.traces.records import Trace
 
 SIM_POLICIES = ("fifo", "k8s-priority", "gfs")
 
@@ -50,8 +50,8 @@ class Row:
 
 def simulated(sample: Path, policies: Sequence[str] = SIM_POLICIES) -> list[Row]:
     """The simulator's rows on `sample` (a few seconds for the bundled one)."""
-    from services.simulator.runner import RunSettings, run_policies
-    from services.simulator.traces.gfs_format import load_gfs_trace
+    from gfs.services.simulator.runner import RunSettings, run_policies
+    from gfs.services.simulator.traces.gfs_format import load_gfs_trace
 
     result = run_policies(load_gfs_trace(sample), policies, RunSettings())
     rows = []

@@ -1,15 +1,15 @@
 """What `gfs demo live` (services/demo/live.py) publishes on the Kafka topics for a run on the wall
 clock: a flat bootstrap forecast per pool (no forecast hour closes in a few minutes). The run's
-consumer groups start at the topics' end with the tools' `services.toolkit.consumer_groups`."""
+consumer groups start at the topics' end with the tools' `gfs.services.toolkit.consumer_groups`."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 
-from schemas.topics import FORECASTS_TOPIC
-from services.platform.settings import PlatformSettings
-from services.toolkit.forecasts import flat_forecast
+from gfs.schemas.topics import FORECASTS_TOPIC
+from gfs.services.platform.settings import PlatformSettings
+from gfs.services.toolkit.forecasts import flat_forecast
 
 
 async def _bootstrap_forecasts(
@@ -21,8 +21,8 @@ async def _bootstrap_forecasts(
     pool, so the quota admits spot tasks and HP arrivals have to preempt some."""
     from datetime import UTC, datetime
 
-    from schemas.envelope import wrap
-    from services.platform.kafka.producer import EnvelopeProducer
+    from gfs.schemas.envelope import wrap
+    from gfs.services.platform.kafka.producer import EnvelopeProducer
 
     capacity: dict[str, int] = {}
     for r in rows:

@@ -11,8 +11,8 @@ import aiohttp
 from rich.console import Group
 from rich.table import Table
 
-from services.core.quota import QuotaSettings
-from services.demo.clock import ClockState
+from gfs.services.core.quota import QuotaSettings
+from gfs.services.demo.clock import ClockState
 
 TARGET = QuotaSettings().target  # the eviction rate the quota promises (1 - p = 0.1)
 

@@ -17,19 +17,19 @@ from typing import Any
 import asyncpg
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from schemas.commands import BindCommand, EvictCommand
-from schemas.tasks import GuaranteePeriodClosed, TaskAccepted, TaskFinished
-from schemas.topics import (
+from gfs.schemas.commands import BindCommand, EvictCommand
+from gfs.schemas.tasks import GuaranteePeriodClosed, TaskAccepted, TaskFinished
+from gfs.schemas.topics import (
     BIND_TOPIC,
     EVICT_TOPIC,
     TASK_LIFECYCLE_TOPIC,
     decode,
     topic,
 )
-from services.faults.plan import Report
-from services.faults.processes import _alive, _until_ready
-from services.platform.settings import PlatformSettings
-from services.toolkit.probes import get_json
+from gfs.services.faults.plan import Report
+from gfs.services.faults.processes import _alive, _until_ready
+from gfs.services.platform.settings import PlatformSettings
+from gfs.services.toolkit.probes import get_json
 
 CHECKED_TOPICS = (TASK_LIFECYCLE_TOPIC, BIND_TOPIC, EVICT_TOPIC)
 

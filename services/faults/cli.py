@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from services.platform.paths import STATE_HELP, state_dir
+from gfs.services.platform.paths import STATE_HELP, state_dir
 
 app = typer.Typer(help="Fault injection against the live pipeline (needs `make up`).", no_args_is_help=True)
 
@@ -51,8 +51,8 @@ def run(
 ) -> None:
     """The full fault run (defaults: 5 kills per service, 30-s outages, 5 minutes of load), or with
     --soak a long steady run (`gfs faults run --soak 3600`)."""
-    from services.faults.harness import run_faults
-    from services.faults.plan import FaultPlan
+    from gfs.services.faults.harness import run_faults
+    from gfs.services.faults.plan import FaultPlan
 
     unknown = set(outage_of) - {"broker", "postgres"}
     if unknown:
@@ -75,7 +75,7 @@ def run(
     typer.echo(f"logs, journals and the report: {workdir}", err=True)
     report = asyncio.run(run_faults(plan, workdir=workdir))
     if report.soak:
-        from services.faults.soak import render
+        from gfs.services.faults.soak import render
 
         typer.echo(render(report.soak), err=True)
     text = json.dumps(report.as_dict(), indent=2, default=str)

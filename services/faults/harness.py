@@ -40,7 +40,7 @@ from pathlib import Path
 
 import asyncpg
 
-from schemas.topics import (
+from gfs.schemas.topics import (
     EVICT_ACK_TOPIC,
     FORECASTS_TOPIC,
     POOL_DEMAND_TOPIC,
@@ -51,17 +51,17 @@ from schemas.topics import (
     TELEMETRY_TOPIC,
     WORKER_ACK_TOPIC,
 )
-from services.faults.checks import _check, _end_offsets
-from services.faults.load import _forecast, _load
-from services.faults.plan import FaultPlan, Report
-from services.faults.processes import Supervised, _kill_workers, _script, _supervise, _until_ready
-from services.faults.soak import SoakLog, kill_schedule, sample_loop, summarize
-from services.platform.kafka.producer import EnvelopeProducer
-from services.platform.migrations import migrated_schema
-from services.platform.settings import PlatformSettings
-from services.platform.timer import every
-from services.toolkit.consumer_groups import start_group_at_end
-from services.toolkit.processes import free_port
+from gfs.services.faults.checks import _check, _end_offsets
+from gfs.services.faults.load import _forecast, _load
+from gfs.services.faults.plan import FaultPlan, Report
+from gfs.services.faults.processes import Supervised, _kill_workers, _script, _supervise, _until_ready
+from gfs.services.faults.soak import SoakLog, kill_schedule, sample_loop, summarize
+from gfs.services.platform.kafka.producer import EnvelopeProducer
+from gfs.services.platform.migrations import migrated_schema
+from gfs.services.platform.settings import PlatformSettings
+from gfs.services.platform.timer import every
+from gfs.services.toolkit.consumer_groups import start_group_at_end
+from gfs.services.toolkit.processes import free_port
 
 # What the preemption router and the quota service read (docs/live-pipeline.md): their groups start
 # at these topics' ends (start_group_at_end).

@@ -11,13 +11,13 @@ import sys
 import time
 from datetime import UTC, datetime
 
-from schemas.envelope import wrap
-from schemas.tasks import TaskClass, TaskSubmitted
-from schemas.topics import FORECASTS_TOPIC
-from services.faults.plan import FaultPlan, Report
-from services.platform.kafka.producer import EnvelopeProducer
-from services.platform.settings import PlatformSettings
-from services.toolkit.forecasts import flat_forecast
+from gfs.schemas.envelope import wrap
+from gfs.schemas.tasks import TaskClass, TaskSubmitted
+from gfs.schemas.topics import FORECASTS_TOPIC
+from gfs.services.faults.plan import FaultPlan, Report
+from gfs.services.platform.kafka.producer import EnvelopeProducer
+from gfs.services.platform.settings import PlatformSettings
+from gfs.services.toolkit.forecasts import flat_forecast
 
 
 async def _forecast(producer: EnvelopeProducer, pool: str, plan: FaultPlan) -> None:
@@ -32,10 +32,10 @@ async def _load(
     settings: PlatformSettings, pool: str, run: str, plan: FaultPlan, rng: random.Random, report: Report,
     stop: asyncio.Event,
 ) -> None:  # fmt: skip
-    from services.producers.client import GfsClient
-    from services.producers.errors import KafkaUnavailableError
+    from gfs.services.producers.client import GfsClient
+    from gfs.services.producers.errors import KafkaUnavailableError
 
-    fake = (sys.executable, "-m", "services.node_agent.fake_task")
+    fake = (sys.executable, "-m", "gfs.services.node_agent.fake_task")
     async with GfsClient(bootstrap_servers=settings.bootstrap_servers, producer_name="faults-load",
                          send_timeout_s=15.0) as client:  # fmt: skip
         k = 0

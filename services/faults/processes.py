@@ -1,5 +1,5 @@
 """The processes a fault run supervises (services/faults/harness.py): each GFS service or agent a
-`python -m services ...` in its own process group (the tools' shared `services.toolkit.processes`),
+`python -m gfs.services ...` in its own process group (the tools' shared `gfs.services.toolkit.processes`),
 killed with -9 and restarted by the fault loop, restarted by the supervisor when it exits on its
 own; readiness probes; and the agents' workers left behind, killed at the end."""
 
@@ -12,9 +12,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from services.platform.settings import REPO_ROOT
-from services.toolkit.probes import get_json
-from services.toolkit.processes import ServiceProcess, kill_agent_workers
+from gfs.services.platform.settings import REPO_ROOT
+from gfs.services.toolkit.probes import get_json
+from gfs.services.toolkit.processes import ServiceProcess, kill_agent_workers
 
 
 @dataclass(slots=True)

@@ -25,7 +25,7 @@ import asyncpg
 from aiokafka import AIOKafkaConsumer
 from aiokafka.admin import AIOKafkaAdminClient
 
-from services.platform.settings import PlatformSettings
+from gfs.services.platform.settings import PlatformSettings
 
 # Rows that grow with history (the journal is what a claim replays).
 COUNTED_TABLES = ("preemption_journal", "preemption_decision", "outbox")

@@ -9,7 +9,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from services.platform.openapi import Api, Operation, metrics_operation, openapi_operation
+from gfs.services.platform.openapi import Api, Operation, metrics_operation, openapi_operation
 
 
 class _Strict(BaseModel):

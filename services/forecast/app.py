@@ -48,10 +48,10 @@ import faust
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 
-from schemas.clock import ClockPhase, ClockTick
-from schemas.envelope import Envelope, wrap
-from schemas.forecast import DemandForecast, PoolDemandForecast
-from schemas.topics import (
+from gfs.schemas.clock import ClockPhase, ClockTick
+from gfs.schemas.envelope import Envelope, wrap
+from gfs.schemas.forecast import DemandForecast, PoolDemandForecast
+from gfs.schemas.topics import (
     CLOCK_TOPIC,
     DEAD_LETTER_TOPIC,
     FORECASTS_TOPIC,
@@ -62,19 +62,19 @@ from schemas.topics import (
     encode,
     key_of,
 )
-from services.forecast import pipeline
-from services.forecast.api_spec import API
-from services.forecast.forecasting import HOUR, PoolHistory, StreamForecaster
-from services.forecast.kafka_auth import broker_credentials
-from services.forecast.metrics import register_metrics
-from services.forecast.pipeline import Delta, PoolDemand, TaskRecord, apply_task_event
-from services.forecast.settings import ForecastServiceSettings
-from services.forecast.task_expiry import EndedTasks, delete_due
-from services.platform.kafka.dead_letter import DeadLetterPublisher
-from services.platform.kafka_security import announce
-from services.platform.metrics import configure_metrics
-from services.platform.openapi import render
-from services.platform.tracing import extract_context, inject_headers
+from gfs.services.forecast import pipeline
+from gfs.services.forecast.api_spec import API
+from gfs.services.forecast.forecasting import HOUR, PoolHistory, StreamForecaster
+from gfs.services.forecast.kafka_auth import broker_credentials
+from gfs.services.forecast.metrics import register_metrics
+from gfs.services.forecast.pipeline import Delta, PoolDemand, TaskRecord, apply_task_event
+from gfs.services.forecast.settings import ForecastServiceSettings
+from gfs.services.forecast.task_expiry import EndedTasks, delete_due
+from gfs.services.platform.kafka.dead_letter import DeadLetterPublisher
+from gfs.services.platform.kafka_security import announce
+from gfs.services.platform.metrics import configure_metrics
+from gfs.services.platform.openapi import render
+from gfs.services.platform.tracing import extract_context, inject_headers
 
 log = logging.getLogger(__name__)
 

@@ -2,9 +2,9 @@
 
 `PoolHistory` keeps the last `max_hours` completed hours of one pool (per tenant and the pool's
 own peak series), as plain data for a Faust table. `StreamForecaster` turns it into wire payloads
-with the calibrated model from an artifact (`ml.inference.load_forecaster`, the live time origin
+with the calibrated model from an artifact (`gfs.ml.inference.load_forecaster`, the live time origin
 passed in so calendar features are right) or, when there is no artifact or the model fails, the
-simulator's persistence forecast (`services.core.naive_forecasts`), flagged as a fallback.
+simulator's persistence forecast (`gfs.services.core.naive_forecasts`), flagged as a fallback.
 
 The model's online recalibration state (ml/online.py: per tenant and pool, the level of the next
 conformal quantile, stepped by every published quantile's hit or miss) lives in the pool's
@@ -30,10 +30,10 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from schemas.forecast import DemandForecast, HourlyDemand, PoolDemandForecast
-from services.core.forecast import DemandForecast as CoreForecast
-from services.core.naive_forecasts import Persistence
-from services.forecast.pipeline import CompletedHour
+from gfs.schemas.forecast import DemandForecast, HourlyDemand, PoolDemandForecast
+from gfs.services.core.forecast import DemandForecast as CoreForecast
+from gfs.services.core.naive_forecasts import Persistence
+from gfs.services.forecast.pipeline import CompletedHour
 
 log = logging.getLogger(__name__)
 
@@ -307,7 +307,7 @@ def _save_online(model: _Model, history: PoolHistory) -> None:
 
 
 def _load_artifact(path: Path, start: datetime) -> _Model:
-    from ml.inference import load_forecaster  # torch is imported only when a model is configured
+    from gfs.ml.inference import load_forecaster  # torch is imported only when a model is configured
 
     model: _Model = load_forecaster(path, start=start)
     return model

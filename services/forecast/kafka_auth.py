@@ -14,7 +14,7 @@ from __future__ import annotations
 import faust
 from faust.types.auth import CredentialsT
 
-from services.platform.kafka_security import KafkaSecurity
+from gfs.services.platform.kafka_security import KafkaSecurity
 
 
 def broker_credentials(security: KafkaSecurity) -> CredentialsT | None:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from opentelemetry.metrics import CallbackOptions, Meter, Observation
 
 if TYPE_CHECKING:
-    from services.forecast.forecasting import StreamForecaster
+    from gfs.services.forecast.forecasting import StreamForecaster
 
 Callback = Callable[[CallbackOptions], list[Observation]]
 

@@ -21,7 +21,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from schemas.tasks import (
+from gfs.schemas.tasks import (
     EvictionReason,
     RejectionReason,
     TaskAccepted,

@@ -9,10 +9,10 @@ from typing import Literal
 
 from pydantic import AliasChoices, Field, field_validator
 
-from schemas.clock import CLOCK_KEY
-from services.forecast.task_expiry import DEFAULT_KEEP_S
-from services.platform.paths import state_dir
-from services.platform.settings import PlatformSettings
+from gfs.schemas.clock import CLOCK_KEY
+from gfs.services.forecast.task_expiry import DEFAULT_KEEP_S
+from gfs.services.platform.paths import state_dir
+from gfs.services.platform.settings import PlatformSettings
 
 FAUST_COMMIT_INTERVAL_S = 2.8  # faust's own default of broker_commit_interval
 SHIPPED_ARTIFACT = Path(__file__).resolve().parent / "model" / "lstm-observed"

@@ -7,8 +7,8 @@ import contextlib
 
 import faust
 
-from services.forecast.app import make_app
-from services.forecast.settings import ForecastServiceSettings
+from gfs.services.forecast.app import make_app
+from gfs.services.forecast.settings import ForecastServiceSettings
 
 
 async def declare_internal_topic(settings: ForecastServiceSettings) -> None:
@@ -44,7 +44,7 @@ def run_forecast_worker(settings: ForecastServiceSettings) -> None:
     app = make_app(settings)
     if settings.gfs_log_format == "json":
         # Our handler (JSON lines with trace ids) only: Faust's worker must not reconfigure logging.
-        from services.platform.logs import configure_logging
+        from gfs.services.platform.logs import configure_logging
 
         configure_logging(service="forecast", log_format="json", level=settings.gfs_log_level)
         worker = faust.Worker(app, loglevel=settings.gfs_log_level, override_logging=False)

@@ -49,9 +49,9 @@ def forecast_cpu(
     """CPU per hourly forecast of all series (one call per pool, as the stream does)."""
     import torch
 
-    from services.forecast.forecasting import PoolHistory, StreamForecaster
-    from services.forecast.pipeline import CompletedHour
-    from services.forecast.settings import SHIPPED_ARTIFACT
+    from gfs.services.forecast.forecasting import PoolHistory, StreamForecaster
+    from gfs.services.forecast.pipeline import CompletedHour
+    from gfs.services.forecast.settings import SHIPPED_ARTIFACT
 
     torch.set_num_threads(1)
     rng = random.Random(0)
@@ -101,12 +101,12 @@ def quota_latency(
 async def _quota_latency(n: int, rate: float) -> None:
     from aiokafka import AIOKafkaConsumer
 
-    from schemas.envelope import wrap
-    from schemas.forecast import HourlyDemand, PoolDemandForecast
-    from schemas.pool_status import PoolStatus
-    from schemas.topics import FORECASTS_TOPIC, POOL_STATUS_TOPIC, QUOTAS_TOPIC, decode
-    from services.platform.kafka.producer import EnvelopeProducer
-    from services.quota.service import QuotaServiceSettings, run_quota_service
+    from gfs.schemas.envelope import wrap
+    from gfs.schemas.forecast import HourlyDemand, PoolDemandForecast
+    from gfs.schemas.pool_status import PoolStatus
+    from gfs.schemas.topics import FORECASTS_TOPIC, POOL_STATUS_TOPIC, QUOTAS_TOPIC, decode
+    from gfs.services.platform.kafka.producer import EnvelopeProducer
+    from gfs.services.quota.service import QuotaServiceSettings, run_quota_service
 
     settings = QuotaServiceSettings(
         quota_refresh_s=3600.0, quota_api_port=0, quota_group=f"bench-quota-{uuid.uuid4().hex[:8]}"
@@ -190,7 +190,7 @@ async def _quota_latency(n: int, rate: float) -> None:
 
 def _register_stream() -> None:
     # The forecast stream's benchmark: its own module, registered here in its place among the commands.
-    from services.livebench.stream_bench import stream
+    from gfs.services.livebench.stream_bench import stream
 
     app.command("stream")(stream)
 
@@ -200,13 +200,13 @@ _register_stream()
 
 def _register_preemption() -> None:
     # The preemption benchmark lives in its own module (it is larger than the others here).
-    from services.livebench.preemption_bench import preemption
+    from gfs.services.livebench.preemption_bench import preemption
 
     app.command("preemption")(preemption)
-    from services.livebench.accept.bench import accept
+    from gfs.services.livebench.accept.bench import accept
 
     app.command("accept")(accept)
-    from services.livebench.scale_bench import scale  # issue 23 item 5: N instances sharing the pools
+    from gfs.services.livebench.scale_bench import scale  # issue 23 item 5: N instances sharing the pools
 
     app.command("scale")(scale)
 
@@ -216,7 +216,7 @@ _register_preemption()
 
 def _register_races() -> None:
     # Issue 22's race run: its own module (runner) and the pure check beside it.
-    from services.livebench.races.bench import races
+    from gfs.services.livebench.races.bench import races
 
     app.command("races")(races)
 
@@ -241,13 +241,13 @@ async def _agent_sigterm(n: int, rate: float, grace: float) -> None:
 
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
-    from schemas.commands import BindCommand, EvictCommand
-    from schemas.envelope import wrap
-    from schemas.tasks import EvictionReason, Placement, TaskClass
-    from schemas.topics import BIND_TOPIC, EVICT_ACK_TOPIC, EVICT_TOPIC, WORKER_ACK_TOPIC, decode
-    from services.platform.kafka.producer import EnvelopeProducer
-    from services.platform.settings import PlatformSettings
-    from services.platform.signing import node_key, sign
+    from gfs.schemas.commands import BindCommand, EvictCommand
+    from gfs.schemas.envelope import wrap
+    from gfs.schemas.tasks import EvictionReason, Placement, TaskClass
+    from gfs.schemas.topics import BIND_TOPIC, EVICT_ACK_TOPIC, EVICT_TOPIC, WORKER_ACK_TOPIC, decode
+    from gfs.services.platform.kafka.producer import EnvelopeProducer
+    from gfs.services.platform.settings import PlatformSettings
+    from gfs.services.platform.signing import node_key, sign
 
     servers = PlatformSettings().bootstrap_servers
     node = f"bench-agent-{uuid.uuid4().hex[:8]}"
@@ -293,7 +293,7 @@ async def _agent_sigterm(n: int, rate: float, grace: float) -> None:
         return sum(1 for p in logs if b"started" in p.read_bytes())
 
     reader = asyncio.create_task(read_acks())
-    argv = (sys.executable, "-m", "services.node_agent.fake_task")
+    argv = (sys.executable, "-m", "gfs.services.node_agent.fake_task")
     try:
         async with EnvelopeProducer(bootstrap_servers=servers) as producer:
             t0 = time.monotonic()

@@ -31,13 +31,13 @@ import asyncpg
 import typer
 from pydantic import SecretStr
 
-from schemas.tasks import TaskClass, TaskSubmitted
-from services.platform.clock import SystemClock
-from services.platform.migrations import discover, migrate
-from services.platform.postgres import open_pool
-from services.platform.settings import PlatformSettings
-from services.preemption.decider import Decider, NodeKeys
-from services.preemption.service_settings import PreemptionSettings
+from gfs.schemas.tasks import TaskClass, TaskSubmitted
+from gfs.services.platform.clock import SystemClock
+from gfs.services.platform.migrations import discover, migrate
+from gfs.services.platform.postgres import open_pool
+from gfs.services.platform.settings import PlatformSettings
+from gfs.services.preemption.decider import Decider, NodeKeys
+from gfs.services.preemption.service_settings import PreemptionSettings
 
 POOL = "A100"
 T0 = 1_800_000_000.0

@@ -46,30 +46,30 @@ import asyncpg
 import typer
 from aiokafka import AIOKafkaConsumer
 
-from schemas.envelope import wrap
-from schemas.quota import GuaranteeQuota, SpotQuota
-from schemas.tasks import TaskClass, TaskSubmitted
-from schemas.telemetry import GpuSample, NodeTelemetry
-from schemas.topics import (
+from gfs.schemas.envelope import wrap
+from gfs.schemas.quota import GuaranteeQuota, SpotQuota
+from gfs.schemas.tasks import TaskClass, TaskSubmitted
+from gfs.schemas.telemetry import GpuSample, NodeTelemetry
+from gfs.schemas.topics import (
     QUOTAS_TOPIC,
     TASK_SUBMIT_TOPIC,
     TELEMETRY_TOPIC,
 )
-from services.livebench.pipeline.load import (
+from gfs.services.livebench.pipeline.load import (
     BenchState,
     Load,
     Running,
     signed,
 )
-from services.livebench.pipeline.ramp import RampOptions, run_ramp, submit_backlog
-from services.livebench.pipeline.readback import _read, _report
-from services.livebench.pipeline.under_test import UnderTest, distinct_partitions
-from services.platform.kafka.producer import EnvelopeProducer
-from services.platform.migrations import discover, migrate, with_search_path
-from services.platform.settings import PlatformSettings
-from services.preemption.router.routing import ROUTED_TOPICS
-from services.preemption.service_settings import PreemptionSettings
-from services.toolkit.consumer_groups import start_group_at_end
+from gfs.services.livebench.pipeline.ramp import RampOptions, run_ramp, submit_backlog
+from gfs.services.livebench.pipeline.readback import _read, _report
+from gfs.services.livebench.pipeline.under_test import UnderTest, distinct_partitions
+from gfs.services.platform.kafka.producer import EnvelopeProducer
+from gfs.services.platform.migrations import discover, migrate, with_search_path
+from gfs.services.platform.settings import PlatformSettings
+from gfs.services.preemption.router.routing import ROUTED_TOPICS
+from gfs.services.preemption.service_settings import PreemptionSettings
+from gfs.services.toolkit.consumer_groups import start_group_at_end
 
 REPO = Path(__file__).resolve().parents[2]
 SHAPES = ((1, 0.40), (2, 0.20), (4, 0.20), (8, 0.20))  # GPUs per worker, share of tasks
@@ -299,7 +299,7 @@ async def _bench(
 async def _router_caught_up(settings: PlatformSettings, group: str, timeout: float = 900.0) -> int:
     from aiokafka.admin import AIOKafkaAdminClient
 
-    from services.platform.kafka.lag import LagProbe
+    from gfs.services.platform.kafka.lag import LagProbe
 
     probe = LagProbe(settings.bootstrap_servers, group, ROUTED_TOPICS)
     admin = AIOKafkaAdminClient(bootstrap_servers=settings.bootstrap_servers)

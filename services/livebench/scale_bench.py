@@ -32,10 +32,10 @@ from typing import Annotated, Any
 
 import typer
 
-from schemas.topics import BIND_TOPIC, QUOTAS_TOPIC, TASK_SUBMIT_TOPIC, TELEMETRY_TOPIC
-from services.livebench.instances import until_split, until_stable
-from services.livebench.proc_stats import cpu_s, machine_ticks
-from services.toolkit.processes import ServiceProcess, free_port, stop_all
+from gfs.schemas.topics import BIND_TOPIC, QUOTAS_TOPIC, TASK_SUBMIT_TOPIC, TELEMETRY_TOPIC
+from gfs.services.livebench.instances import until_split, until_stable
+from gfs.services.livebench.proc_stats import cpu_s, machine_ticks
+from gfs.services.toolkit.processes import ServiceProcess, free_port, stop_all
 
 
 @dataclass(slots=True)
@@ -70,7 +70,7 @@ def scale(
 ) -> None:
     """Decisions/s of 1..N preemption instances sharing the pools (prints a table; needs a broker
     and Postgres: `make up`, and `infra/stack.sh cluster up` for the 3-broker cluster)."""
-    from services.platform.settings import PlatformSettings
+    from gfs.services.platform.settings import PlatformSettings
 
     counts = [int(n) for n in instances.split(",") if n.strip()]
     if tasks > pools * nodes * gpus:
@@ -98,7 +98,7 @@ def scale(
 
 def _pool_names(run: str, pools: int) -> list[str]:
     """Pool names that land on distinct inbox partitions (one partition per pool)."""
-    from services.producers.partitioning import partition_for_key
+    from gfs.services.producers.partitioning import partition_for_key
 
     found: dict[int, str] = {}
     i = 0
@@ -120,12 +120,12 @@ async def _run(
 ) -> Outcome:  # fmt: skip
     import asyncpg
 
-    from services.livebench.pipeline.load import percentile as _percentile
-    from services.platform.kafka.producer import EnvelopeProducer
-    from services.platform.kafka.topic_admin import ensure_topics
-    from services.platform.migrations import migrated_schema
-    from services.platform.paths import state_dir
-    from services.preemption.router.routing import inbox_spec
+    from gfs.services.livebench.pipeline.load import percentile as _percentile
+    from gfs.services.platform.kafka.producer import EnvelopeProducer
+    from gfs.services.platform.kafka.topic_admin import ensure_topics
+    from gfs.services.platform.migrations import migrated_schema
+    from gfs.services.platform.paths import state_dir
+    from gfs.services.preemption.router.routing import inbox_spec
 
     run = uuid.uuid4().hex[:6]
     schema = f"scale_{run}"
@@ -191,10 +191,10 @@ async def _run(
 
 
 async def _register(producer: Any, run: str, names: list[str], nodes: int, gpus: int, secret: str) -> None:
-    from schemas.envelope import wrap
-    from schemas.quota import GuaranteeQuota, SpotQuota
-    from schemas.telemetry import GpuSample, NodeTelemetry
-    from services.platform.signing import node_key, sign
+    from gfs.schemas.envelope import wrap
+    from gfs.schemas.quota import GuaranteeQuota, SpotQuota
+    from gfs.schemas.telemetry import GpuSample, NodeTelemetry
+    from gfs.services.platform.signing import node_key, sign
 
     now = datetime.now(UTC)
     samples = tuple(
@@ -248,10 +248,10 @@ async def _offer(
     """Submit `tasks` closed-loop (at most `window` unbound); (submit -> bind latencies, bind times)."""
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
-    from schemas.commands import BindCommand
-    from schemas.envelope import wrap
-    from schemas.tasks import TaskClass, TaskSubmitted
-    from schemas.topics import decode, topic
+    from gfs.schemas.commands import BindCommand
+    from gfs.schemas.envelope import wrap
+    from gfs.schemas.tasks import TaskClass, TaskSubmitted
+    from gfs.schemas.topics import decode, topic
 
     submitted: dict[str, float] = {}
     bound: dict[str, float] = {}

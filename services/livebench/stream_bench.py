@@ -32,10 +32,10 @@ async def _stream(rate: float, seconds: float, pools: int, tenants: int) -> None
     from aiokafka import AIOKafkaConsumer, TopicPartition
     from aiokafka.admin import AIOKafkaAdminClient
 
-    from schemas.envelope import wrap
-    from schemas.tasks import TaskAccepted, TaskClass, TaskFinished, TaskSubmitted
-    from schemas.topics import TASK_LIFECYCLE_TOPIC, TASK_SUBMIT_TOPIC, encode, key_of
-    from services.platform.settings import PlatformSettings
+    from gfs.schemas.envelope import wrap
+    from gfs.schemas.tasks import TaskAccepted, TaskClass, TaskFinished, TaskSubmitted
+    from gfs.schemas.topics import TASK_LIFECYCLE_TOPIC, TASK_SUBMIT_TOPIC, encode, key_of
+    from gfs.services.platform.settings import PlatformSettings
 
     servers = PlatformSettings().bootstrap_servers
     run = uuid.uuid4().hex[:6]

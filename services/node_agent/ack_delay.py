@@ -31,8 +31,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from schemas.envelope import Envelope
-from schemas.topics import EVICT_ACK_TOPIC, WORKER_ACK_TOPIC
+from gfs.schemas.envelope import Envelope
+from gfs.schemas.topics import EVICT_ACK_TOPIC, WORKER_ACK_TOPIC
 
 log = logging.getLogger(__name__)
 

@@ -45,25 +45,25 @@ from uuid import UUID
 
 from opentelemetry import trace
 
-from schemas.clock import ClockAck, ClockTick
-from schemas.envelope import Envelope
-from schemas.telemetry import NodeTelemetry
-from services.node_agent.agent_metrics import AgentMetrics
-from services.node_agent.binds import Binder
-from services.node_agent.clock_ticks import ClockTicks
-from services.node_agent.commands import CommandHandler
-from services.node_agent.eviction import Evictor
-from services.node_agent.gpu import GpuBackend
-from services.node_agent.journal import Journal
-from services.node_agent.publisher import PRODUCER, TRACER, AckPublisher, AckSink, utc_now
-from services.node_agent.reclaim_warning import ReclaimWarner
-from services.node_agent.recovery import recover
-from services.node_agent.security import CommandGuard, Rejection
-from services.node_agent.sim_clock import SimClock
-from services.node_agent.telemetry import Telemetry
-from services.node_agent.watcher import WorkerWatcher
-from services.node_agent.worker_env import worker_environment
-from services.node_agent.workers import (
+from gfs.schemas.clock import ClockAck, ClockTick
+from gfs.schemas.envelope import Envelope
+from gfs.schemas.telemetry import NodeTelemetry
+from gfs.services.node_agent.agent_metrics import AgentMetrics
+from gfs.services.node_agent.binds import Binder
+from gfs.services.node_agent.clock_ticks import ClockTicks
+from gfs.services.node_agent.commands import CommandHandler
+from gfs.services.node_agent.eviction import Evictor
+from gfs.services.node_agent.gpu import GpuBackend
+from gfs.services.node_agent.journal import Journal
+from gfs.services.node_agent.publisher import PRODUCER, TRACER, AckPublisher, AckSink, utc_now
+from gfs.services.node_agent.reclaim_warning import ReclaimWarner
+from gfs.services.node_agent.recovery import recover
+from gfs.services.node_agent.security import CommandGuard, Rejection
+from gfs.services.node_agent.sim_clock import SimClock
+from gfs.services.node_agent.telemetry import Telemetry
+from gfs.services.node_agent.watcher import WorkerWatcher
+from gfs.services.node_agent.worker_env import worker_environment
+from gfs.services.node_agent.workers import (
     NOT_STARTED_EXIT_CODE,
     SIM_ENV,
     UNKNOWN_EXIT_CODE,

@@ -17,12 +17,12 @@ from uuid import UUID
 
 from opentelemetry.trace import Tracer
 
-from schemas.commands import BindCommand
-from schemas.topics import WORKER_ACK_TOPIC
-from services.node_agent.journal import CommandEntry, Journal, WorkerEntry
-from services.node_agent.paths import path_part
-from services.node_agent.publisher import AckPublisher
-from services.node_agent.workers import WorkerSupervisor, mark_not_started
+from gfs.schemas.commands import BindCommand
+from gfs.schemas.topics import WORKER_ACK_TOPIC
+from gfs.services.node_agent.journal import CommandEntry, Journal, WorkerEntry
+from gfs.services.node_agent.paths import path_part
+from gfs.services.node_agent.publisher import AckPublisher
+from gfs.services.node_agent.workers import WorkerSupervisor, mark_not_started
 
 
 class Binder:

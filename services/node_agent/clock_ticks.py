@@ -21,15 +21,15 @@ from datetime import datetime
 
 from opentelemetry.trace import Tracer
 
-from schemas.clock import ClockAck, ClockPhase, ClockTick
-from schemas.topics import CLOCK_ACK_TOPIC
-from services.node_agent.journal import Journal, WorkerEntry
-from services.node_agent.publisher import AckPublisher
-from services.node_agent.sim_clock import SimClock, epoch_to_utc, read_seen
-from services.node_agent.watcher import WorkerWatcher
-from services.node_agent.workers import WorkerSupervisor
+from gfs.schemas.clock import ClockAck, ClockPhase, ClockTick
+from gfs.schemas.topics import CLOCK_ACK_TOPIC
+from gfs.services.node_agent.journal import Journal, WorkerEntry
+from gfs.services.node_agent.publisher import AckPublisher
+from gfs.services.node_agent.sim_clock import SimClock, epoch_to_utc, read_seen
+from gfs.services.node_agent.watcher import WorkerWatcher
+from gfs.services.node_agent.workers import WorkerSupervisor
 
-log = logging.getLogger("services.node_agent.agent")
+log = logging.getLogger("gfs.services.node_agent.agent")
 
 _CLOCK_POLL_S = 0.01
 _CLOCK_ACK_ATTEMPTS = 3

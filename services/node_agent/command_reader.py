@@ -37,17 +37,17 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.partitioner import DefaultPartitioner
 from opentelemetry import trace
 
-from schemas.clock import ClockTick
-from schemas.topics import BIND_TOPIC, CLOCK_TOPIC, EVICT_TOPIC, decode, topic
-from services.node_agent.agent import PRODUCER, TRACER, NodeAgent
-from services.node_agent.security import Rejection
-from services.platform.kafka.dead_letter import DeadLetterPublisher, describe_error
-from services.platform.kafka.producer import EnvelopeProducer
-from services.platform.kafka_security import PLAINTEXT, KafkaSecurity, announce
-from services.platform.tracing import extract_context
+from gfs.schemas.clock import ClockTick
+from gfs.schemas.topics import BIND_TOPIC, CLOCK_TOPIC, EVICT_TOPIC, decode, topic
+from gfs.services.node_agent.agent import PRODUCER, TRACER, NodeAgent
+from gfs.services.node_agent.security import Rejection
+from gfs.services.platform.kafka.dead_letter import DeadLetterPublisher, describe_error
+from gfs.services.platform.kafka.producer import EnvelopeProducer
+from gfs.services.platform.kafka_security import PLAINTEXT, KafkaSecurity, announce
+from gfs.services.platform.tracing import extract_context
 
 # The service's logger name, kept for the records it always wrote (log filters, tests' caplog).
-log = logging.getLogger("services.node_agent.service")
+log = logging.getLogger("gfs.services.node_agent.service")
 
 COMMAND_TOPICS = (BIND_TOPIC, EVICT_TOPIC)
 _HANDLER_ATTEMPTS = 3

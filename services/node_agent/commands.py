@@ -16,21 +16,21 @@ from typing import Any
 
 from opentelemetry.trace import Tracer
 
-from schemas.commands import BindCommand, EvictCommand, WarnCommand
-from schemas.envelope import Envelope
-from schemas.topics import EVICT_ACK_TOPIC, WORKER_ACK_TOPIC
-from services.node_agent.agent_metrics import AgentMetrics
-from services.node_agent.binds import Binder
-from services.node_agent.eviction import Evictor
-from services.node_agent.journal import CommandEntry, Journal
-from services.node_agent.publisher import AckPublisher
-from services.node_agent.reclaim_warning import ReclaimWarner
-from services.node_agent.security import CommandGuard, Rejection
-from services.node_agent.workers import NOT_STARTED_EXIT_CODE
+from gfs.schemas.commands import BindCommand, EvictCommand, WarnCommand
+from gfs.schemas.envelope import Envelope
+from gfs.schemas.topics import EVICT_ACK_TOPIC, WORKER_ACK_TOPIC
+from gfs.services.node_agent.agent_metrics import AgentMetrics
+from gfs.services.node_agent.binds import Binder
+from gfs.services.node_agent.eviction import Evictor
+from gfs.services.node_agent.journal import CommandEntry, Journal
+from gfs.services.node_agent.publisher import AckPublisher
+from gfs.services.node_agent.reclaim_warning import ReclaimWarner
+from gfs.services.node_agent.security import CommandGuard, Rejection
+from gfs.services.node_agent.workers import NOT_STARTED_EXIT_CODE
 
 # Every part of the agent logs under the one logger name it always had, so a deployment's log
 # filters (and tests' caplog) see the same records whichever module emits them.
-log = logging.getLogger("services.node_agent.agent")
+log = logging.getLogger("gfs.services.node_agent.agent")
 
 
 class CommandHandler:

@@ -19,18 +19,18 @@ from uuid import UUID
 
 from opentelemetry.trace import Tracer
 
-from schemas.commands import EvictAck, EvictCommand, EvictOutcome
-from schemas.fields import scrub_text
-from schemas.topics import EVICT_ACK_TOPIC
-from services.node_agent import procs
-from services.node_agent.agent_metrics import AgentMetrics
-from services.node_agent.journal import CommandEntry, Journal, WorkerEntry
-from services.node_agent.publisher import AckPublisher
-from services.node_agent.workers import WorkerSupervisor
+from gfs.schemas.commands import EvictAck, EvictCommand, EvictOutcome
+from gfs.schemas.fields import scrub_text
+from gfs.schemas.topics import EVICT_ACK_TOPIC
+from gfs.services.node_agent import procs
+from gfs.services.node_agent.agent_metrics import AgentMetrics
+from gfs.services.node_agent.journal import CommandEntry, Journal, WorkerEntry
+from gfs.services.node_agent.publisher import AckPublisher
+from gfs.services.node_agent.workers import WorkerSupervisor
 
 # Every part of the agent logs under the one logger name it always had, so a deployment's log
 # filters (and tests' caplog) see the same records whichever module emits them.
-log = logging.getLogger("services.node_agent.agent")
+log = logging.getLogger("gfs.services.node_agent.agent")
 
 
 class Evictor:

@@ -1,4 +1,5 @@
-"""`gfs fake-task`: a GPU-free worker for demos and tests (also `python -m services.node_agent.fake_task`).
+"""`gfs fake-task`: a GPU-free worker for demos and tests
+(also `python -m gfs.services.node_agent.fake_task`).
 
 It "works" in small sleeps, writes progress, checkpoints every `--checkpoint-s` seconds and on
 SIGTERM (then prints `checkpointed` and exits 0), and exits by itself after `--duration` seconds

@@ -1,5 +1,5 @@
 """The typer face of `gfs fake-task` (kept apart from `fake_task`, which imports only the standard
-library so `python -m services.node_agent.fake_task` starts as fast as a bare interpreter)."""
+library so `python -m gfs.services.node_agent.fake_task` starts as fast as a bare interpreter)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from services.node_agent.fake_task import options_from, run_fake_task
+from gfs.services.node_agent.fake_task import options_from, run_fake_task
 
 
 def fake_task(

@@ -23,7 +23,7 @@ from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from schemas.commands import EvictAck
+from gfs.schemas.commands import EvictAck
 
 JOURNAL_VERSION = 1
 

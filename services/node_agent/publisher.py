@@ -18,11 +18,11 @@ from typing import Any, Protocol
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 
-from schemas.envelope import Envelope, wrap
-from schemas.workers import WorkerExited, WorkerStarted
-from services.node_agent.journal import CommandEntry, WorkerEntry
-from services.platform.signing import sign
-from services.platform.tracing import extract_context
+from gfs.schemas.envelope import Envelope, wrap
+from gfs.schemas.workers import WorkerExited, WorkerStarted
+from gfs.services.node_agent.journal import CommandEntry, WorkerEntry
+from gfs.services.platform.signing import sign
+from gfs.services.platform.tracing import extract_context
 
 PRODUCER = "gfs-node-agent"
 TRACER = "gfs.node_agent"

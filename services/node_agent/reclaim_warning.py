@@ -21,12 +21,12 @@ import signal
 from collections.abc import Callable
 from datetime import datetime
 
-from schemas.commands import WarnCommand
-from services.node_agent import procs
-from services.node_agent.journal import CommandEntry, Journal
+from gfs.schemas.commands import WarnCommand
+from gfs.services.node_agent import procs
+from gfs.services.node_agent.journal import CommandEntry, Journal
 
 # The agent's one logger name (see workers.py).
-log = logging.getLogger("services.node_agent.agent")
+log = logging.getLogger("gfs.services.node_agent.agent")
 
 WARN_SIGNAL = signal.SIGUSR1
 

@@ -13,17 +13,17 @@ import logging
 from collections.abc import Callable
 from datetime import datetime
 
-from schemas.topics import WORKER_ACK_TOPIC
-from services.node_agent import procs
-from services.node_agent.eviction import Evictor
-from services.node_agent.journal import Journal
-from services.node_agent.publisher import AckPublisher
-from services.node_agent.watcher import WorkerWatcher
-from services.node_agent.workers import WORKER_MARKER, mark_not_started
+from gfs.schemas.topics import WORKER_ACK_TOPIC
+from gfs.services.node_agent import procs
+from gfs.services.node_agent.eviction import Evictor
+from gfs.services.node_agent.journal import Journal
+from gfs.services.node_agent.publisher import AckPublisher
+from gfs.services.node_agent.watcher import WorkerWatcher
+from gfs.services.node_agent.workers import WORKER_MARKER, mark_not_started
 
 # Every part of the agent logs under the one logger name it always had, so a deployment's log
 # filters (and tests' caplog) see the same records whichever module emits them.
-log = logging.getLogger("services.node_agent.agent")
+log = logging.getLogger("gfs.services.node_agent.agent")
 
 
 async def recover(

@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 
-from schemas.commands import BindCommand, EvictCommand, WarnCommand
-from services.platform.key_rotation import RotationCheck, check_rotating, expired_message
-from services.platform.signing import SignatureCheck
+from gfs.schemas.commands import BindCommand, EvictCommand, WarnCommand
+from gfs.services.platform.key_rotation import RotationCheck, check_rotating, expired_message
+from gfs.services.platform.signing import SignatureCheck
 
 
 class Rejection(StrEnum):

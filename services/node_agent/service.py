@@ -20,26 +20,26 @@ from pathlib import Path
 from aiohttp import web
 from opentelemetry.metrics import CallbackOptions, Observation
 
-from services.node_agent.ack_delay import DelayedSink
-from services.node_agent.agent import TRACER, AgentMetrics, NodeAgent
-from services.node_agent.api_spec import API, Health
-from services.node_agent.command_reader import (
+from gfs.services.node_agent.ack_delay import DelayedSink
+from gfs.services.node_agent.agent import TRACER, AgentMetrics, NodeAgent
+from gfs.services.node_agent.api_spec import API, Health
+from gfs.services.node_agent.command_reader import (
     ClockReader,
     CommandReader,
     follow_clock,
     group_of,
     read_commands,
 )
-from services.node_agent.gpu import FakeGpuBackend, GpuBackend, NvmlBackend
-from services.node_agent.journal import Journal
-from services.node_agent.security import CommandGuard
-from services.node_agent.settings import NodeAgentSettings
-from services.node_agent.sim_clock import SimClock
-from services.node_agent.worker_env import parse_allow, worker_environment
-from services.platform.kafka.producer import EnvelopeProducer
-from services.platform.metrics import Metrics, configure_metrics, metrics_handler
-from services.platform.openapi import add_openapi
-from services.platform.timer import every, failure_counter
+from gfs.services.node_agent.gpu import FakeGpuBackend, GpuBackend, NvmlBackend
+from gfs.services.node_agent.journal import Journal
+from gfs.services.node_agent.security import CommandGuard
+from gfs.services.node_agent.settings import NodeAgentSettings
+from gfs.services.node_agent.sim_clock import SimClock
+from gfs.services.node_agent.worker_env import parse_allow, worker_environment
+from gfs.services.platform.kafka.producer import EnvelopeProducer
+from gfs.services.platform.metrics import Metrics, configure_metrics, metrics_handler
+from gfs.services.platform.openapi import add_openapi
+from gfs.services.platform.timer import every, failure_counter
 
 log = logging.getLogger(__name__)
 

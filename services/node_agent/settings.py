@@ -7,12 +7,12 @@ from typing import Literal
 
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 
-from services.node_agent.paths import path_part
-from services.node_agent.worker_env import DEFAULT_ALLOW
-from services.platform.key_rotation import PreviousUntil
-from services.platform.paths import state_dir
-from services.platform.settings import REPO_ROOT, PlatformSettings
-from services.platform.signing import MIN_KEY_BYTES, node_key
+from gfs.services.node_agent.paths import path_part
+from gfs.services.node_agent.worker_env import DEFAULT_ALLOW
+from gfs.services.platform.key_rotation import PreviousUntil
+from gfs.services.platform.paths import state_dir
+from gfs.services.platform.settings import REPO_ROOT, PlatformSettings
+from gfs.services.platform.signing import MIN_KEY_BYTES, node_key
 
 
 class MissingKeyError(RuntimeError):

@@ -16,17 +16,17 @@ import os
 from collections.abc import Callable
 from datetime import datetime
 
-from schemas.envelope import wrap
-from schemas.telemetry import GpuAllocation, GpuProcess, GpuSample, NodeTelemetry, RunningWorker
-from schemas.topics import TELEMETRY_TOPIC
-from services.node_agent.gpu import GpuBackend
-from services.node_agent.journal import Journal
-from services.node_agent.publisher import PRODUCER, AckSink
-from services.platform.signing import sign
+from gfs.schemas.envelope import wrap
+from gfs.schemas.telemetry import GpuAllocation, GpuProcess, GpuSample, NodeTelemetry, RunningWorker
+from gfs.schemas.topics import TELEMETRY_TOPIC
+from gfs.services.node_agent.gpu import GpuBackend
+from gfs.services.node_agent.journal import Journal
+from gfs.services.node_agent.publisher import PRODUCER, AckSink
+from gfs.services.platform.signing import sign
 
 # Every part of the agent logs under the one logger name it always had, so a deployment's log
 # filters (and tests' caplog) see the same records whichever module emits them.
-log = logging.getLogger("services.node_agent.agent")
+log = logging.getLogger("gfs.services.node_agent.agent")
 
 
 class Telemetry:

@@ -31,11 +31,11 @@ from uuid import UUID
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from schemas.clock import ClockPhase, ClockTick
-from schemas.commands import BindCommand, EvictAck, EvictCommand, EvictOutcome
-from schemas.envelope import wrap
-from schemas.telemetry import GpuSample, NodeTelemetry
-from schemas.topics import (
+from gfs.schemas.clock import ClockPhase, ClockTick
+from gfs.schemas.commands import BindCommand, EvictAck, EvictCommand, EvictOutcome
+from gfs.schemas.envelope import wrap
+from gfs.schemas.telemetry import GpuSample, NodeTelemetry
+from gfs.schemas.topics import (
     BIND_TOPIC,
     CLOCK_TOPIC,
     EVICT_ACK_TOPIC,
@@ -45,12 +45,12 @@ from schemas.topics import (
     decode,
     topic,
 )
-from schemas.workers import WorkerExited, WorkerStarted
-from services.node_agent.security import Rejection, signature_rejection
-from services.platform.kafka.producer import EnvelopeProducer
-from services.platform.kafka_security import PLAINTEXT, KafkaSecurity
-from services.platform.key_rotation import check_rotating
-from services.platform.signing import node_key, sign
+from gfs.schemas.workers import WorkerExited, WorkerStarted
+from gfs.services.node_agent.security import Rejection, signature_rejection
+from gfs.services.platform.kafka.producer import EnvelopeProducer
+from gfs.services.platform.kafka_security import PLAINTEXT, KafkaSecurity
+from gfs.services.platform.key_rotation import check_rotating
+from gfs.services.platform.signing import node_key, sign
 
 log = logging.getLogger(__name__)
 PRODUCER = "gfs-virtual-nodes"

@@ -17,14 +17,14 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from uuid import UUID
 
-from schemas.topics import EVICT_ACK_TOPIC, WORKER_ACK_TOPIC
-from services.node_agent.journal import Journal
-from services.node_agent.publisher import AckPublisher
-from services.node_agent.workers import WorkerSupervisor
+from gfs.schemas.topics import EVICT_ACK_TOPIC, WORKER_ACK_TOPIC
+from gfs.services.node_agent.journal import Journal
+from gfs.services.node_agent.publisher import AckPublisher
+from gfs.services.node_agent.workers import WorkerSupervisor
 
 # Every part of the agent logs under the one logger name it always had, so a deployment's log
 # filters (and tests' caplog) see the same records whichever module emits them.
-log = logging.getLogger("services.node_agent.agent")
+log = logging.getLogger("gfs.services.node_agent.agent")
 
 
 class WorkerWatcher:

@@ -18,17 +18,17 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from schemas.commands import BindCommand
-from schemas.fields import scrub_text
-from services.node_agent import procs
-from services.node_agent.journal import Journal, WorkerEntry
-from services.node_agent.paths import path_part
-from services.node_agent.sim_clock import SimClock
-from services.node_agent.worker_env import strip_secrets
+from gfs.schemas.commands import BindCommand
+from gfs.schemas.fields import scrub_text
+from gfs.services.node_agent import procs
+from gfs.services.node_agent.journal import Journal, WorkerEntry
+from gfs.services.node_agent.paths import path_part
+from gfs.services.node_agent.sim_clock import SimClock
+from gfs.services.node_agent.worker_env import strip_secrets
 
 # Every part of the agent logs under the one logger name it always had, so a deployment's log
 # filters (and tests' caplog) see the same records whichever module emits them.
-log = logging.getLogger("services.node_agent.agent")
+log = logging.getLogger("gfs.services.node_agent.agent")
 
 # A re-adopted worker is not the new agent's child, so its exit status cannot be collected
 # (only a parent may wait for it). Its WorkerExited carries this code and says so in `detail`.

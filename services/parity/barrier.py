@@ -22,8 +22,8 @@ import asyncpg
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
-from schemas.topics import topic
-from services.parity.observer import WATCHED, Observer
+from gfs.schemas.topics import topic
+from gfs.services.parity.observer import WATCHED, Observer
 
 
 class NotSettledError(TimeoutError):

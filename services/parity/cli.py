@@ -10,8 +10,8 @@ from typing import Annotated
 
 import typer
 
-from services.platform.paths import STATE_HELP, state_dir
-from services.platform.settings import REPO_ROOT
+from gfs.services.platform.paths import STATE_HELP, state_dir
+from gfs.services.platform.settings import REPO_ROOT
 
 app = typer.Typer(help="Sim/live parity on the controllable clock (needs `make up`).", no_args_is_help=True)
 
@@ -31,7 +31,7 @@ def run(
     keep_schema: Annotated[bool, typer.Option(help="keep the run's Postgres schema")] = False,
 ) -> None:
     """Exit 0 when the live decision log equals the simulator's, 1 with the first difference."""
-    from services.parity.driver import ParityOptions, run_parity
+    from gfs.services.parity.driver import ParityOptions, run_parity
 
     workdir = (workdir or state_dir("parity")).absolute()
     typer.echo(f"logs, journals and decision logs: {workdir}", err=True)

@@ -41,11 +41,11 @@ from typing import Any, cast
 
 import asyncpg
 
-from schemas.clock import ClockPhase, ClockTick
-from schemas.envelope import wrap
-from schemas.fields import GuaranteeHours
-from schemas.tasks import TaskClass, TaskSubmitted
-from schemas.topics import (
+from gfs.schemas.clock import ClockPhase, ClockTick
+from gfs.schemas.envelope import wrap
+from gfs.schemas.fields import GuaranteeHours
+from gfs.schemas.tasks import TaskClass, TaskSubmitted
+from gfs.schemas.topics import (
     CLOCK_TOPIC,
     EVICT_ACK_TOPIC,
     FORECASTS_TOPIC,
@@ -57,17 +57,17 @@ from schemas.topics import (
     TELEMETRY_TOPIC,
     WORKER_ACK_TOPIC,
 )
-from services.parity.barrier import Barrier
-from services.parity.compare import Diff, compare, live_lines, sim_lines
-from services.parity.observer import Observer
-from services.parity.startup import _joined, _ready, _until
-from services.platform.kafka.producer import EnvelopeProducer
-from services.platform.migrations import migrated_schema
-from services.platform.settings import REPO_ROOT, PlatformSettings
-from services.simulator.traces.gfs_format import load_gfs_trace
-from services.simulator.traces.records import Trace, TraceJob
-from services.toolkit.consumer_groups import start_groups_at_end
-from services.toolkit.processes import ServiceProcess, free_port, kill_agent_workers
+from gfs.services.parity.barrier import Barrier
+from gfs.services.parity.compare import Diff, compare, live_lines, sim_lines
+from gfs.services.parity.observer import Observer
+from gfs.services.parity.startup import _joined, _ready, _until
+from gfs.services.platform.kafka.producer import EnvelopeProducer
+from gfs.services.platform.migrations import migrated_schema
+from gfs.services.platform.settings import REPO_ROOT, PlatformSettings
+from gfs.services.simulator.traces.gfs_format import load_gfs_trace
+from gfs.services.simulator.traces.records import Trace, TraceJob
+from gfs.services.toolkit.consumer_groups import start_groups_at_end
+from gfs.services.toolkit.processes import ServiceProcess, free_port, kill_agent_workers
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +128,8 @@ def simulate(options: ParityOptions, horizon_end_s: float) -> tuple[Path, float]
     out = options.workdir / "sim-decisions.jsonl"
     began = time.monotonic()
     subprocess.run(
-        [sys.executable, "-m", "services", "simulate", "--trace", str(options.trace_dir), "--policy", "gfs",
+        [sys.executable, "-m", "gfs.services", "simulate", "--trace", str(options.trace_dir),
+         "--policy", "gfs",
          "--forecast", "persistence", "--window-days", "3650", "--window-end-s", f"{horizon_end_s:g}",
          "--drain-days", "0", "--decisions", str(out)],
         cwd=REPO_ROOT, check=True, capture_output=True, timeout=600,
@@ -280,7 +281,7 @@ class _Player:
     sequence: int = 0
 
     async def play(self) -> None:
-        from services.producers.client import GfsClient
+        from gfs.services.producers.client import GfsClient
 
         arrivals: dict[float, list[TraceJob]] = defaultdict(list)
         cancels: dict[float, list[TraceJob]] = defaultdict(list)
@@ -294,7 +295,7 @@ class _Player:
         now = {"t": 0.0}
         client = GfsClient(bootstrap_servers=self.barrier.bootstrap_servers, producer_name="gfs-parity",
                            now=lambda: datetime.fromtimestamp(BASE_S + now["t"], UTC))  # fmt: skip
-        fake = (sys.executable, "-m", "services.node_agent.fake_task")
+        fake = (sys.executable, "-m", "gfs.services.node_agent.fake_task")
         settle = self.options.settle_timeout_s
         async with client:
             t = 0.0

@@ -17,10 +17,10 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from schemas.clock import ClockAck
-from schemas.commands import BindCommand, EvictAck, EvictCommand
-from schemas.tasks import TaskEvicted, TaskFinished, TaskRejected, TaskWithdrawn
-from schemas.topics import (
+from gfs.schemas.clock import ClockAck
+from gfs.schemas.commands import BindCommand, EvictAck, EvictCommand
+from gfs.schemas.tasks import TaskEvicted, TaskFinished, TaskRejected, TaskWithdrawn
+from gfs.schemas.topics import (
     BIND_TOPIC,
     CLOCK_ACK_TOPIC,
     EVICT_ACK_TOPIC,
@@ -30,7 +30,7 @@ from schemas.topics import (
     decode,
     topic,
 )
-from schemas.workers import WorkerStarted
+from gfs.schemas.workers import WorkerStarted
 
 log = logging.getLogger(__name__)
 

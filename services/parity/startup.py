@@ -1,6 +1,6 @@
 """Getting the live side of a parity run ready (services/parity/driver.py): the waits for the
 services to answer ready and for the agents to join. (Its fresh consumer groups are committed at
-the topics' end first, with the tools' shared `services.toolkit.consumer_groups`.)"""
+the topics' end first, with the tools' shared `gfs.services.toolkit.consumer_groups`.)"""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 
-from services.toolkit.probes import get_json
+from gfs.services.toolkit.probes import get_json
 
 
 async def _ready(api: str, ports: dict[str, int]) -> bool:

@@ -24,8 +24,8 @@ def migrate(
     """Apply pending numbered migrations in order; re-running applies nothing."""
     import asyncpg
 
-    from services.platform.migrations import MigrationError, migrate_database
-    from services.platform.settings import DatabaseUrlMissingError, PlatformSettings
+    from gfs.services.platform.migrations import MigrationError, migrate_database
+    from gfs.services.platform.settings import DatabaseUrlMissingError, PlatformSettings
 
     try:
         dsn = database_url or PlatformSettings().database_url
@@ -62,8 +62,8 @@ def grant(
     as the owner role; idempotent). The roles must exist (docs/operations.md, "Postgres roles")."""
     import asyncpg
 
-    from services.platform.db_roles import grant_service_roles
-    from services.platform.settings import DatabaseUrlMissingError, PlatformSettings
+    from gfs.services.platform.db_roles import grant_service_roles
+    from gfs.services.platform.settings import DatabaseUrlMissingError, PlatformSettings
 
     roles = {s: r for s, r in (("quota", quota_role), ("preemption", preemption_role)) if r}
     if not roles:
@@ -106,9 +106,9 @@ def prune_history(
     deleted per table; run again until it prints nothing (a run deletes at most 20,000 per table)."""
     import asyncpg
 
-    from services.platform.postgres import open_pool
-    from services.platform.retention import OUTBOX_RULE, PREEMPTION_RULES, QUOTA_RULES, Retention, prune
-    from services.platform.settings import DatabaseUrlMissingError, PlatformSettings
+    from gfs.services.platform.postgres import open_pool
+    from gfs.services.platform.retention import OUTBOX_RULE, PREEMPTION_RULES, QUOTA_RULES, Retention, prune
+    from gfs.services.platform.settings import DatabaseUrlMissingError, PlatformSettings
 
     settings = PlatformSettings()
     try:

@@ -1,12 +1,12 @@
 """Reading and replaying dead letters: which letters a filter selects, and what replaying one does.
 
-Pure (no Kafka): `services.platform.deadletter_cli` reads `gfs.deadletter` and publishes; the rules
+Pure (no Kafka): `gfs.services.platform.deadletter_cli` reads `gfs.deadletter` and publishes; the rules
 live here so they are unit-tested without a broker.
 
 Replay rules, in the order they are checked:
 - a **truncated** letter is never replayed: it holds only the first bytes of the record (find the
   original at `source_topic`/`source_partition`/`source_offset` while that topic retains it);
-- the original must **decode now** with the registry (`schemas.topics.decode`) for its source
+- the original must **decode now** with the registry (`gfs.schemas.topics.decode`) for its source
   topic: a record that is still invalid would only be dead-lettered again, so it is reported with
   today's reason instead ("fix the cause first");
 - a replayed record is the original value byte for byte (so its `event_id` is unchanged: consumers
@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 
-from schemas.dead_letter import DeadLetter
-from schemas.topics import DEAD_LETTER_TOPIC, decode, key_of
-from services.platform.kafka.dead_letter import describe_error
+from gfs.schemas.dead_letter import DeadLetter
+from gfs.schemas.topics import DEAD_LETTER_TOPIC, decode, key_of
+from gfs.services.platform.kafka.dead_letter import describe_error
 
 REPLAY_HEADER = "gfs-replayed-from"
 

@@ -1,6 +1,6 @@
 """`gfs deadletter list|show|replay`: read gfs.deadletter and replay letters to their source topic.
 
-A thin Kafka shell around `services.platform.dead_letters` (the selection and replay rules). The
+A thin Kafka shell around `gfs.services.platform.dead_letters` (the selection and replay rules). The
 dead-letter topic is read without a consumer group (assigned partitions, from the beginning to the
 end offsets seen at start), so reading it never moves anyone's committed offsets.
 """
@@ -14,10 +14,17 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from services.platform.dead_letters import Letter, ReplayPlan, Selection, Verdict, plan_replay, summary_row
+from gfs.services.platform.dead_letters import (
+    Letter,
+    ReplayPlan,
+    Selection,
+    Verdict,
+    plan_replay,
+    summary_row,
+)
 
 if TYPE_CHECKING:
-    from services.platform.kafka_security import KafkaSecurity
+    from gfs.services.platform.kafka_security import KafkaSecurity
 
 app = typer.Typer(no_args_is_help=True, help="Dead letters: list, show, replay after a fix.")
 
@@ -44,7 +51,7 @@ def _kafka(given: str | None) -> tuple[str, KafkaSecurity]:
     """The brokers (the option, else KAFKA_BOOTSTRAP_SERVERS) and how to reach them (TLS/SASL:
     KAFKA_SECURITY_PROTOCOL, KAFKA_SASL_*, KAFKA_SSL_CAFILE; a secured broker's `admin` principal
     reads and replays any topic)."""
-    from services.platform.settings import PlatformSettings
+    from gfs.services.platform.settings import PlatformSettings
 
     settings = PlatformSettings()
     return given or settings.kafka_bootstrap_servers, settings.kafka_security
@@ -68,9 +75,9 @@ async def read_letters(servers: str, security: KafkaSecurity | None = None) -> l
     `security`: TLS/SASL settings (None: plaintext)."""
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
-    from schemas.dead_letter import DeadLetter
-    from schemas.topics import DEAD_LETTER_TOPIC, decode, topic
-    from services.platform.kafka_security import PLAINTEXT, announce
+    from gfs.schemas.dead_letter import DeadLetter
+    from gfs.schemas.topics import DEAD_LETTER_TOPIC, decode, topic
+    from gfs.services.platform.kafka_security import PLAINTEXT, announce
 
     security = security or PLAINTEXT
     announce(security)
@@ -231,7 +238,7 @@ def replay(
 async def _replay(
     servers: str, selection: Selection, *, dry_run: bool, security: KafkaSecurity
 ) -> list[ReplayPlan]:
-    from services.platform.kafka.producer import EnvelopeProducer
+    from gfs.services.platform.kafka.producer import EnvelopeProducer
 
     letters = await read_letters(servers, security)
     plans = [plan_replay(item) for item in letters if selection.matches(item)]

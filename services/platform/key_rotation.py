@@ -30,7 +30,7 @@ from typing import Annotated
 
 from pydantic import AfterValidator, AwareDatetime, BeforeValidator
 
-from services.platform.signing import SignatureCheck, SignedMessage, check_signature
+from gfs.services.platform.signing import SignatureCheck, SignedMessage, check_signature
 
 
 def _blank_is_none(value: object) -> object:

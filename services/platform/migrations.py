@@ -24,7 +24,7 @@ from pathlib import Path
 
 import asyncpg
 
-MIGRATIONS_PACKAGE = "services.platform.sql"
+MIGRATIONS_PACKAGE = "gfs.services.platform.sql"
 
 
 def default_migrations() -> Traversable:

@@ -30,9 +30,9 @@ from typing import Any, Protocol
 import asyncpg
 from opentelemetry import trace
 
-from schemas.envelope import Envelope
-from schemas.topics import encode, key_of, topic
-from services.platform.tracing import TRACER_NAME, extract_context, inject_headers
+from gfs.schemas.envelope import Envelope
+from gfs.schemas.topics import encode, key_of, topic
+from gfs.services.platform.tracing import TRACER_NAME, extract_context, inject_headers
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +87,8 @@ def outbox_values(
 ) -> list[OutboxValues]:
     """The outbox rows of (topic, envelope, headers) items, checked and encoded, not written: for a
     writer that inserts them in a statement of its own (the preemption service's one-statement
-    commit, `services.preemption.journal.store.commit_batch`). Raises `OutboxTopicError` before any I/O."""
+    commit, `gfs.services.preemption.journal.store.commit_batch`). Raises `OutboxTopicError` before
+    any I/O."""
     rows: list[OutboxValues] = []
     for topic_name, envelope, headers in items:
         spec = topic(topic_name)

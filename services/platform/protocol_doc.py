@@ -2,7 +2,7 @@
 
 docs/protocol.md is written for people building an agent or a producer in another language from the
 document alone. Its prose is hand-written; the tables that restate the wire contracts are rendered
-here from the registry (`schemas.topics.TOPICS`) and the pydantic models' JSON Schemas (and the
+here from the registry (`gfs.schemas.topics.TOPICS`) and the pydantic models' JSON Schemas (and the
 agents' signature vectors from fixed messages signed by `signing`), between
 `<!-- BEGIN generated: NAME -->` / `<!-- END generated: NAME -->` markers, so the document cannot
 drift from the code: `gfs schemas protocol --check` (run by tests/static) fails when it has.
@@ -17,11 +17,11 @@ from uuid import UUID
 
 from pydantic import BaseModel
 
-from schemas.commands import EvictAck, EvictOutcome
-from schemas.telemetry import GpuAllocation, GpuSample, NodeTelemetry, RunningWorker
-from schemas.topics import TOPICS
-from schemas.workers import WorkerExited, WorkerStarted
-from services.platform.signing import ADDED_AFTER_V1, SignedMessage, node_key, signature_of, signing_bytes
+from gfs.schemas.commands import EvictAck, EvictOutcome
+from gfs.schemas.telemetry import GpuAllocation, GpuSample, NodeTelemetry, RunningWorker
+from gfs.schemas.topics import TOPICS
+from gfs.schemas.workers import WorkerExited, WorkerStarted
+from gfs.services.platform.signing import ADDED_AFTER_V1, SignedMessage, node_key, signature_of, signing_bytes
 
 _MARKER = re.compile(
     r"(<!-- BEGIN generated: (?P<name>[a-z-]+) -->\n)(?P<body>.*?)(<!-- END generated: (?P=name) -->)",

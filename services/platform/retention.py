@@ -34,8 +34,8 @@ from typing import Any, Literal
 
 import asyncpg
 
-from services.platform.settings import PlatformSettings
-from services.platform.timer import FailureCounter, every
+from gfs.services.platform.settings import PlatformSettings
+from gfs.services.platform.timer import FailureCounter, every
 
 log = logging.getLogger(__name__)
 

@@ -1,5 +1,5 @@
 """`gfs schemas`: inspect the topic registry, export JSON Schemas, keep infra/kafka/topics.yaml
-in step with `schemas.topics.TOPICS`."""
+in step with `gfs.schemas.topics.TOPICS`."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from typing import Annotated, Any
 import typer
 import yaml
 
-from schemas.topics import TOPICS, TopicSpec
-from services.platform.cli_output import Output, OutputOption, echo_json
+from gfs.schemas.topics import TOPICS, TopicSpec
+from gfs.services.platform.cli_output import Output, OutputOption, echo_json
 
 app = typer.Typer(no_args_is_help=True, help="Wire contracts: topics, payloads, JSON Schemas.")
 
@@ -96,7 +96,7 @@ def export(
     directory: Annotated[Path, typer.Argument(help="Folder to write <topic>.schema.json files into.")],
 ) -> None:
     """Write one JSON Schema per topic: the envelope with the topic's payload union."""
-    from schemas.json_schema import topic_json_schema
+    from gfs.schemas.json_schema import topic_json_schema
 
     directory.mkdir(parents=True, exist_ok=True)
     for spec in TOPICS:
@@ -133,7 +133,7 @@ def protocol(
     check: Annotated[bool, typer.Option("--check", help="Only compare; exit 1 if a table is stale.")] = False,
 ) -> None:
     """Refresh (or --check) the generated tables of docs/protocol.md from the registry."""
-    from services.platform.protocol_doc import regenerate
+    from gfs.services.platform.protocol_doc import regenerate
 
     text = doc.read_text()
     try:

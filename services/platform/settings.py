@@ -13,7 +13,7 @@ from typing import Literal
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from services.platform.kafka_security import KafkaSecurity
+from gfs.services.platform.kafka_security import KafkaSecurity
 
 # The repository root: services/platform/settings.py -> parents[2]. Used to resolve relative
 # paths the same way whatever the current working directory is.

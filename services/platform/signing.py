@@ -25,9 +25,9 @@ import string
 from enum import StrEnum
 from typing import TypeVar
 
-from schemas.commands import BindCommand, EvictAck, EvictCommand, WarnCommand
-from schemas.telemetry import NodeTelemetry
-from schemas.workers import WorkerExited, WorkerStarted
+from gfs.schemas.commands import BindCommand, EvictAck, EvictCommand, WarnCommand
+from gfs.schemas.telemetry import NodeTelemetry
+from gfs.schemas.workers import WorkerExited, WorkerStarted
 
 # Every message that carries a `signature` (the tuple is for isinstance checks).
 SIGNED_TYPES = (BindCommand, EvictCommand, WarnCommand, EvictAck, WorkerStarted, WorkerExited, NodeTelemetry)

@@ -38,13 +38,13 @@ from aiokafka.structs import RecordMetadata
 from opentelemetry import trace
 from rich.console import Console
 
-from schemas.dead_letter import DeadLetter
-from schemas.envelope import Envelope, wrap
-from schemas.tasks import TaskClass, TaskSubmitted
-from schemas.topics import DEAD_LETTER_TOPIC, TASK_SUBMIT_TOPIC, decode, encode
-from services.platform.kafka import NO_RETRY, EnvelopeProducer, MessageContext, consume
-from services.platform.kafka_security import PLAINTEXT, KafkaSecurity
-from services.platform.tracing import inject_headers, traceparent_of
+from gfs.schemas.dead_letter import DeadLetter
+from gfs.schemas.envelope import Envelope, wrap
+from gfs.schemas.tasks import TaskClass, TaskSubmitted
+from gfs.schemas.topics import DEAD_LETTER_TOPIC, TASK_SUBMIT_TOPIC, decode, encode
+from gfs.services.platform.kafka import NO_RETRY, EnvelopeProducer, MessageContext, consume
+from gfs.services.platform.kafka_security import PLAINTEXT, KafkaSecurity
+from gfs.services.platform.tracing import inject_headers, traceparent_of
 
 SUBMIT_TOPIC = TASK_SUBMIT_TOPIC
 PRODUCER_NAME = "gfs-smoke"

@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from services.platform.cli_output import Output, OutputOption, echo_json
+from gfs.services.platform.cli_output import Output, OutputOption, echo_json
 
 app = typer.Typer(no_args_is_help=True, help="Operate the Kafka stack (topics, smoke check).")
 
@@ -30,9 +30,9 @@ def topics(
     """Create every registry topic (partitions, retention.ms, cleanup.policy); safe to re-run."""
     from aiokafka.errors import KafkaError
 
-    from schemas.topics import TOPICS
-    from services.platform.kafka.topic_admin import ensure_topics
-    from services.platform.settings import PlatformSettings
+    from gfs.schemas.topics import TOPICS
+    from gfs.services.platform.kafka.topic_admin import ensure_topics
+    from gfs.services.platform.settings import PlatformSettings
 
     settings = PlatformSettings()
     servers = bootstrap_servers or settings.kafka_bootstrap_servers
@@ -80,9 +80,9 @@ def smoke(
     from aiokafka.errors import KafkaError
     from rich.console import Console
 
-    from services.platform.settings import PlatformSettings
-    from services.platform.smoke import render_report, run_smoke
-    from services.platform.tracing import TRACER_NAME, configure_tracing
+    from gfs.services.platform.settings import PlatformSettings
+    from gfs.services.platform.smoke import render_report, run_smoke
+    from gfs.services.platform.tracing import TRACER_NAME, configure_tracing
 
     settings = PlatformSettings()
     servers = bootstrap_servers or settings.kafka_bootstrap_servers
@@ -120,7 +120,7 @@ def node_key_cmd(
     """
     import os
 
-    from services.platform.signing import node_key
+    from gfs.services.platform.signing import node_key
 
     # The same variable, and the same UTF-8 bytes, as PreemptionSettings.master_secret().
     secret = os.environ.get("GFS_COMMAND_SECRET", "")

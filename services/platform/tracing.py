@@ -21,7 +21,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from services.platform.settings import PlatformSettings
+from gfs.services.platform.settings import PlatformSettings
 
 KafkaHeaders = list[tuple[str, bytes]]
 

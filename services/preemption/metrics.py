@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from opentelemetry.metrics import CallbackOptions, Meter, Observation
 
 if TYPE_CHECKING:
-    from services.preemption.decider import Decider
+    from gfs.services.preemption.decider import Decider
 
 
 def register_metrics(meter: Meter, decider: Decider) -> None:

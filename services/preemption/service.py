@@ -49,27 +49,27 @@ from dataclasses import replace
 from aiohttp import web
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 
-from schemas.topics import CLOCK_TOPIC
-from services.platform.clock import Clock, SystemClock, TickClock
-from services.platform.kafka.producer import EnvelopeProducer
-from services.platform.kafka.topic_admin import ensure_topics
-from services.platform.metrics import configure_metrics
-from services.platform.outbox import OutboxRelay
-from services.platform.postgres import open_pool
-from services.platform.retention import OUTBOX_RULE, PREEMPTION_RULES, pruning
-from services.platform.signing import node_key
-from services.platform.timer import every, failure_counter
-from services.preemption.decider import Decider, DueWake, NodeKeys
-from services.preemption.decider.counters import Stats
-from services.preemption.decider.names import PRODUCER, TRACER
-from services.preemption.journal import store
-from services.preemption.metrics import register_metrics
-from services.preemption.router.expiry import RouteExpiry
-from services.preemption.router.heard import Heard, caught_up_at
-from services.preemption.router.report_auth import ReportAuth
-from services.preemption.router.routing import ROUTED_TOPICS, Router, inbox_spec, route
-from services.preemption.service_settings import PreemptionSettings
-from services.preemption.sre.api import build_api
+from gfs.schemas.topics import CLOCK_TOPIC
+from gfs.services.platform.clock import Clock, SystemClock, TickClock
+from gfs.services.platform.kafka.producer import EnvelopeProducer
+from gfs.services.platform.kafka.topic_admin import ensure_topics
+from gfs.services.platform.metrics import configure_metrics
+from gfs.services.platform.outbox import OutboxRelay
+from gfs.services.platform.postgres import open_pool
+from gfs.services.platform.retention import OUTBOX_RULE, PREEMPTION_RULES, pruning
+from gfs.services.platform.signing import node_key
+from gfs.services.platform.timer import every, failure_counter
+from gfs.services.preemption.decider import Decider, DueWake, NodeKeys
+from gfs.services.preemption.decider.counters import Stats
+from gfs.services.preemption.decider.names import PRODUCER, TRACER
+from gfs.services.preemption.journal import store
+from gfs.services.preemption.metrics import register_metrics
+from gfs.services.preemption.router.expiry import RouteExpiry
+from gfs.services.preemption.router.heard import Heard, caught_up_at
+from gfs.services.preemption.router.report_auth import ReportAuth
+from gfs.services.preemption.router.routing import ROUTED_TOPICS, Router, inbox_spec, route
+from gfs.services.preemption.service_settings import PreemptionSettings
+from gfs.services.preemption.sre.api import build_api
 
 log = logging.getLogger(__name__)
 

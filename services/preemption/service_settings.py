@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from pydantic import SecretStr
 
-from schemas.clock import CLOCK_KEY
-from services.platform.clock import check_clock_mode
-from services.platform.key_rotation import PreviousUntil
-from services.platform.settings import PlatformSettings
-from services.preemption import liveness
-from services.preemption.controller.settings import ControllerSettings
-from services.preemption.router.routing import INBOX_TOPIC
+from gfs.schemas.clock import CLOCK_KEY
+from gfs.services.platform.clock import check_clock_mode
+from gfs.services.platform.key_rotation import PreviousUntil
+from gfs.services.platform.settings import PlatformSettings
+from gfs.services.preemption import liveness
+from gfs.services.preemption.controller.settings import ControllerSettings
+from gfs.services.preemption.router.routing import INBOX_TOPIC
 
 
 class PreemptionSettings(PlatformSettings):

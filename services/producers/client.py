@@ -15,7 +15,7 @@ What a producer sees:
 
 * **Validation** happens before any I/O: a bad field raises `pydantic.ValidationError` (a
   `ValueError`) naming the field, and nothing is sent.
-* **Keys** come from the topic registry (`schemas.topics.key_of`): the task id, so a task's submit,
+* **Keys** come from the topic registry (`gfs.schemas.topics.key_of`): the task id, so a task's submit,
   cancel and lifecycle records are each in order on one partition.
 * **Trace headers**: `submit` starts a PRODUCER span "submit <task_id>" and sends its W3C context in
   the record headers; every later hop (acceptance, decision, commands, agent, acks) continues that
@@ -62,20 +62,26 @@ from opentelemetry.sdk.trace import TracerProvider as SdkTracerProvider
 from opentelemetry.trace import SpanKind, TracerProvider
 from pydantic import ValidationError
 
-from schemas.envelope import Envelope, wrap
-from schemas.tasks import SurvivalQuote, TaskAccepted, TaskCancelled, TaskSubmitted
-from schemas.topics import TASK_LIFECYCLE_TOPIC, TASK_SUBMIT_TOPIC, decode, key_of, topic
-from services.platform.kafka.producer import EnvelopeProducer
-from services.platform.kafka_security import PLAINTEXT, KafkaSecurity, announce
-from services.platform.tracing import inject_headers
-from services.producers.errors import (
+from gfs.schemas.envelope import Envelope, wrap
+from gfs.schemas.tasks import SurvivalQuote, TaskAccepted, TaskCancelled, TaskSubmitted
+from gfs.schemas.topics import TASK_LIFECYCLE_TOPIC, TASK_SUBMIT_TOPIC, decode, key_of, topic
+from gfs.services.platform.kafka.producer import EnvelopeProducer
+from gfs.services.platform.kafka_security import PLAINTEXT, KafkaSecurity, announce
+from gfs.services.platform.tracing import inject_headers
+from gfs.services.producers.errors import (
     ClientNotStartedError,
     GfsClientError,
     KafkaAccessDeniedError,
     KafkaUnavailableError,
 )
-from services.producers.partitioning import partition_for_key
-from services.producers.task_state import TERMINAL_STATES, TaskState, is_terminal, state_after, survival_of
+from gfs.services.producers.partitioning import partition_for_key
+from gfs.services.producers.task_state import (
+    TERMINAL_STATES,
+    TaskState,
+    is_terminal,
+    state_after,
+    survival_of,
+)
 
 # The client's public surface, one import for a producer (docs/services.md): the errors it raises
 # (services/producers/errors.py) and the task states it reports (task_state.py) come with it.

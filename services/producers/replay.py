@@ -44,9 +44,9 @@ import typer
 from pydantic import ValidationError
 from rich.console import Console
 
-from schemas.tasks import TaskClass, TaskSubmitted
-from services.simulator.traces.gfs_format import JOB_FILE, format_number, read_jobs
-from services.simulator.traces.records import TraceJob
+from gfs.schemas.tasks import TaskClass, TaskSubmitted
+from gfs.services.simulator.traces.gfs_format import JOB_FILE, format_number, read_jobs
+from gfs.services.simulator.traces.records import TraceJob
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,7 +231,7 @@ def replay(
     ] = None,
 ) -> None:
     """Publish a GFS-format trace's task submissions to gfs.tasks.submit in scaled time."""
-    from services.simulator.traces.gfs_format import TraceFormatError
+    from gfs.services.simulator.traces.gfs_format import TraceFormatError
 
     console = Console(stderr=True)
     if not speed > 0:
@@ -263,10 +263,10 @@ def replay(
 async def _publish(plan: ReplayPlan, console: Console) -> ReplayStats:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from services.platform.settings import PlatformSettings
-    from services.platform.tracing import build_tracer_provider
-    from services.producers.client import GfsClient
-    from services.producers.errors import KafkaUnavailableError
+    from gfs.services.platform.settings import PlatformSettings
+    from gfs.services.platform.tracing import build_tracer_provider
+    from gfs.services.producers.client import GfsClient
+    from gfs.services.producers.errors import KafkaUnavailableError
 
     settings = PlatformSettings()
     provider = build_tracer_provider(settings)

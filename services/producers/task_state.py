@@ -7,8 +7,8 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any
 
-from schemas.envelope import Envelope
-from schemas.tasks import (
+from gfs.schemas.envelope import Envelope
+from gfs.schemas.tasks import (
     SurvivalQuote,
     TaskAccepted,
     TaskEvicted,

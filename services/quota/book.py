@@ -20,8 +20,8 @@ from statistics import NormalDist
 
 import numpy as np
 
-from services.core.guarantee import OFFERED_GUARANTEE_HOURS
-from services.core.quota import (
+from gfs.services.core.guarantee import OFFERED_GUARANTEE_HOURS
+from gfs.services.core.quota import (
     ForecastQuota,
     QuotaInputs,
     QuotaSettings,

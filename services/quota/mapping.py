@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from schemas.forecast import PoolDemandForecast
-from schemas.pool_status import PoolStatus
-from schemas.quota import GuaranteeQuota, HpDemandHour, SpotQuota
-from services.quota.book import ForecastView, QuotaComputation, StatusView
-from services.quota.store import utc
+from gfs.schemas.forecast import PoolDemandForecast
+from gfs.schemas.pool_status import PoolStatus
+from gfs.schemas.quota import GuaranteeQuota, HpDemandHour, SpotQuota
+from gfs.services.quota.book import ForecastView, QuotaComputation, StatusView
+from gfs.services.quota.store import utc
 
 
 def status_view(status: PoolStatus) -> StatusView:

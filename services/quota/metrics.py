@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from opentelemetry.metrics import CallbackOptions, Meter, Observation
 
-from services.quota.view import QuotaView
+from gfs.services.quota.view import QuotaView
 
 
 def register_metrics(meter: Meter, service: QuotaView) -> None:

@@ -7,11 +7,11 @@ import asyncio
 
 from aiohttp import web
 
-from services.platform.metrics import Metrics, metrics_handler
-from services.platform.openapi import add_openapi
-from services.quota import store
-from services.quota.api_spec import API, ForecastHealth, Health, PoolQuota, Ready
-from services.quota.view import QuotaView
+from gfs.services.platform.metrics import Metrics, metrics_handler
+from gfs.services.platform.openapi import add_openapi
+from gfs.services.quota import store
+from gfs.services.quota.api_spec import API, ForecastHealth, Health, PoolQuota, Ready
+from gfs.services.quota.view import QuotaView
 
 
 def build_api(service: QuotaView, metrics: Metrics, ready: asyncio.Event) -> web.Application:

@@ -14,7 +14,7 @@ from typing import Annotated, Any
 
 import typer
 
-from services.platform.cli_output import Output, OutputOption, echo_json
+from gfs.services.platform.cli_output import Output, OutputOption, echo_json
 
 app = typer.Typer(no_args_is_help=True, help="The spot quota in force (the quota service's SRE API).")
 

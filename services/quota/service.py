@@ -39,29 +39,29 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from pydantic import BaseModel
 
-from schemas.envelope import Envelope, wrap
-from schemas.forecast import DemandForecast, PoolDemandForecast
-from schemas.pool_status import PoolStatus
-from schemas.tasks import GuaranteeOutcome, GuaranteePeriodClosed
-from schemas.topics import FORECASTS_TOPIC, POOL_STATUS_TOPIC, TASK_LIFECYCLE_TOPIC
-from services.core.quota import QuotaSettings
-from services.platform.clock import Clock, SystemClock
-from services.platform.fence import AdvisoryFence
-from services.platform.kafka.consumer import consume
-from services.platform.kafka.lag import LagProbe
-from services.platform.kafka.processing import ConsumeStats, MessageContext
-from services.platform.kafka.producer import EnvelopeProducer
-from services.platform.metrics import configure_metrics
-from services.platform.outbox import OutboxRelay
-from services.platform.postgres import open_pool, transaction
-from services.platform.retention import OUTBOX_RULE, QUOTA_RULES, pruning
-from services.platform.timer import every, failure_counter
-from services.quota import store
-from services.quota.book import PoolBook, QuotaComputation
-from services.quota.mapping import forecast_view, spot_quota, status_view
-from services.quota.metrics import register_metrics
-from services.quota.quota_api import build_api
-from services.quota.settings import QuotaServiceSettings
+from gfs.schemas.envelope import Envelope, wrap
+from gfs.schemas.forecast import DemandForecast, PoolDemandForecast
+from gfs.schemas.pool_status import PoolStatus
+from gfs.schemas.tasks import GuaranteeOutcome, GuaranteePeriodClosed
+from gfs.schemas.topics import FORECASTS_TOPIC, POOL_STATUS_TOPIC, TASK_LIFECYCLE_TOPIC
+from gfs.services.core.quota import QuotaSettings
+from gfs.services.platform.clock import Clock, SystemClock
+from gfs.services.platform.fence import AdvisoryFence
+from gfs.services.platform.kafka.consumer import consume
+from gfs.services.platform.kafka.lag import LagProbe
+from gfs.services.platform.kafka.processing import ConsumeStats, MessageContext
+from gfs.services.platform.kafka.producer import EnvelopeProducer
+from gfs.services.platform.metrics import configure_metrics
+from gfs.services.platform.outbox import OutboxRelay
+from gfs.services.platform.postgres import open_pool, transaction
+from gfs.services.platform.retention import OUTBOX_RULE, QUOTA_RULES, pruning
+from gfs.services.platform.timer import every, failure_counter
+from gfs.services.quota import store
+from gfs.services.quota.book import PoolBook, QuotaComputation
+from gfs.services.quota.mapping import forecast_view, spot_quota, status_view
+from gfs.services.quota.metrics import register_metrics
+from gfs.services.quota.quota_api import build_api
+from gfs.services.quota.settings import QuotaServiceSettings
 
 log = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import AliasChoices, Field
 
-from services.platform.settings import PlatformSettings
+from gfs.services.platform.settings import PlatformSettings
 
 FENCE_KEY = 0x6766_735F_7175_6F74  # "gfs_quot": one active quota instance per database
 

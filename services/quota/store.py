@@ -17,11 +17,11 @@ from typing import Any
 
 import asyncpg
 
-from schemas.envelope import Envelope
-from schemas.quota import SpotQuota
-from schemas.topics import QUOTAS_TOPIC
-from services.platform.outbox import enqueue
-from services.quota.book import QuotaComputation
+from gfs.schemas.envelope import Envelope
+from gfs.schemas.quota import SpotQuota
+from gfs.schemas.topics import QUOTAS_TOPIC
+from gfs.services.platform.outbox import enqueue
+from gfs.services.quota.book import QuotaComputation
 
 QUOTA_TOPIC = QUOTAS_TOPIC
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from services.platform.clock import Clock
-from services.platform.kafka.lag import LagProbe
-from services.platform.kafka.processing import ConsumeStats
-from services.quota.book import PoolBook, QuotaComputation
+from gfs.services.platform.clock import Clock
+from gfs.services.platform.kafka.lag import LagProbe
+from gfs.services.platform.kafka.processing import ConsumeStats
+from gfs.services.quota.book import PoolBook, QuotaComputation
 
 
 class QuotaView(Protocol):

@@ -6,20 +6,20 @@ from __future__ import annotations
 
 import math
 
-from services.core.guarantee import (
+from gfs.services.core.guarantee import (
     periods_ended_by,
     remaining_after_eviction,
     successes_before_eviction,
     successes_on_finish,
     useful_seconds_before_eviction,
 )
-from services.core.ids import PoolId, TaskId
-from services.core.runtime import Finished, PoolRuntime, Started, Stopped
-from services.core.task import TaskClass, TaskSpec
-from services.core.victims_lease import RELEASE_OVERHEAD_S
-from services.simulator.lifecycle import Life, overlap
-from services.simulator.reclaim_warnings import WarningLedger
-from services.simulator.workload import Workload
+from gfs.services.core.ids import PoolId, TaskId
+from gfs.services.core.runtime import Finished, PoolRuntime, Started, Stopped
+from gfs.services.core.task import TaskClass, TaskSpec
+from gfs.services.core.victims_lease import RELEASE_OVERHEAD_S
+from gfs.services.simulator.lifecycle import Life, overlap
+from gfs.services.simulator.reclaim_warnings import WarningLedger
+from gfs.services.simulator.workload import Workload
 
 
 class RunAccounting:

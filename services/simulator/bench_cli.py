@@ -35,17 +35,17 @@ def bench_sim(
     forecast: Annotated[str, typer.Option("--forecast")] = "persistence",
 ) -> None:
     """Time `gfs simulate` per policy (loading included) with the persistence forecast."""
-    from services.simulator.runner import ForecastSource, RunSettings, prepare, run_one
-    from services.simulator.traces.gfs_format import load_gfs_trace
+    from gfs.services.simulator.runner import ForecastSource, RunSettings, prepare, run_one
+    from gfs.services.simulator.traces.gfs_format import load_gfs_trace
 
     started = time.perf_counter()
     generated: Path | None = None
     if trace is None:
         if nodes is None:
             raise typer.BadParameter("give --trace DIR or --nodes FILE")
-        from services.simulator.traces.gfs_format import read_nodes
-        from services.simulator.traces.synth_config import GeneratorConfig
-        from services.simulator.traces.synthetic import synthesize
+        from gfs.services.simulator.traces.gfs_format import read_nodes
+        from gfs.services.simulator.traces.synth_config import GeneratorConfig
+        from gfs.services.simulator.traces.synthetic import synthesize
 
         tmp = Path(tempfile.mkdtemp(prefix="gfs-bench-"))
         synthesize(GeneratorConfig(days=days, seed=seed), read_nodes(nodes), tmp)
@@ -93,7 +93,7 @@ def bench_pass(
     """One scheduling pass's time against the queue's length, and a backlog-heavy simulation's
     wall time, on the scanning path (before issue 23) and the indexed one, side by side in one run
     (pass_bench.py says what is measured). It also checks that both paths decided the same."""
-    from services.simulator.pass_bench import measure, simulate
+    from gfs.services.simulator.pass_bench import measure, simulate
 
     sizes = queued or [1000, 10000, 50000]
     typer.echo(f"policy {policy}, 432 nodes x 8 GPUs, ~80% full before the backlog; {passes} passes per size")
@@ -153,9 +153,9 @@ def bench_warnings(
     import itertools
     import json
 
-    from services.core.reclaim_warning import WarningSettings
-    from services.simulator.evaluate_config import load_config
-    from services.simulator.warning_eval import aggregate, render, run_warning_grid
+    from gfs.services.core.reclaim_warning import WarningSettings
+    from gfs.services.simulator.evaluate_config import load_config
+    from gfs.services.simulator.warning_eval import aggregate, render, run_warning_grid
 
     cfg = load_config(config)
     if regime:

@@ -32,9 +32,9 @@ def evaluate_budgets(
     json_out: Annotated[Path | None, typer.Option("--json", help="write every run's numbers here")] = None,
 ) -> None:
     """Per seed: GFS without budgets, then with every spot tenant under the same budget."""
-    from services.core.tenant_budget import BudgetWindow, TenantBudget
-    from services.simulator.budget_eval import markdown, run_budgeted
-    from services.simulator.evaluate_config import load_config
+    from gfs.services.core.tenant_budget import BudgetWindow, TenantBudget
+    from gfs.services.simulator.budget_eval import markdown, run_budgeted
+    from gfs.services.simulator.evaluate_config import load_config
 
     try:
         budget = TenantBudget(max_evictions, BudgetWindow(per))

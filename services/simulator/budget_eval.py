@@ -19,17 +19,17 @@ from typing import Any
 
 import numpy as np
 
-from services.core.policies.registry import build_policy
-from services.core.runtime import PassResult, PoolRuntime, Stopped
-from services.core.task import TaskClass
-from services.core.tenant_budget import TenantBudget
-from services.core.victims_gfs import GfsVictims
-from services.simulator.engine import SimSettings, Simulation
-from services.simulator.evaluate_config import EvaluateConfig, resolve_nodes
-from services.simulator.evaluate_trace import cell_trace, scaled_nodes
-from services.simulator.result import build_policy_result
-from services.simulator.runner import ForecastSource, RunSettings, build_forecaster, demand_for, prepare
-from services.simulator.traces.gfs_format import read_nodes
+from gfs.services.core.policies.registry import build_policy
+from gfs.services.core.runtime import PassResult, PoolRuntime, Stopped
+from gfs.services.core.task import TaskClass
+from gfs.services.core.tenant_budget import TenantBudget
+from gfs.services.core.victims_gfs import GfsVictims
+from gfs.services.simulator.engine import SimSettings, Simulation
+from gfs.services.simulator.evaluate_config import EvaluateConfig, resolve_nodes
+from gfs.services.simulator.evaluate_trace import cell_trace, scaled_nodes
+from gfs.services.simulator.result import build_policy_result
+from gfs.services.simulator.runner import ForecastSource, RunSettings, build_forecaster, demand_for, prepare
+from gfs.services.simulator.traces.gfs_format import read_nodes
 
 MAX_JOB_SHARE = 0.5  # as evaluate.py's cells
 

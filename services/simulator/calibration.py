@@ -1,6 +1,6 @@
 """Is the quoted survival probability calibrated? Measured on simulated weeks (issue 27 item 1).
 
-`python -m services.simulator.calibration [CONFIG] --out DIR` (default
+`python -m gfs.services.simulator.calibration [CONFIG] --out DIR` (default
 configs/calibration-survival.yaml; `--records DIR/records.json` rescores an earlier run's quotes
 without simulating):
 1. simulate GFS (with the regime's quota settings, e.g. a looser promise p) on every
@@ -35,24 +35,24 @@ from typing import Any
 
 import yaml
 
-from services.core.guarantee import OFFERED_GUARANTEE_HOURS
-from services.core.ids import PoolId, TaskId
-from services.core.policies.registry import build_policy
-from services.core.quota import QuotaSettings
-from services.core.runtime import Started, Stopped
-from services.core.survival import (
+from gfs.services.core.guarantee import OFFERED_GUARANTEE_HOURS
+from gfs.services.core.ids import PoolId, TaskId
+from gfs.services.core.policies.registry import build_policy
+from gfs.services.core.quota import QuotaSettings
+from gfs.services.core.runtime import Started, Stopped
+from gfs.services.core.survival import (
     HpOutlook,
     pool_terms,
     raw_survival,
 )
-from services.core.task import TaskClass, TaskSpec
-from services.simulator.calibration_scoring import Quoted, fit, report
-from services.simulator.engine import HORIZON_H, Simulation
-from services.simulator.evaluate import MAX_JOB_SHARE
-from services.simulator.evaluate_config import EvaluateConfig, parse_config, resolve_nodes
-from services.simulator.evaluate_trace import regime_trace
-from services.simulator.runner import ForecastSource, RunSettings, build_simulation, prepare
-from services.simulator.traces.gfs_format import read_nodes
+from gfs.services.core.task import TaskClass, TaskSpec
+from gfs.services.simulator.calibration_scoring import Quoted, fit, report
+from gfs.services.simulator.engine import HORIZON_H, Simulation
+from gfs.services.simulator.evaluate import MAX_JOB_SHARE
+from gfs.services.simulator.evaluate_config import EvaluateConfig, parse_config, resolve_nodes
+from gfs.services.simulator.evaluate_trace import regime_trace
+from gfs.services.simulator.runner import ForecastSource, RunSettings, build_simulation, prepare
+from gfs.services.simulator.traces.gfs_format import read_nodes
 
 HOUR_S = 3600.0
 ROOT = Path(__file__).resolve().parents[2]
@@ -276,7 +276,7 @@ def records_from_json(data: dict[str, Any]) -> dict[str, dict[str, list[Quoted]]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m services.simulator.calibration", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m gfs.services.simulator.calibration", description=__doc__)
     parser.add_argument("config", nargs="?", type=Path, default=DEFAULT_CONFIG)
     parser.add_argument("--out", type=Path, default=None, help="write calibration.json (and the text) here")
     parser.add_argument(

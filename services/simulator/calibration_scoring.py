@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import Any
 
-from services.core.survival import QuoteCalibration, Recalibration
+from gfs.services.core.survival import QuoteCalibration, Recalibration
 
 # Bins of the quoted probability; the targets' levels 0.8, 0.9, 0.95 sit in the middle of theirs.
 BIN_EDGES = (0.0, 0.5, 0.7, 0.75, 0.85, 0.875, 0.925, 0.975, 1.0)

@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from services.simulator.runner import ForecastSource, RunSettings, run_policies
+from gfs.services.simulator.runner import ForecastSource, RunSettings, run_policies
 
 
 def simulate(
@@ -65,7 +65,7 @@ def simulate(
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from services.simulator.traces.gfs_format import load_gfs_trace
+    from gfs.services.simulator.traces.gfs_format import load_gfs_trace
 
     if forecast is ForecastSource.MODEL and model_artifact is None:
         raise typer.BadParameter("--forecast model needs --model-artifact DIR")
@@ -110,9 +110,9 @@ def simulate(
         json_out.parent.mkdir(parents=True, exist_ok=True)
         json_out.write_text(json.dumps(payload, indent=2, sort_keys=True) + "\n")
     if report is not None:
-        from services.simulator.report import write_report
+        from gfs.services.simulator.report import write_report
 
         write_report(result, report)
-    from services.simulator.report import markdown_table
+    from gfs.services.simulator.report import markdown_table
 
     console.print(markdown_table(result))

@@ -16,11 +16,11 @@ from __future__ import annotations
 import json
 from typing import IO, TYPE_CHECKING, Any
 
-from services.core.ids import TaskId
-from services.core.runtime import PassResult, PoolRuntime, Started, Stopped
+from gfs.services.core.ids import TaskId
+from gfs.services.core.runtime import PassResult, PoolRuntime, Started, Stopped
 
 if TYPE_CHECKING:
-    from services.simulator.engine import Simulation
+    from gfs.services.simulator.engine import Simulation
 
 
 def started_line(rt: PoolRuntime, o: Started) -> dict[str, Any]:

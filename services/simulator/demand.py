@@ -23,8 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
-from services.simulator.traces.gfs_format import format_number
-from services.simulator.traces.records import Trace
+from gfs.services.simulator.traces.gfs_format import format_number
+from gfs.services.simulator.traces.records import Trace
 
 MINUTES_PER_HOUR = 60
 # Trace t = 0 maps to this instant for calendar features and the canonical CSV (issue 3).

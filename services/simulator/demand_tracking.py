@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import math
 
-from services.core.ids import PoolId
-from services.core.observed_demand import ObservedDemand
-from services.core.runtime import PoolRuntime
-from services.core.task import TaskClass, TaskSpec
+from gfs.services.core.ids import PoolId
+from gfs.services.core.observed_demand import ObservedDemand
+from gfs.services.core.runtime import PoolRuntime
+from gfs.services.core.task import TaskClass, TaskSpec
 
 
 class DemandTracking:

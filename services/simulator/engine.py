@@ -31,18 +31,18 @@ from typing import cast
 
 import numpy as np
 
-from services.core.driver.pool_driver import PoolDriver
-from services.core.feasibility import rejection_message
-from services.core.forecast import DemandForecast, Forecaster
-from services.core.ids import PoolId, TaskId
-from services.core.observed_demand import ObservedDemand
-from services.core.policies.protocols import SchedulingPolicy
-from services.core.reasons import EvictionReason
-from services.core.runtime import PassResult, PoolRuntime, RuntimeSettings, Started, Stopped
-from services.core.task import TaskSpec
-from services.simulator.accounting import RunAccounting
-from services.simulator.demand_tracking import DemandTracking
-from services.simulator.engine_state import (
+from gfs.services.core.driver.pool_driver import PoolDriver
+from gfs.services.core.feasibility import rejection_message
+from gfs.services.core.forecast import DemandForecast, Forecaster
+from gfs.services.core.ids import PoolId, TaskId
+from gfs.services.core.observed_demand import ObservedDemand
+from gfs.services.core.policies.protocols import SchedulingPolicy
+from gfs.services.core.reasons import EvictionReason
+from gfs.services.core.runtime import PassResult, PoolRuntime, RuntimeSettings, Started, Stopped
+from gfs.services.core.task import TaskSpec
+from gfs.services.simulator.accounting import RunAccounting
+from gfs.services.simulator.demand_tracking import DemandTracking
+from gfs.services.simulator.engine_state import (
     CANCEL,
     FINISH,
     HORIZON_H,
@@ -56,12 +56,12 @@ from services.simulator.engine_state import (
     SimSettings,
     set_tenant_budgets,
 )
-from services.simulator.hourly_forecasts import HourlyForecasts
-from services.simulator.lifecycle import Life
-from services.simulator.quota_log import QuotaLog
-from services.simulator.reclaim_warnings import WarningLedger
-from services.simulator.recording import Recorder
-from services.simulator.workload import Workload
+from gfs.services.simulator.hourly_forecasts import HourlyForecasts
+from gfs.services.simulator.lifecycle import Life
+from gfs.services.simulator.quota_log import QuotaLog
+from gfs.services.simulator.reclaim_warnings import WarningLedger
+from gfs.services.simulator.recording import Recorder
+from gfs.services.simulator.workload import Workload
 
 __all__ = ["HORIZON_H", "CancelSink", "DecisionSink", "DemandInput", "SimSettings", "Simulation"]
 

@@ -8,12 +8,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from services.core.ids import PoolId, TenantId
-from services.core.observed_demand import ObservedDemand
-from services.core.runtime import PoolRuntime
-from services.core.task import TaskClass
-from services.core.tenant_budget import TenantBudget
-from services.simulator.workload import Workload
+from gfs.services.core.ids import PoolId, TenantId
+from gfs.services.core.observed_demand import ObservedDemand
+from gfs.services.core.runtime import PoolRuntime
+from gfs.services.core.task import TaskClass
+from gfs.services.core.tenant_budget import TenantBudget
+from gfs.services.simulator.workload import Workload
 
 # Event kinds, in the order equal-time events are applied (arrivals come before all of them).
 FINISH, PERIOD, CANCEL, QUOTA, SAMPLE, WINDOW_START, WINDOW_END, LEASE = range(8)

@@ -19,12 +19,12 @@ from typing import Any
 
 import numpy as np
 
-from services.core.policies.registry import build_policy
-from services.core.quota import QuotaSettings
-from services.simulator.engine import Simulation
-from services.simulator.evaluate_config import EvaluateConfig, resolve_nodes
-from services.simulator.evaluate_metrics import DERIVED, METRICS, POOL_METRICS, REPORT_METRICS, spread
-from services.simulator.evaluate_trace import (
+from gfs.services.core.policies.registry import build_policy
+from gfs.services.core.quota import QuotaSettings
+from gfs.services.simulator.engine import Simulation
+from gfs.services.simulator.evaluate_config import EvaluateConfig, resolve_nodes
+from gfs.services.simulator.evaluate_metrics import DERIVED, METRICS, POOL_METRICS, REPORT_METRICS, spread
+from gfs.services.simulator.evaluate_trace import (
     CellTrace,
     cell_trace,
     regime_trace,
@@ -32,10 +32,10 @@ from services.simulator.evaluate_trace import (
     window_load,
     with_guarantee_hours,
 )
-from services.simulator.result import build_policy_result
-from services.simulator.runner import ForecastSource, RunSettings, build_simulation, prepare
-from services.simulator.traces.gfs_format import read_nodes
-from services.simulator.traces.records import Trace
+from gfs.services.simulator.result import build_policy_result
+from gfs.services.simulator.runner import ForecastSource, RunSettings, build_simulation, prepare
+from gfs.services.simulator.traces.gfs_format import read_nodes
+from gfs.services.simulator.traces.records import Trace
 
 MAX_JOB_SHARE = 0.5  # evaluate_trace.narrow_gangs
 
@@ -294,7 +294,7 @@ def aggregate(cfg: EvaluateConfig, results: Sequence[dict[str, Any]], split: str
         "tradeoff": tradeoff(cfg, table, sens),
     }
     if cfg.is_suite:
-        from services.simulator.evaluate_suite import suite_aggregate
+        from gfs.services.simulator.evaluate_suite import suite_aggregate
 
         out["suite"] = suite_aggregate(cfg, results, split)
     return out

@@ -50,9 +50,9 @@ def evaluate(
     """Run policies x seeds x HP load levels (+ GFS sensitivity), or a suite's regimes; write the report."""
     import dataclasses
 
-    from services.simulator.evaluate import aggregate, grid_cells, run_grid
-    from services.simulator.evaluate_config import load_config
-    from services.simulator.evaluate_report import build_report, write_report
+    from gfs.services.simulator.evaluate import aggregate, grid_cells, run_grid
+    from gfs.services.simulator.evaluate_config import load_config
+    from gfs.services.simulator.evaluate_report import build_report, write_report
 
     cfg = load_config(config).frozen()
     if split not in ("dev", "test"):

@@ -22,10 +22,10 @@ from typing import Any
 
 import yaml
 
-from services.core.policies.registry import build_registry
-from services.simulator.traces.gfs_format import read_nodes
-from services.simulator.traces.mmpp_config import MmppConfig
-from services.simulator.traces.synth_config import GeneratorConfig
+from gfs.services.core.policies.registry import build_registry
+from gfs.services.simulator.traces.gfs_format import read_nodes
+from gfs.services.simulator.traces.mmpp_config import MmppConfig
+from gfs.services.simulator.traces.synth_config import GeneratorConfig
 
 DEFAULT_POLICIES = ("gfs", "fifo", "k8s-priority", "lyra", "fgd", "chronus")
 GENERATORS = ("synth", "mmpp")

@@ -6,7 +6,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from services.core.work_conservation import REASONS as IDLE_FIT_REASONS
+from gfs.services.core.work_conservation import REASONS as IDLE_FIT_REASONS
 
 # The cluster-wide metrics (services/core/metrics.metric_block) the report aggregates.
 METRICS: tuple[str, ...] = (

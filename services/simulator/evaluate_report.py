@@ -11,9 +11,9 @@ import math
 from pathlib import Path
 from typing import Any
 
-from services.simulator.evaluate_config import EvaluateConfig
-from services.simulator.evaluate_metrics import REPORT_METRICS
-from services.simulator.evaluate_suite import plot_suite, suite_markdown
+from gfs.services.simulator.evaluate_config import EvaluateConfig
+from gfs.services.simulator.evaluate_metrics import REPORT_METRICS
+from gfs.services.simulator.evaluate_suite import plot_suite, suite_markdown
 
 # The in-window measure leads (docs/decisions.md, "In-window measure"); the drain-inclusive
 # figures stay as the last two columns so reports written before it remain comparable.

@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from services.simulator.evaluate_config import EvaluateConfig
-from services.simulator.evaluate_metrics import REPORT_METRICS, spread
+from gfs.services.simulator.evaluate_config import EvaluateConfig
+from gfs.services.simulator.evaluate_metrics import REPORT_METRICS, spread
 
 # (metric, label, scale, format, better): the report's columns, in the order.
 SUITE_METRICS: tuple[tuple[str, str, float, str, str], ...] = (

@@ -28,13 +28,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from services.simulator.evaluate_config import Regime, regime_generator
-from services.simulator.traces.columns import JobColumns
-from services.simulator.traces.mmpp import generate_mmpp, offered_load
-from services.simulator.traces.mmpp_config import MmppConfig
-from services.simulator.traces.records import Trace, TraceJob, TraceNode
-from services.simulator.traces.synth_config import GeneratorConfig
-from services.simulator.traces.synthetic import generate
+from gfs.services.simulator.evaluate_config import Regime, regime_generator
+from gfs.services.simulator.traces.columns import JobColumns
+from gfs.services.simulator.traces.mmpp import generate_mmpp, offered_load
+from gfs.services.simulator.traces.mmpp_config import MmppConfig
+from gfs.services.simulator.traces.records import Trace, TraceJob, TraceNode
+from gfs.services.simulator.traces.synth_config import GeneratorConfig
+from gfs.services.simulator.traces.synthetic import generate
 
 
 @dataclass(frozen=True, slots=True)

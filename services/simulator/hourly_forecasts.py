@@ -3,10 +3,10 @@ asked at the first quota refresh of each hour, on the completed hours of the dem
 
 from __future__ import annotations
 
-from services.core.forecast import DemandForecast, Forecaster
-from services.simulator.demand_tracking import DemandTracking
-from services.simulator.engine_state import HORIZON_H, DemandInput
-from services.simulator.recording import Recorder
+from gfs.services.core.forecast import DemandForecast, Forecaster
+from gfs.services.simulator.demand_tracking import DemandTracking
+from gfs.services.simulator.engine_state import HORIZON_H, DemandInput
+from gfs.services.simulator.recording import Recorder
 
 
 class HourlyForecasts:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from services.core.task import TaskSpec
+from gfs.services.core.task import TaskSpec
 
 
 class Life:

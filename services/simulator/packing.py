@@ -22,12 +22,12 @@ from typing import Any
 
 import numpy as np
 
-from services.core.ids import PoolId, TaskId, TenantId
-from services.core.placement import NodeChooser, place_task
-from services.core.placement_fgd import fragmentation
-from services.core.pool import PoolState, RunningTask
-from services.core.task import TaskClass, TaskSpec
-from services.simulator.traces.records import Trace
+from gfs.services.core.ids import PoolId, TaskId, TenantId
+from gfs.services.core.placement import NodeChooser, place_task
+from gfs.services.core.placement_fgd import fragmentation
+from gfs.services.core.pool import PoolState, RunningTask
+from gfs.services.core.task import TaskClass, TaskSpec
+from gfs.services.simulator.traces.records import Trace
 
 CHECKPOINTS = tuple(round(0.05 * i, 2) for i in range(1, 21))
 
@@ -120,7 +120,7 @@ def pack(trace: Trace, policy: str, chooser: NodeChooser) -> PackingResult:
 
 
 def pack_policies(trace: Trace, policies: Sequence[str]) -> list[PackingResult]:
-    from services.core.policies.registry import build_policy
+    from gfs.services.core.policies.registry import build_policy
 
     return [pack(trace, name, build_policy(name).placement) for name in policies]
 

@@ -18,8 +18,8 @@ def packing(
     policies: Annotated[str, typer.Option(help="comma-separated policy names")] = DEFAULT_POLICIES,
 ) -> None:
     """Fill the openb cluster with its pods in creation order under each policy's placement."""
-    from services.simulator.packing import pack_policies, summary_rows
-    from services.simulator.traces.openb import load_openb_with_report
+    from gfs.services.simulator.packing import pack_policies, summary_rows
+    from gfs.services.simulator.traces.openb import load_openb_with_report
 
     trace, rep = load_openb_with_report(nodes, pods, single_pool=True)
     results = pack_policies(trace, [p.strip() for p in policies.split(",") if p.strip()])

@@ -23,12 +23,12 @@ import statistics
 import time
 from dataclasses import dataclass
 
-from services.core.ids import PoolId, TaskId, TenantId
-from services.core.policies.registry import build_policy
-from services.core.pool import PoolState
-from services.core.runtime import PoolRuntime
-from services.core.task import TaskClass, TaskSpec
-from services.simulator.traces.records import Trace, TraceJob, TraceNode
+from gfs.services.core.ids import PoolId, TaskId, TenantId
+from gfs.services.core.policies.registry import build_policy
+from gfs.services.core.pool import PoolState
+from gfs.services.core.runtime import PoolRuntime
+from gfs.services.core.task import TaskClass, TaskSpec
+from gfs.services.simulator.traces.records import Trace, TraceJob, TraceNode
 
 NODES = 432
 GPUS_PER_NODE = 8
@@ -170,8 +170,8 @@ class SimTimes:
 
 def simulate(queued: int, seed: int = 0, policy: str = "gfs", indexed: bool = True) -> SimTimes:
     """Wall time of one simulation of `backlog_trace(queued)` (loading excluded)."""
-    from services.simulator.result import build_policy_result
-    from services.simulator.runner import RunSettings, build_simulation, prepare
+    from gfs.services.simulator.result import build_policy_result
+    from gfs.services.simulator.runner import RunSettings, build_simulation, prepare
 
     trace = backlog_trace(queued, seed)
     settings = RunSettings(seed=seed)

@@ -15,8 +15,8 @@ import csv
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from services.core.quota import QuotaInputs, QuotaSettings, hp_floor, hp_usage_ahead, spare_from_quantile
-from services.core.runtime import PoolRuntime
+from gfs.services.core.quota import QuotaInputs, QuotaSettings, hp_floor, hp_usage_ahead, spare_from_quantile
+from gfs.services.core.runtime import PoolRuntime
 
 COLUMNS = (
     "time_s",

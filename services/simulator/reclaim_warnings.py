@@ -12,11 +12,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from services.core.forecast import DemandForecast
-from services.core.ids import TaskId
-from services.core.reclaim_warning import WarningSettings, lost_after_warning, shortfall_gpus, warn_candidates
-from services.core.runtime import PoolRuntime
-from services.core.task import TaskSpec
+from gfs.services.core.forecast import DemandForecast
+from gfs.services.core.ids import TaskId
+from gfs.services.core.reclaim_warning import (
+    WarningSettings,
+    lost_after_warning,
+    shortfall_gpus,
+    warn_candidates,
+)
+from gfs.services.core.runtime import PoolRuntime
+from gfs.services.core.task import TaskSpec
 
 
 @dataclass

@@ -6,10 +6,10 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from services.core.ids import PoolId
-from services.core.runtime import PoolRuntime
-from services.core.work_conservation import REASONS
-from services.simulator.workload import Workload
+from gfs.services.core.ids import PoolId
+from gfs.services.core.runtime import PoolRuntime
+from gfs.services.core.work_conservation import REASONS
+from gfs.services.simulator.workload import Workload
 
 IDLE_FIT_EVERY = 5  # samples per idle-while-work-fits reading
 

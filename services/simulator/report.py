@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from services.simulator.result import SimulationResult
+from gfs.services.simulator.result import SimulationResult
 
 TABLE_METRICS: tuple[tuple[str, str], ...] = (
     ("lp_eviction_rate", "{:.4f}"),

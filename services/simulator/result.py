@@ -9,11 +9,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from services.core.metrics import HP_SLO_START_S, ClassOutcomes, metric_block
-from services.core.task import TaskClass
+from gfs.services.core.metrics import HP_SLO_START_S, ClassOutcomes, metric_block
+from gfs.services.core.task import TaskClass
 
 if TYPE_CHECKING:
-    from services.simulator.engine import Simulation
+    from gfs.services.simulator.engine import Simulation
 
 
 @dataclass(frozen=True, eq=False)

@@ -1,6 +1,6 @@
 """Composition root of a simulation run: trace -> workload, demand series, forecaster, policy.
 
-The `model` forecast source is wired here by a lazy import of `ml.inference.load_forecaster`, so
+The `model` forecast source is wired here by a lazy import of `gfs.ml.inference.load_forecaster`, so
 the simulator never imports torch unless that source is asked for. A model that fails to fit or
 predict is replaced by persistence for that call and the fallback is counted.
 """
@@ -17,18 +17,18 @@ from typing import cast
 
 import numpy as np
 
-from services.core.forecast import DemandForecast, Forecaster, SeriesKey
-from services.core.naive_forecasts import Oracle, Persistence, SeasonalNaive
-from services.core.observed_demand import ObservedDemand
-from services.core.policies.protocols import SchedulingPolicy
-from services.core.policies.registry import build_policy
-from services.simulator.decision_log import DecisionLog
-from services.simulator.demand import DemandSeries, hp_demand_series, pool_totals, write_canonical_csv
-from services.simulator.engine import CancelSink, DecisionSink, DemandInput, SimSettings, Simulation
-from services.simulator.quota_log import QuotaLog
-from services.simulator.result import PolicyResult, SimulationResult, build_policy_result
-from services.simulator.traces.records import Trace
-from services.simulator.workload import Workload, build_workload
+from gfs.services.core.forecast import DemandForecast, Forecaster, SeriesKey
+from gfs.services.core.naive_forecasts import Oracle, Persistence, SeasonalNaive
+from gfs.services.core.observed_demand import ObservedDemand
+from gfs.services.core.policies.protocols import SchedulingPolicy
+from gfs.services.core.policies.registry import build_policy
+from gfs.services.simulator.decision_log import DecisionLog
+from gfs.services.simulator.demand import DemandSeries, hp_demand_series, pool_totals, write_canonical_csv
+from gfs.services.simulator.engine import CancelSink, DecisionSink, DemandInput, SimSettings, Simulation
+from gfs.services.simulator.quota_log import QuotaLog
+from gfs.services.simulator.result import PolicyResult, SimulationResult, build_policy_result
+from gfs.services.simulator.traces.records import Trace
+from gfs.services.simulator.workload import Workload, build_workload
 
 
 class ForecastSource(enum.Enum):
@@ -92,7 +92,7 @@ def build_forecaster(settings: RunSettings, demand: DemandInput) -> Forecaster:
         return persistence
     if settings.model_artifact is None:
         raise ValueError("--forecast model needs --model-artifact DIR")
-    from ml.inference import load_forecaster  # lazy: only this path needs torch
+    from gfs.ml.inference import load_forecaster  # lazy: only this path needs torch
 
     # cast: the ML forecaster satisfies the protocol structurally at run time (its frozen
     # dataclass attributes are read-only, which mypy's settable-protocol check rejects).

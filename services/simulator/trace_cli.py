@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from services.platform.cli_output import Output, OutputOption, echo_json
+from gfs.services.platform.cli_output import Output, OutputOption, echo_json
 
 app = typer.Typer(
     no_args_is_help=True, help="GFS-format traces: synthesise (synth, mmpp), HP demand series, statistics."
@@ -33,9 +33,9 @@ def synth(
     """Generate a calibrated synthetic trace over the node inventory in NODES."""
     import dataclasses
 
-    from services.simulator.traces.gfs_format import read_nodes
-    from services.simulator.traces.synth_config import GeneratorConfig
-    from services.simulator.traces.synthetic import synthesize
+    from gfs.services.simulator.traces.gfs_format import read_nodes
+    from gfs.services.simulator.traces.synth_config import GeneratorConfig
+    from gfs.services.simulator.traces.synthetic import synthesize
 
     if days <= 0 or scale <= 0:
         raise typer.BadParameter("--days and --scale must be > 0")
@@ -84,10 +84,10 @@ def mmpp(
     seed: Annotated[int, typer.Option(help="seed of every random stream")] = 0,
 ) -> None:
     """Generate a trace from the second generator (Markov-modulated Poisson arrivals, load per pool)."""
-    from services.simulator.evaluate_trace import scaled_nodes, select_pools
-    from services.simulator.traces.gfs_format import read_nodes
-    from services.simulator.traces.mmpp import synthesize_mmpp
-    from services.simulator.traces.mmpp_config import MmppConfig
+    from gfs.services.simulator.evaluate_trace import scaled_nodes, select_pools
+    from gfs.services.simulator.traces.gfs_format import read_nodes
+    from gfs.services.simulator.traces.mmpp import synthesize_mmpp
+    from gfs.services.simulator.traces.mmpp_config import MmppConfig
 
     if not 0 < node_fraction <= 1:
         raise typer.BadParameter("--node-fraction must be in (0, 1]")
@@ -113,8 +113,8 @@ def demand(
     out: Annotated[Path, typer.Option(help="canonical CSV: time,tenant,pool,demand_gpus")],
 ) -> None:
     """Write the HP demand series (hourly peaks per pool and tenant) as the canonical CSV."""
-    from services.simulator.demand import hp_demand_series, write_canonical_csv
-    from services.simulator.traces.gfs_format import load_gfs_trace
+    from gfs.services.simulator.demand import hp_demand_series, write_canonical_csv
+    from gfs.services.simulator.traces.gfs_format import load_gfs_trace
 
     started = time.perf_counter()
     series = hp_demand_series(load_gfs_trace(trace))
@@ -135,10 +135,10 @@ def stats(
     from rich.console import Console
     from rich.table import Table
 
-    from services.simulator.demand import hp_demand_series, pool_totals
-    from services.simulator.traces.columns import JobColumns
-    from services.simulator.traces.gfs_format import load_gfs_trace
-    from services.simulator.traces.trace_stats import StatRow, compute_stats, format_table
+    from gfs.services.simulator.demand import hp_demand_series, pool_totals
+    from gfs.services.simulator.traces.columns import JobColumns
+    from gfs.services.simulator.traces.gfs_format import load_gfs_trace
+    from gfs.services.simulator.traces.trace_stats import StatRow, compute_stats, format_table
 
     loaded = load_gfs_trace(trace)
     rows = compute_stats(JobColumns.from_trace(loaded), loaded.nodes, loaded.horizon_s)
@@ -180,8 +180,8 @@ def convert_openb(
     ] = False,
 ) -> None:
     """Convert an openb (v2023) trace to the GFS format: LS, Guaranteed -> HP; BE, Burstable -> Spot."""
-    from services.simulator.traces.gfs_format import write_gfs_trace
-    from services.simulator.traces.openb import load_openb_with_report
+    from gfs.services.simulator.traces.gfs_format import write_gfs_trace
+    from gfs.services.simulator.traces.openb import load_openb_with_report
 
     trace, report = load_openb_with_report(nodes, pods, single_pool=single_pool)
     write_gfs_trace(trace, out)

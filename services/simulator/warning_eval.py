@@ -16,10 +16,10 @@ from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
-from services.core.reclaim_warning import WarningSettings
-from services.simulator.evaluate import Cell, cell_simulation, spread
-from services.simulator.evaluate_config import EvaluateConfig
-from services.simulator.reclaim_warnings import WarningLedger
+from gfs.services.core.reclaim_warning import WarningSettings
+from gfs.services.simulator.evaluate import Cell, cell_simulation, spread
+from gfs.services.simulator.evaluate_config import EvaluateConfig
+from gfs.services.simulator.reclaim_warnings import WarningLedger
 
 
 def run_warning_cell(

@@ -12,11 +12,11 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass
 
-from services.core.feasibility import PoolFeasibility
-from services.core.ids import PoolId, TaskId, TenantId
-from services.core.pool import PoolState
-from services.core.task import TaskClass, TaskSpec
-from services.simulator.traces.records import Trace
+from gfs.services.core.feasibility import PoolFeasibility
+from gfs.services.core.ids import PoolId, TaskId, TenantId
+from gfs.services.core.pool import PoolState
+from gfs.services.core.task import TaskClass, TaskSpec
+from gfs.services.simulator.traces.records import Trace
 
 DAY_S = 86400.0
 

@@ -1,5 +1,5 @@
 """What the tools around the services (parity, demo, faults, livebench) share to run the live
-services from outside: starting each service as its own `python -m services ...` process group and
+services from outside: starting each service as its own `python -m gfs.services ...` process group and
 stopping it (processes.py), probing their HTTP endpoints (probes.py), starting a run's fresh consumer
 groups at the topics' end (consumer_groups.py) and publishing a flat HP-demand forecast so the quota
 admits spot work (forecasts.py).

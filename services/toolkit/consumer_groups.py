@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from schemas.topics import topic
+from gfs.schemas.topics import topic
 
 
 async def start_group_at_end(bootstrap: list[str] | str, group: str, topics: Sequence[str]) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from schemas.forecast import HourlyDemand, PoolDemandForecast
+from gfs.schemas.forecast import HourlyDemand, PoolDemandForecast
 
 
 def flat_forecast(

@@ -1,4 +1,4 @@
-"""The live services a tool starts: each `python -m services ...` in its own process group
+"""The live services a tool starts: each `python -m gfs.services ...` in its own process group
 (`start_new_session`), so a stop reaches the service and whatever it spawned in its group; and the
 agents' workers, which run in sessions of their own and outlive a stopped agent (a restarted agent
 re-adopts them), killed when the tool's run ends."""
@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from services.platform.settings import REPO_ROOT
+from gfs.services.platform.settings import REPO_ROOT
 
 # How a worker the agents started is recognised: the fake task's module or its command's name.
 FAKE_TASK_MARKERS = (b"fake_task", b"fake-task")
@@ -26,7 +26,7 @@ FAKE_TASK_MARKERS = (b"fake_task", b"fake-task")
 
 @dataclass(slots=True)
 class ServiceProcess:
-    """One service or agent: `args` after `python -m services`, run from the repository root with
+    """One service or agent: `args` after `python -m gfs.services`, run from the repository root with
     `env`, its output appended to `log`."""
 
     name: str
@@ -38,7 +38,7 @@ class ServiceProcess:
     def start(self) -> None:
         handle = self.log.open("ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "services", *self.args],
+            [sys.executable, "-m", "gfs.services", *self.args],
             cwd=REPO_ROOT,
             env=self.env,
             stdout=handle,

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from services.platform.cli_output import Output, OutputOption, echo_json
+from gfs.services.platform.cli_output import Output, OutputOption, echo_json
 
 
 def whatif(
@@ -33,12 +33,12 @@ def whatif(
 ) -> None:
     """Rebuild the trace from the live topics, replay it in the simulator under GFS and the asked
     policies, and compare with what happened (docs/operations.md, "What if")."""
-    from services.platform.settings import PlatformSettings
-    from services.whatif.log_reader import parse_since, read_log
-    from services.whatif.money import parse_prices
-    from services.whatif.rebuild import rebuild
-    from services.whatif.replay import quota_settings
-    from services.whatif.report import what_if
+    from gfs.services.platform.settings import PlatformSettings
+    from gfs.services.whatif.log_reader import parse_since, read_log
+    from gfs.services.whatif.money import parse_prices
+    from gfs.services.whatif.rebuild import rebuild
+    from gfs.services.whatif.replay import quota_settings
+    from gfs.services.whatif.report import what_if
 
     try:
         window = parse_since(since)
@@ -47,7 +47,7 @@ def whatif(
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
     names = policy or ["fifo"]
-    from services.core.policies.registry import build_registry
+    from gfs.services.core.policies.registry import build_registry
 
     unknown = sorted(set(names) - set(build_registry()))
     if unknown:

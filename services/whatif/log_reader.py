@@ -19,7 +19,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from schemas.topics import TASK_LIFECYCLE_TOPIC, TASK_SUBMIT_TOPIC, TELEMETRY_TOPIC, decode, topic
+from gfs.schemas.topics import TASK_LIFECYCLE_TOPIC, TASK_SUBMIT_TOPIC, TELEMETRY_TOPIC, decode, topic
 
 LOG_TOPICS = (TASK_SUBMIT_TOPIC, TASK_LIFECYCLE_TOPIC, TELEMETRY_TOPIC)
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 7 * 86400.0}

@@ -19,7 +19,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from schemas.tasks import (
+from gfs.schemas.tasks import (
     EvictionReason,
     TaskCancelled,
     TaskClass,
@@ -30,11 +30,11 @@ from schemas.tasks import (
     TaskSubmitted,
     TaskWithdrawn,
 )
-from schemas.telemetry import NodeTelemetry
-from services.simulator.traces.gfs_format import DEFAULT_CHECKPOINT_S
-from services.simulator.traces.records import Trace, TraceJob, TraceNode
-from services.whatif.log_reader import LogRecord
-from services.whatif.outcomes import Event, TaskInfo
+from gfs.schemas.telemetry import NodeTelemetry
+from gfs.services.simulator.traces.gfs_format import DEFAULT_CHECKPOINT_S
+from gfs.services.simulator.traces.records import Trace, TraceJob, TraceNode
+from gfs.services.whatif.log_reader import LogRecord
+from gfs.services.whatif.outcomes import Event, TaskInfo
 
 NODE_CPUS = 10**6  # the live service does not schedule CPUs: nodes never run out of them
 

@@ -17,12 +17,12 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from services.core.policies.registry import build_policy
-from services.core.quota import QuotaSettings
-from services.simulator.decision_log import DecisionLog
-from services.simulator.runner import ForecastSource, RunSettings, build_simulation, prepare
-from services.whatif.outcomes import Event, Summary, TaskInfo, summarize
-from services.whatif.rebuild import Rebuilt
+from gfs.services.core.policies.registry import build_policy
+from gfs.services.core.quota import QuotaSettings
+from gfs.services.simulator.decision_log import DecisionLog
+from gfs.services.simulator.runner import ForecastSource, RunSettings, build_simulation, prepare
+from gfs.services.whatif.outcomes import Event, Summary, TaskInfo, summarize
+from gfs.services.whatif.rebuild import Rebuilt
 
 # `--set` names an operator knows from the paper, for the quota's settings.
 ALIASES = {"p": "guarantee_rate", "eps": "target_eviction_rate"}

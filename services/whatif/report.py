@@ -13,11 +13,11 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from services.core.quota import QuotaSettings
-from services.whatif.money import MonthlyBenefit, monthly_benefit
-from services.whatif.outcomes import Summary, summarize
-from services.whatif.rebuild import Rebuilt
-from services.whatif.replay import simulate
+from gfs.services.core.quota import QuotaSettings
+from gfs.services.whatif.money import MonthlyBenefit, monthly_benefit
+from gfs.services.whatif.outcomes import Summary, summarize
+from gfs.services.whatif.rebuild import Rebuilt
+from gfs.services.whatif.replay import simulate
 
 PARITY_TOLERANCE = 1e-6  # relative: the same schedule gives the same sums up to float rounding
 

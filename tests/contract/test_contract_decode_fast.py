@@ -12,9 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schemas import decoding
-from schemas.envelope import Envelope
-from schemas.topics import decode, topic, topic_for_event_type
+from gfs.schemas import decoding
+from gfs.schemas.envelope import Envelope
+from gfs.schemas.topics import decode, topic, topic_for_event_type
 from tests.contract.contract_goldens import golden_id, golden_message, golden_paths, to_bytes
 
 

@@ -9,9 +9,9 @@ from uuid import UUID
 import pytest
 from pydantic import ValidationError
 
-from schemas.envelope import CURRENT_SCHEMA_VERSION, Envelope, wrap
-from schemas.tasks import TaskCancelled, TaskClass, TaskSubmitted
-from schemas.topics import decode, encode, key_of
+from gfs.schemas.envelope import CURRENT_SCHEMA_VERSION, Envelope, wrap
+from gfs.schemas.tasks import TaskCancelled, TaskClass, TaskSubmitted
+from gfs.schemas.topics import decode, encode, key_of
 
 
 def a_submission(**overrides: object) -> TaskSubmitted:

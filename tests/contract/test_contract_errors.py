@@ -15,7 +15,7 @@ import pytest
 from contract_goldens import golden_message, to_bytes
 from pydantic import ValidationError
 
-from schemas.topics import decode, topic_for_event_type
+from gfs.schemas.topics import decode, topic_for_event_type
 
 Message = dict[str, Any]
 
@@ -296,8 +296,8 @@ def test_decode_on_an_unknown_topic_names_it() -> None:
 
 def test_scrub_text_makes_foreign_text_fit_a_free_string() -> None:
     # What a service echoes from elsewhere (an OS error, a process's output) is escaped, not refused.
-    from schemas.fields import scrub_text
-    from schemas.workers import WorkerExited
+    from gfs.schemas.fields import scrub_text
+    from gfs.schemas.workers import WorkerExited
 
     scrubbed = scrub_text("exec failed\x00: \x1b[31mred\x1b[0m\tand\nnext\x7f")
     assert scrubbed == "exec failed\\x00: \\x1b[31mred\\x1b[0m\tand\nnext\\x7f"

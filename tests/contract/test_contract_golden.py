@@ -13,7 +13,7 @@ import pytest
 from contract_goldens import SCHEMA_VERSIONS, golden_id, golden_message, golden_paths, to_bytes
 from pydantic import BaseModel, ValidationError
 
-from schemas.topics import TOPICS, decode, encode, key_of, topic_for_event_type
+from gfs.schemas.topics import TOPICS, decode, encode, key_of, topic_for_event_type
 
 ALL_EVENT_TYPES = sorted(event_type for spec in TOPICS for event_type in spec.event_types())
 

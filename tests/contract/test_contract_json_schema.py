@@ -11,10 +11,10 @@ from contract_goldens import golden_id, golden_message, golden_paths
 from jsonschema import Draft202012Validator, FormatChecker
 from typer.testing import CliRunner
 
-from schemas.envelope import wrap
-from schemas.tasks import TaskClass, TaskSubmitted
-from schemas.topics import TOPICS, encode, topic_for_event_type
-from services.platform.schema_cli import app
+from gfs.schemas.envelope import wrap
+from gfs.schemas.tasks import TaskClass, TaskSubmitted
+from gfs.schemas.topics import TOPICS, encode, topic_for_event_type
+from gfs.services.platform.schema_cli import app
 
 
 @pytest.fixture(scope="module")

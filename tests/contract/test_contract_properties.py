@@ -8,12 +8,12 @@ from uuid import UUID
 from hypothesis import given
 from hypothesis import strategies as st
 
-from schemas.commands import EvictCommand
-from schemas.envelope import wrap
-from schemas.forecast import DemandForecast, HourlyDemand
-from schemas.tasks import EvictionReason, Placement, TaskClass, TaskStarted, TaskSubmitted
-from schemas.telemetry import GpuAllocation, GpuProcess, GpuSample, NodeTelemetry
-from schemas.topics import decode, encode, topic_for_event_type
+from gfs.schemas.commands import EvictCommand
+from gfs.schemas.envelope import wrap
+from gfs.schemas.forecast import DemandForecast, HourlyDemand
+from gfs.schemas.tasks import EvictionReason, Placement, TaskClass, TaskStarted, TaskSubmitted
+from gfs.schemas.telemetry import GpuAllocation, GpuProcess, GpuSample, NodeTelemetry
+from gfs.schemas.topics import decode, encode, topic_for_event_type
 
 ids = st.from_regex(r"[a-z][a-z0-9\-]{0,20}[a-z0-9]", fullmatch=True)
 finite = st.floats(min_value=0, max_value=1e6, allow_nan=False, allow_infinity=False)

@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from schemas.commands import EvictCommand, WarnCommand
-from schemas.tasks import TaskReclaimWarning
-from schemas.topics import EVICT_TOPIC, TASK_LIFECYCLE_TOPIC, decode, encode
-from services.platform.signing import SIGNED_TYPES, node_key, sign, signing_bytes, verify
+from gfs.schemas.commands import EvictCommand, WarnCommand
+from gfs.schemas.tasks import TaskReclaimWarning
+from gfs.schemas.topics import EVICT_TOPIC, TASK_LIFECYCLE_TOPIC, decode, encode
+from gfs.services.platform.signing import SIGNED_TYPES, node_key, sign, signing_bytes, verify
 
 GOLDEN = Path(__file__).parent / "golden" / "v1"
 MASTER = bytes(range(32))

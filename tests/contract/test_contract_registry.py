@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from pydantic import BaseModel
 
-from schemas import topics as registry
-from schemas.topics import DEAD_LETTER_TOPIC, TOPICS, topic, topic_for_event_type
+from gfs.schemas import topics as registry
+from gfs.schemas.topics import DEAD_LETTER_TOPIC, TOPICS, topic, topic_for_event_type
 
 # The contract other teams code against (brief: topic -> key -> payloads -> partitions).
 EXPECTED: dict[str, tuple[str, frozenset[str], int]] = {

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from schemas.envelope import wrap
-from schemas.quota import HpDemandHour
-from schemas.tasks import SurvivalQuote, TaskAccepted, TaskClass
-from schemas.topics import QUOTAS_TOPIC, TASK_LIFECYCLE_TOPIC, decode, encode
-from services.producers.task_state import survival_of
+from gfs.schemas.envelope import wrap
+from gfs.schemas.quota import HpDemandHour
+from gfs.schemas.tasks import SurvivalQuote, TaskAccepted, TaskClass
+from gfs.schemas.topics import QUOTAS_TOPIC, TASK_LIFECYCLE_TOPIC, decode, encode
+from gfs.services.producers.task_state import survival_of
 
 GOLDEN = Path(__file__).parent / "golden" / "v1"
 QUOTE = {"guarantee_hours": 2, "guarantee": 0.5, "hours_1": 0.691, "hours_2": 0.5, "hours_4": 0.159}

@@ -21,12 +21,12 @@ from pathlib import Path
 
 import pytest
 
-from schemas.commands import BindCommand, EvictAck, EvictCommand
-from schemas.telemetry import NodeTelemetry
-from schemas.workers import WorkerExited, WorkerStarted
-from services.platform.protocol_doc import payload_models, regenerate
-from services.platform.signing import SignatureCheck, check_signature, node_key, signing_bytes
-from services.preemption.router.report_auth import Refusal, ReportAuth
+from gfs.schemas.commands import BindCommand, EvictAck, EvictCommand
+from gfs.schemas.telemetry import NodeTelemetry
+from gfs.schemas.workers import WorkerExited, WorkerStarted
+from gfs.services.platform.protocol_doc import payload_models, regenerate
+from gfs.services.platform.signing import SignatureCheck, check_signature, node_key, signing_bytes
+from gfs.services.preemption.router.report_auth import Refusal, ReportAuth
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "protocol.md"
 _BLOCK = re.compile(r"```(?:json|text) vector:(?P<name>[a-z:-]+)\n(?P<body>.*?)\n```", re.DOTALL)

@@ -11,8 +11,8 @@ from typing import Any
 
 from payload_examples import all_examples
 
-from schemas.envelope import wrap
-from schemas.topics import encode, topic
+from gfs.schemas.envelope import wrap
+from gfs.schemas.topics import encode, topic
 
 OVERSIZED_BYTES = 900_000
 CATEGORIES = ("not_json", "not_utf8", "json_array", "missing_field", "wrong_version", "wrong_type")

@@ -23,8 +23,8 @@ from node_agent_world import ack_reader, publisher  # noqa: F401 (fixtures: see 
 from preemption_world import world  # noqa: F401 (a fixture: see below)
 from quota_harness import _fresh_schema
 
-from schemas.topics import TOPICS
-from services.platform.kafka.topic_admin import TopicsReport, ensure_topics
+from gfs.schemas.topics import TOPICS
+from gfs.services.platform.kafka.topic_admin import TopicsReport, ensure_topics
 
 if TYPE_CHECKING:
     from secure_broker import SecureBroker

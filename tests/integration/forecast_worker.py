@@ -23,12 +23,12 @@ from aiokafka.admin import AIOKafkaAdminClient
 from live_harness import groups_from_the_end
 from quota_harness import _free_port
 
-from schemas.dead_letter import DeadLetter
-from schemas.envelope import Envelope, wrap
-from schemas.forecast import DemandForecast, PoolDemandForecast
-from schemas.tasks import TaskClass, TaskSubmitted
-from schemas.topics import decode
-from services.platform.kafka.producer import EnvelopeProducer
+from gfs.schemas.dead_letter import DeadLetter
+from gfs.schemas.envelope import Envelope, wrap
+from gfs.schemas.forecast import DemandForecast, PoolDemandForecast
+from gfs.schemas.tasks import TaskClass, TaskSubmitted
+from gfs.schemas.topics import decode
+from gfs.services.platform.kafka.producer import EnvelopeProducer
 
 REPO = Path(__file__).resolve().parents[2]
 

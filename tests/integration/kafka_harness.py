@@ -12,11 +12,11 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
-from schemas.dead_letter import DeadLetter
-from schemas.envelope import Envelope
-from schemas.topics import DEAD_LETTER_TOPIC
-from services.platform.kafka.consumer import consume
-from services.platform.kafka.processing import NO_RETRY, ConsumeStats, MessageContext, RetryPolicy
+from gfs.schemas.dead_letter import DeadLetter
+from gfs.schemas.envelope import Envelope
+from gfs.schemas.topics import DEAD_LETTER_TOPIC
+from gfs.services.platform.kafka.consumer import consume
+from gfs.services.platform.kafka.processing import NO_RETRY, ConsumeStats, MessageContext, RetryPolicy
 
 # Generous per-wait bound: a consumer group join plus a fetch takes ~1-3 s on the dev broker;
 # the bound only matters when something is broken, and then the test should fail, not hang.

@@ -24,13 +24,13 @@ import aiohttp
 from live_harness import ServiceProcess, Tap, groups_from_the_end, tap_and_producer
 from quota_harness import _migrated
 
-from schemas.commands import BindCommand, EvictAck, EvictCommand, EvictOutcome
-from schemas.envelope import wrap
-from schemas.quota import GuaranteeQuota, SpotQuota
-from schemas.workers import WorkerStarted
-from services.platform.kafka.producer import EnvelopeProducer
-from services.platform.signing import SignedCommand, SignedMessage, node_key, sign
-from services.preemption.router.routing import ROUTED_TOPICS
+from gfs.schemas.commands import BindCommand, EvictAck, EvictCommand, EvictOutcome
+from gfs.schemas.envelope import wrap
+from gfs.schemas.quota import GuaranteeQuota, SpotQuota
+from gfs.schemas.workers import WorkerStarted
+from gfs.services.platform.kafka.producer import EnvelopeProducer
+from gfs.services.platform.signing import SignedCommand, SignedMessage, node_key, sign
+from gfs.services.preemption.router.routing import ROUTED_TOPICS
 
 TAPPED = (
     "gfs.tasks.submit",
@@ -43,7 +43,7 @@ TAPPED = (
 
 
 def _fake(*args: str) -> tuple[str, ...]:
-    return (sys.executable, "-m", "services.node_agent.fake_task", *args)
+    return (sys.executable, "-m", "gfs.services.node_agent.fake_task", *args)
 
 
 def _now() -> datetime:

@@ -17,10 +17,10 @@ from typing import Any, NamedTuple
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from schemas.envelope import Envelope
-from schemas.topics import decode, topic
-from services.platform.kafka.producer import EnvelopeProducer
-from services.toolkit.consumer_groups import start_groups_at_end
+from gfs.schemas.envelope import Envelope
+from gfs.schemas.topics import decode, topic
+from gfs.services.platform.kafka.producer import EnvelopeProducer
+from gfs.services.toolkit.consumer_groups import start_groups_at_end
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -168,7 +168,7 @@ class ServiceProcess:
     def start(self) -> ServiceProcess:
         handle = self.log.open("ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "services", *self.args], cwd=REPO, env=self.env, stdout=handle,
+            [sys.executable, "-m", "gfs.services", *self.args], cwd=REPO, env=self.env, stdout=handle,
             stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
         handle.close()

@@ -21,15 +21,15 @@ from typing import Any
 import pytest_asyncio
 from live_harness import Tap
 
-from schemas.commands import BindCommand, EvictCommand
-from schemas.envelope import wrap
-from schemas.tasks import EvictionReason, Placement, TaskClass
-from services.node_agent import procs
-from services.node_agent.service import AgentOptions, run_node_agent
-from services.node_agent.settings import NodeAgentSettings
-from services.platform.kafka.producer import EnvelopeProducer
-from services.platform.kafka.topic_admin import TopicsReport
-from services.platform.signing import node_key, sign
+from gfs.schemas.commands import BindCommand, EvictCommand
+from gfs.schemas.envelope import wrap
+from gfs.schemas.tasks import EvictionReason, Placement, TaskClass
+from gfs.services.node_agent import procs
+from gfs.services.node_agent.service import AgentOptions, run_node_agent
+from gfs.services.node_agent.settings import NodeAgentSettings
+from gfs.services.platform.kafka.producer import EnvelopeProducer
+from gfs.services.platform.kafka.topic_admin import TopicsReport
+from gfs.services.platform.signing import node_key, sign
 
 SECRET = "integration-master-secret-" + "x" * 16
 WAIT_S = 30.0
@@ -44,7 +44,7 @@ def _node(prefix: str = "it-node") -> str:
 
 
 def _fake_task(*args: str) -> tuple[str, ...]:
-    return (sys.executable, "-m", "services.node_agent.fake_task", *args)
+    return (sys.executable, "-m", "gfs.services.node_agent.fake_task", *args)
 
 
 def _bind(node: str, task_id: str, *args: str, gpus: tuple[int, ...] = (0,), **changes: Any) -> BindCommand:

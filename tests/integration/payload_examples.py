@@ -12,14 +12,14 @@ from uuid import UUID
 
 from pydantic import BaseModel
 
-from schemas.clock import ClockAck, ClockPhase, ClockTick
-from schemas.commands import BindCommand, EvictAck, EvictCommand, EvictOutcome, WarnCommand
-from schemas.dead_letter import DeadLetter
-from schemas.forecast import DemandForecast, HourlyDemand, PoolDemandForecast
-from schemas.pool_demand import PoolDemandLevel
-from schemas.pool_status import PoolStatus
-from schemas.quota import GuaranteeQuota, SpotQuota
-from schemas.tasks import (
+from gfs.schemas.clock import ClockAck, ClockPhase, ClockTick
+from gfs.schemas.commands import BindCommand, EvictAck, EvictCommand, EvictOutcome, WarnCommand
+from gfs.schemas.dead_letter import DeadLetter
+from gfs.schemas.forecast import DemandForecast, HourlyDemand, PoolDemandForecast
+from gfs.schemas.pool_demand import PoolDemandLevel
+from gfs.schemas.pool_status import PoolStatus
+from gfs.schemas.quota import GuaranteeQuota, SpotQuota
+from gfs.schemas.tasks import (
     EvictionReason,
     GuaranteeOutcome,
     GuaranteePeriodClosed,
@@ -36,8 +36,8 @@ from schemas.tasks import (
     TaskSubmitted,
     TaskWithdrawn,
 )
-from schemas.telemetry import GpuAllocation, GpuSample, NodeTelemetry
-from schemas.workers import WorkerExited, WorkerStarted
+from gfs.schemas.telemetry import GpuAllocation, GpuSample, NodeTelemetry
+from gfs.schemas.workers import WorkerExited, WorkerStarted
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 COMMAND_ID = UUID("00000000-0000-4000-8000-000000000001")

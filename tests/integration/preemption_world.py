@@ -21,19 +21,19 @@ import pytest_asyncio
 from live_harness import Tap, groups_from_the_end, in_background, tap_and_producer
 from quota_harness import _free_port, _migrated
 
-from schemas.commands import BindCommand, EvictAck, EvictCommand, EvictOutcome
-from schemas.envelope import wrap
-from schemas.quota import GuaranteeQuota, SpotQuota
-from schemas.tasks import TaskClass, TaskStarted, TaskSubmitted
-from schemas.telemetry import GpuSample, NodeTelemetry, RunningWorker
-from schemas.topics import CLOCK_TOPIC
-from schemas.workers import WorkerExited, WorkerStarted
-from services.platform.kafka.producer import EnvelopeProducer
-from services.platform.kafka.topic_admin import TopicsReport
-from services.platform.signing import SignedMessage, node_key, sign
-from services.preemption.decider import Decider
-from services.preemption.router.routing import ROUTED_TOPICS
-from services.preemption.service import PreemptionSettings, run_preemption_service
+from gfs.schemas.commands import BindCommand, EvictAck, EvictCommand, EvictOutcome
+from gfs.schemas.envelope import wrap
+from gfs.schemas.quota import GuaranteeQuota, SpotQuota
+from gfs.schemas.tasks import TaskClass, TaskStarted, TaskSubmitted
+from gfs.schemas.telemetry import GpuSample, NodeTelemetry, RunningWorker
+from gfs.schemas.topics import CLOCK_TOPIC
+from gfs.schemas.workers import WorkerExited, WorkerStarted
+from gfs.services.platform.kafka.producer import EnvelopeProducer
+from gfs.services.platform.kafka.topic_admin import TopicsReport
+from gfs.services.platform.signing import SignedMessage, node_key, sign
+from gfs.services.preemption.decider import Decider
+from gfs.services.preemption.router.routing import ROUTED_TOPICS
+from gfs.services.preemption.service import PreemptionSettings, run_preemption_service
 
 SECRET = "it-preemption-master-secret-0123456789"
 TAPPED = ("gfs.commands.bind", "gfs.commands.evict", "gfs.tasks.lifecycle", "gfs.pools.status")

@@ -17,13 +17,13 @@ import asyncpg
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
-from schemas.envelope import Envelope
-from schemas.forecast import HourlyDemand, PoolDemandForecast
-from schemas.pool_status import PoolStatus
-from schemas.topics import decode
-from services.platform.migrations import discover, migrate
-from services.quota.service import QuotaServiceSettings
-from services.toolkit.processes import free_port
+from gfs.schemas.envelope import Envelope
+from gfs.schemas.forecast import HourlyDemand, PoolDemandForecast
+from gfs.schemas.pool_status import PoolStatus
+from gfs.schemas.topics import decode
+from gfs.services.platform.migrations import discover, migrate
+from gfs.services.quota.service import QuotaServiceSettings
+from gfs.services.toolkit.processes import free_port
 
 READY_S = 30.0
 

@@ -24,8 +24,8 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from live_harness import REPO
 from pydantic import SecretStr
 
-from schemas.topics import topic
-from services.platform.kafka_security import KafkaSecurity
+from gfs.schemas.topics import topic
+from gfs.services.platform.kafka_security import KafkaSecurity
 
 SECURE_SH = REPO / "infra" / "kafka" / "secure.sh"
 

@@ -16,14 +16,14 @@ from node_agent_world import Acks, _agent, _bind, _evict, _publish, _signed
 from node_agent_world import _node as _agent_node
 from preemption_world import Cluster, _api_settings, _metrics, _sample, _service, _settings
 
-from schemas.commands import BindCommand, EvictAck, EvictCommand, EvictOutcome
-from schemas.dead_letter import DeadLetter
-from schemas.envelope import wrap
-from schemas.tasks import GuaranteeOutcome, GuaranteePeriodClosed, TaskEvicted, TaskFinished
-from schemas.topics import DEAD_LETTER_TOPIC
-from schemas.workers import WorkerExited, WorkerStarted
-from services.platform.kafka.producer import EnvelopeProducer
-from services.preemption.decider import Decider
+from gfs.schemas.commands import BindCommand, EvictAck, EvictCommand, EvictOutcome
+from gfs.schemas.dead_letter import DeadLetter
+from gfs.schemas.envelope import wrap
+from gfs.schemas.tasks import GuaranteeOutcome, GuaranteePeriodClosed, TaskEvicted, TaskFinished
+from gfs.schemas.topics import DEAD_LETTER_TOPIC
+from gfs.schemas.workers import WorkerExited, WorkerStarted
+from gfs.services.platform.kafka.producer import EnvelopeProducer
+from gfs.services.preemption.decider import Decider
 
 pytestmark = pytest.mark.integration
 

@@ -59,16 +59,16 @@ from live_cluster import _fake, _kill_fake_task, _until
 from live_harness import ServiceProcess, Tap
 from quota_harness import _free_port, _migrated
 
-from schemas.dead_letter import DeadLetter
-from schemas.envelope import wrap
-from schemas.forecast import PoolDemandForecast
-from schemas.pool_demand import PoolDemandLevel
-from schemas.quota import GuaranteeQuota, SpotQuota
-from schemas.tasks import TaskAccepted, TaskClass, TaskFinished, TaskStarted
-from schemas.workers import WorkerStarted
-from services.platform.kafka.producer import EnvelopeProducer
-from services.platform.kafka.topic_admin import TopicsReport
-from services.producers.client import GfsClient
+from gfs.schemas.dead_letter import DeadLetter
+from gfs.schemas.envelope import wrap
+from gfs.schemas.forecast import PoolDemandForecast
+from gfs.schemas.pool_demand import PoolDemandLevel
+from gfs.schemas.quota import GuaranteeQuota, SpotQuota
+from gfs.schemas.tasks import TaskAccepted, TaskClass, TaskFinished, TaskStarted
+from gfs.schemas.workers import WorkerStarted
+from gfs.services.platform.kafka.producer import EnvelopeProducer
+from gfs.services.platform.kafka.topic_admin import TopicsReport
+from gfs.services.producers.client import GfsClient
 
 pytestmark = [pytest.mark.integration, pytest.mark.disruptive]
 

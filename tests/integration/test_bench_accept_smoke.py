@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from services.livebench.accept.bench import run_accept_bench
-from services.platform.kafka.topic_admin import TopicsReport
-from services.platform.settings import PlatformSettings
+from gfs.services.livebench.accept.bench import run_accept_bench
+from gfs.services.platform.kafka.topic_admin import TopicsReport
+from gfs.services.platform.settings import PlatformSettings
 
 pytestmark = [pytest.mark.integration]
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from services.livebench.failover_bench import _bench
+from gfs.services.livebench.failover_bench import _bench
 
 pytestmark = pytest.mark.integration
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from services.livebench.pipeline.ramp import RampOptions
-from services.livebench.preemption_bench import _bench, _inventory
-from services.platform.kafka.topic_admin import TopicsReport
-from services.platform.settings import PlatformSettings
+from gfs.services.livebench.pipeline.ramp import RampOptions
+from gfs.services.livebench.preemption_bench import _bench, _inventory
+from gfs.services.platform.kafka.topic_admin import TopicsReport
+from gfs.services.platform.settings import PlatformSettings
 
 pytestmark = [pytest.mark.integration, pytest.mark.disruptive]
 

@@ -20,15 +20,15 @@ from pathlib import Path
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from schemas.topics import decode, topic
-from services.platform.kafka.topic_admin import TopicsReport
-from services.platform.settings import REPO_ROOT
+from gfs.schemas.topics import decode, topic
+from gfs.services.platform.kafka.topic_admin import TopicsReport
+from gfs.services.platform.settings import REPO_ROOT
 
 pytestmark = pytest.mark.integration
 
 SUBMIT = """
 import asyncio, json, sys
-from services.producers.client import GfsClient
+from gfs.services.producers.client import GfsClient
 
 async def main() -> None:
     async with GfsClient(bootstrap_servers=sys.argv[1], producer_name="client-install") as client:
@@ -39,6 +39,13 @@ async def main() -> None:
     print(json.dumps({"event_id": str(envelope.event_id)}))
 
 asyncio.run(main())
+"""
+# The top-level import names the gfs distribution's files (its RECORD) put in site-packages.
+TOP_LEVEL = """
+import importlib.metadata as md
+files = md.distribution("gfs").files or []
+tops = {f.parts[0] for f in files if f.suffix == ".py" and not f.parts[0].endswith((".dist-info", ".data"))}
+print(" ".join(sorted(tops)))
 """
 HEAVY = ("torch", "faust-streaming", "matplotlib", "numpy", "asyncpg", "rocksdict", "typer")
 
@@ -59,8 +66,10 @@ async def test_the_client_install_submits_a_task_without_the_heavy_packages(
     source.mkdir()
     for name in ("pyproject.toml", "README.md"):
         shutil.copy2(REPO_ROOT / name, source / name)
-    for package in ("schemas", "services", "ml"):
-        shutil.copytree(REPO_ROOT / package, source / package, ignore=shutil.ignore_patterns("__pycache__"))
+    for package in ("gfs", "schemas", "services", "ml"):  # gfs/ links to the three (kept as links)
+        shutil.copytree(
+            REPO_ROOT / package, source / package, symlinks=True, ignore=shutil.ignore_patterns("__pycache__")
+        )
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     bare_mb = _size_mb(_site_packages(venv))
@@ -86,6 +95,11 @@ async def test_the_client_install_submits_a_task_without_the_heavy_packages(
     )
     assert "gfs" in names and "aiokafka" in names and "pydantic" in names, names
     assert not names & set(HEAVY), sorted(names & set(HEAVY))
+    # One import package (issue 38 item 6): what the gfs distribution installed is gfs/ alone.
+    tops = subprocess.run(
+        [str(python), "-c", TOP_LEVEL], capture_output=True, text=True, env=env, cwd=tmp_path, check=True
+    ).stdout.split()
+    assert tops == ["gfs"], tops
 
     # The `gfs` program of a client install names the extra the command line needs.
     cli = subprocess.run([str(venv / "bin" / "gfs"), "--help"], capture_output=True, text=True, env=env)

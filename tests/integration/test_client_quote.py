@@ -9,11 +9,11 @@ from datetime import UTC, datetime
 
 import pytest
 
-from schemas.envelope import wrap
-from schemas.tasks import RejectionReason, SurvivalQuote, TaskAccepted, TaskClass, TaskRejected
-from services.platform.kafka.producer import EnvelopeProducer
-from services.platform.kafka.topic_admin import TopicsReport
-from services.producers.client import GfsClient
+from gfs.schemas.envelope import wrap
+from gfs.schemas.tasks import RejectionReason, SurvivalQuote, TaskAccepted, TaskClass, TaskRejected
+from gfs.services.platform.kafka.producer import EnvelopeProducer
+from gfs.services.platform.kafka.topic_admin import TopicsReport
+from gfs.services.producers.client import GfsClient
 
 pytestmark = pytest.mark.integration
 

@@ -46,15 +46,15 @@ from live_cluster import _alive, _fake, _kill_fake_task, _until
 from live_harness import ServiceProcess, Tap
 from quota_harness import _free_port
 
-from schemas.commands import BindCommand, EvictAck, EvictCommand, EvictOutcome
-from schemas.envelope import wrap
-from schemas.tasks import EvictionReason, Placement, TaskClass
-from schemas.topics import encode, topic
-from schemas.workers import WorkerExited, WorkerStarted
-from services.platform.kafka.producer import EnvelopeProducer
-from services.platform.kafka.topic_admin import TopicsReport
-from services.platform.signing import sign
-from services.producers.partitioning import partition_for_key
+from gfs.schemas.commands import BindCommand, EvictAck, EvictCommand, EvictOutcome
+from gfs.schemas.envelope import wrap
+from gfs.schemas.tasks import EvictionReason, Placement, TaskClass
+from gfs.schemas.topics import encode, topic
+from gfs.schemas.workers import WorkerExited, WorkerStarted
+from gfs.services.platform.kafka.producer import EnvelopeProducer
+from gfs.services.platform.kafka.topic_admin import TopicsReport
+from gfs.services.platform.signing import sign
+from gfs.services.producers.partitioning import partition_for_key
 
 pytestmark = pytest.mark.integration
 

@@ -18,12 +18,12 @@ from jsonschema import Draft202012Validator
 from kafka_harness import consume_until
 from payload_examples import task_submitted
 
-from schemas.envelope import wrap
-from schemas.topics import DEAD_LETTER_TOPIC, topic
-from services.platform.kafka.producer import EnvelopeProducer
-from services.platform.kafka.topic_admin import TopicsReport
-from services.platform.schema_cli import export, schema_file_name
-from services.platform.settings import REPO_ROOT
+from gfs.schemas.envelope import wrap
+from gfs.schemas.topics import DEAD_LETTER_TOPIC, topic
+from gfs.services.platform.kafka.producer import EnvelopeProducer
+from gfs.services.platform.kafka.topic_admin import TopicsReport
+from gfs.services.platform.schema_cli import export, schema_file_name
+from gfs.services.platform.settings import REPO_ROOT
 
 pytestmark = pytest.mark.integration
 

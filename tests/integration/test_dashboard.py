@@ -34,14 +34,14 @@ from live_cluster import ack_like_agents
 from live_harness import REPO, ServiceProcess, Tap, tap_and_producer
 from quota_harness import _forecast, _free_port, _migrated
 
-from schemas.envelope import wrap
-from schemas.quota import GuaranteeQuota, SpotQuota
-from schemas.tasks import TaskClass, TaskEvicted, TaskStarted, TaskSubmitted
-from schemas.telemetry import GpuSample, NodeTelemetry
-from services.platform.kafka.producer import EnvelopeProducer
-from services.platform.kafka.topic_admin import TopicsReport
-from services.platform.signing import node_key, sign
-from services.producers.client import GfsClient
+from gfs.schemas.envelope import wrap
+from gfs.schemas.quota import GuaranteeQuota, SpotQuota
+from gfs.schemas.tasks import TaskClass, TaskEvicted, TaskStarted, TaskSubmitted
+from gfs.schemas.telemetry import GpuSample, NodeTelemetry
+from gfs.services.platform.kafka.producer import EnvelopeProducer
+from gfs.services.platform.kafka.topic_admin import TopicsReport
+from gfs.services.platform.signing import node_key, sign
+from gfs.services.producers.client import GfsClient
 
 pytestmark = pytest.mark.integration
 

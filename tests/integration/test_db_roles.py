@@ -22,10 +22,10 @@ import asyncpg
 import pytest
 import pytest_asyncio
 
-from services.platform.db_roles import grant_service_roles, unassigned
-from services.platform.migrations import migrated_schema, with_search_path
-from services.preemption.journal import store as preemption_store
-from services.quota import store as quota_store
+from gfs.services.platform.db_roles import grant_service_roles, unassigned
+from gfs.services.platform.migrations import migrated_schema, with_search_path
+from gfs.services.preemption.journal import store as preemption_store
+from gfs.services.quota import store as quota_store
 
 pytestmark = pytest.mark.integration
 

@@ -22,13 +22,13 @@ import pytest
 import pytest_asyncio
 from preemption_world import Cluster, _service, _settings, cluster_world
 
-from schemas.envelope import wrap
-from schemas.tasks import TaskAccepted, TaskClass, TaskRejected, TaskSubmitted
-from schemas.topics import encode
-from services.platform.dead_letters import REPLAY_HEADER
-from services.platform.deadletter_cli import read_letters
-from services.platform.kafka.dead_letter import FailedRecord, build_dead_letter
-from services.platform.kafka.topic_admin import TopicsReport
+from gfs.schemas.envelope import wrap
+from gfs.schemas.tasks import TaskAccepted, TaskClass, TaskRejected, TaskSubmitted
+from gfs.schemas.topics import encode
+from gfs.services.platform.dead_letters import REPLAY_HEADER
+from gfs.services.platform.deadletter_cli import read_letters
+from gfs.services.platform.kafka.dead_letter import FailedRecord, build_dead_letter
+from gfs.services.platform.kafka.topic_admin import TopicsReport
 
 pytestmark = pytest.mark.integration
 
@@ -45,7 +45,7 @@ async def world(
 
 async def _cli(kafka_bootstrap: str, *args: str) -> tuple[int, str]:
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", "from services.cli import main; main()", "deadletter", *args,
+        sys.executable, "-c", "from gfs.services.cli import main; main()", "deadletter", *args,
         env=os.environ | {"KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap},
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip

@@ -49,10 +49,10 @@ import pytest_asyncio
 from live_harness import REPO
 from test_dashboard import ARTIFACTS, _chromium, _run_chromium, _Values
 
-from services.demo.processes import run_processes
-from services.platform.kafka.topic_admin import TopicsReport
-from services.platform.migrations import with_search_path
-from services.toolkit.processes import free_port, free_port_run
+from gfs.services.demo.processes import run_processes
+from gfs.services.platform.kafka.topic_admin import TopicsReport
+from gfs.services.platform.migrations import with_search_path
+from gfs.services.toolkit.processes import free_port, free_port_run
 
 pytestmark = [pytest.mark.integration, pytest.mark.disruptive]
 

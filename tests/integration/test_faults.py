@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from services.faults.harness import run_faults
-from services.faults.plan import FaultPlan
-from services.platform.kafka.topic_admin import TopicsReport
-from services.platform.settings import REPO_ROOT
+from gfs.services.faults.harness import run_faults
+from gfs.services.faults.plan import FaultPlan
+from gfs.services.platform.kafka.topic_admin import TopicsReport
+from gfs.services.platform.settings import REPO_ROOT
 
 pytestmark = [pytest.mark.integration, pytest.mark.disruptive]
 

@@ -10,7 +10,7 @@ import random
 
 import pytest
 
-from services.platform.fence import AdvisoryFence
+from gfs.services.platform.fence import AdvisoryFence
 
 pytestmark = pytest.mark.integration
 

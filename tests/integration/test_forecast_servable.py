@@ -14,11 +14,11 @@ import pytest
 from forecast_worker import _committed_to_the_end, _forecasts_of, _letter_of, _stream, _wait_for_log
 from kafka_harness import _end_offsets
 
-from schemas.envelope import wrap
-from schemas.forecast import DemandForecast, PoolDemandForecast
-from schemas.pool_demand import PoolDemandLevel
-from services.platform.kafka.producer import EnvelopeProducer
-from services.platform.kafka.topic_admin import TopicsReport
+from gfs.schemas.envelope import wrap
+from gfs.schemas.forecast import DemandForecast, PoolDemandForecast
+from gfs.schemas.pool_demand import PoolDemandLevel
+from gfs.services.platform.kafka.producer import EnvelopeProducer
+from gfs.services.platform.kafka.topic_admin import TopicsReport
 
 pytestmark = pytest.mark.integration
 

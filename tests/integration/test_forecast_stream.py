@@ -38,14 +38,14 @@ from forecast_worker import (
 from kafka_harness import _end_offsets
 from opentelemetry.sdk.trace import TracerProvider
 
-from schemas.clock import ClockPhase, ClockTick
-from schemas.envelope import wrap
-from schemas.forecast import DemandForecast, PoolDemandForecast
-from schemas.tasks import TaskAccepted, TaskCancelled, TaskClass, TaskFinished
-from services.platform.kafka.producer import EnvelopeProducer
-from services.platform.kafka.topic_admin import TopicsReport
-from services.platform.tracing import traceparent_of
-from services.toolkit.consumer_groups import start_group_at_end
+from gfs.schemas.clock import ClockPhase, ClockTick
+from gfs.schemas.envelope import wrap
+from gfs.schemas.forecast import DemandForecast, PoolDemandForecast
+from gfs.schemas.tasks import TaskAccepted, TaskCancelled, TaskClass, TaskFinished
+from gfs.services.platform.kafka.producer import EnvelopeProducer
+from gfs.services.platform.kafka.topic_admin import TopicsReport
+from gfs.services.platform.tracing import traceparent_of
+from gfs.services.toolkit.consumer_groups import start_group_at_end
 
 pytestmark = pytest.mark.integration
 
@@ -158,7 +158,7 @@ async def test_the_worker_serves_its_openapi_document(stream: tuple[str, Path]) 
     # answers validate against it.
     from jsonschema import Draft202012Validator
 
-    from services.api_docs import DOCS_DIR
+    from gfs.services.api_docs import DOCS_DIR
 
     _, log = stream
     base = f"http://127.0.0.1:{(log.parent / 'port').read_text()}"

@@ -22,10 +22,10 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.partitioner import DefaultPartitioner
 from forecast_worker import INPUTS, _caught_up, _consuming, _send_in_order, _submit, _worker
 
-from schemas.tasks import TaskAccepted, TaskClass, TaskFinished
-from services.platform.kafka.producer import EnvelopeProducer
-from services.platform.kafka.topic_admin import TopicsReport
-from services.toolkit.consumer_groups import start_group_at_end
+from gfs.schemas.tasks import TaskAccepted, TaskClass, TaskFinished
+from gfs.services.platform.kafka.producer import EnvelopeProducer
+from gfs.services.platform.kafka.topic_admin import TopicsReport
+from gfs.services.toolkit.consumer_groups import start_group_at_end
 
 pytestmark = pytest.mark.integration
 

@@ -34,13 +34,13 @@ from aiokafka.structs import RecordMetadata
 from preemption_world import Cluster, _api_settings, _service, _settings, _until, cluster_world
 from quota_harness import _fetchval
 
-from schemas.commands import BindCommand
-from schemas.dead_letter import DeadLetter
-from schemas.envelope import wrap
-from schemas.tasks import TaskAccepted, TaskCancelled, TaskClass, TaskSubmitted
-from schemas.topics import encode
-from schemas.workers import WorkerExited
-from services.platform.kafka.topic_admin import TopicsReport
+from gfs.schemas.commands import BindCommand
+from gfs.schemas.dead_letter import DeadLetter
+from gfs.schemas.envelope import wrap
+from gfs.schemas.tasks import TaskAccepted, TaskCancelled, TaskClass, TaskSubmitted
+from gfs.schemas.topics import encode
+from gfs.schemas.workers import WorkerExited
+from gfs.services.platform.kafka.topic_admin import TopicsReport
 
 pytestmark = pytest.mark.integration
 

@@ -9,10 +9,10 @@ import pytest
 from kafka_harness import consume_until
 from payload_examples import task_submitted
 
-from schemas.envelope import wrap
-from services.platform.kafka.processing import HandlerFailedError, RetryPolicy
-from services.platform.kafka.producer import EnvelopeProducer
-from services.platform.kafka.topic_admin import TopicsReport
+from gfs.schemas.envelope import wrap
+from gfs.services.platform.kafka.processing import HandlerFailedError, RetryPolicy
+from gfs.services.platform.kafka.producer import EnvelopeProducer
+from gfs.services.platform.kafka.topic_admin import TopicsReport
 
 pytestmark = pytest.mark.integration
 

@@ -12,10 +12,10 @@ import pytest
 from kafka_harness import consume_until, dead_letters_of, start_at_end
 from payload_examples import task_submitted
 
-from schemas.envelope import wrap
-from schemas.topics import DEAD_LETTER_TOPIC, encode
-from services.platform.kafka.producer import EnvelopeProducer
-from services.platform.kafka.topic_admin import TopicsReport
+from gfs.schemas.envelope import wrap
+from gfs.schemas.topics import DEAD_LETTER_TOPIC, encode
+from gfs.services.platform.kafka.producer import EnvelopeProducer
+from gfs.services.platform.kafka.topic_admin import TopicsReport
 
 pytestmark = pytest.mark.integration
 

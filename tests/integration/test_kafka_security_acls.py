@@ -36,12 +36,12 @@ from payload_examples import task_submitted
 from quota_harness import _free_port, _migrated
 from secure_broker import SecureBroker, end_offsets
 
-from schemas.commands import BindCommand, EvictAck, EvictCommand, EvictOutcome
-from schemas.dead_letter import DeadLetter
-from schemas.envelope import Envelope, wrap
-from schemas.tasks import EvictionReason, Placement, TaskClass
-from schemas.telemetry import GpuSample, NodeTelemetry
-from schemas.topics import (
+from gfs.schemas.commands import BindCommand, EvictAck, EvictCommand, EvictOutcome
+from gfs.schemas.dead_letter import DeadLetter
+from gfs.schemas.envelope import Envelope, wrap
+from gfs.schemas.tasks import EvictionReason, Placement, TaskClass
+from gfs.schemas.telemetry import GpuSample, NodeTelemetry
+from gfs.schemas.topics import (
     BIND_TOPIC,
     DEAD_LETTER_TOPIC,
     EVICT_ACK_TOPIC,
@@ -50,10 +50,10 @@ from schemas.topics import (
     TELEMETRY_TOPIC,
     decode,
 )
-from services.platform.kafka.consumer import consume
-from services.platform.kafka.processing import MessageContext
-from services.platform.kafka.producer import EnvelopeProducer
-from services.platform.signing import node_key, sign
+from gfs.services.platform.kafka.consumer import consume
+from gfs.services.platform.kafka.processing import MessageContext
+from gfs.services.platform.kafka.producer import EnvelopeProducer
+from gfs.services.platform.signing import node_key, sign
 
 pytestmark = pytest.mark.integration
 

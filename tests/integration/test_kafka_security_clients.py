@@ -31,13 +31,13 @@ from quota_harness import _hour, _migrated
 from rich.console import Console
 from secure_broker import SecureBroker, end_offsets
 
-from schemas.commands import BindCommand
-from schemas.envelope import Envelope, wrap
-from schemas.forecast import PoolDemandForecast
-from schemas.pool_status import PoolStatus
-from schemas.quota import SpotQuota
-from schemas.tasks import Placement, TaskClass
-from schemas.topics import (
+from gfs.schemas.commands import BindCommand
+from gfs.schemas.envelope import Envelope, wrap
+from gfs.schemas.forecast import PoolDemandForecast
+from gfs.schemas.pool_status import PoolStatus
+from gfs.schemas.quota import SpotQuota
+from gfs.schemas.tasks import Placement, TaskClass
+from gfs.schemas.topics import (
     BIND_TOPIC,
     FORECASTS_TOPIC,
     POOL_STATUS_TOPIC,
@@ -46,17 +46,17 @@ from schemas.topics import (
     WORKER_ACK_TOPIC,
     decode,
 )
-from schemas.workers import WorkerExited, WorkerStarted
-from services.forecast.settings import ForecastServiceSettings
-from services.forecast.worker import declare_internal_topic
-from services.node_agent.service import AgentOptions, run_node_agent
-from services.node_agent.settings import NodeAgentSettings
-from services.platform.deadletter_cli import read_letters
-from services.platform.kafka.producer import EnvelopeProducer
-from services.platform.signing import node_key, sign
-from services.platform.smoke import run_smoke
-from services.producers.client import GfsClient, KafkaAccessDeniedError, TaskState
-from services.quota.service import QuotaServiceSettings, run_quota_service
+from gfs.schemas.workers import WorkerExited, WorkerStarted
+from gfs.services.forecast.settings import ForecastServiceSettings
+from gfs.services.forecast.worker import declare_internal_topic
+from gfs.services.node_agent.service import AgentOptions, run_node_agent
+from gfs.services.node_agent.settings import NodeAgentSettings
+from gfs.services.platform.deadletter_cli import read_letters
+from gfs.services.platform.kafka.producer import EnvelopeProducer
+from gfs.services.platform.signing import node_key, sign
+from gfs.services.platform.smoke import run_smoke
+from gfs.services.producers.client import GfsClient, KafkaAccessDeniedError, TaskState
+from gfs.services.quota.service import QuotaServiceSettings, run_quota_service
 
 pytestmark = pytest.mark.integration
 
@@ -153,7 +153,7 @@ async def test_the_node_agent_takes_a_command_over_sasl_ssl_as_its_own_principal
         bind = BindCommand(
             command_id=uuid.uuid4(), node="n1", task_id=task_id, task_class=TaskClass.SPOT,
             placements=(Placement(worker_index=0, node="n1", gpu_indices=(0,)),),
-            command=(sys.executable, "-m", "services.node_agent.fake_task", "--duration", "0.5"),
+            command=(sys.executable, "-m", "gfs.services.node_agent.fake_task", "--duration", "0.5"),
             issued_at=datetime.now(UTC),
         )  # fmt: skip
         # Only the preemption service's principal may write commands.

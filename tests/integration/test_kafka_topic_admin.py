@@ -7,8 +7,8 @@ import pytest
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
-from schemas.topics import TOPICS
-from services.platform.kafka.topic_admin import TopicsReport, ensure_topics
+from gfs.schemas.topics import TOPICS
+from gfs.services.platform.kafka.topic_admin import TopicsReport, ensure_topics
 
 pytestmark = pytest.mark.integration
 

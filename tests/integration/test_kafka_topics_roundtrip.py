@@ -9,10 +9,10 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from payload_examples import all_examples
 
-from schemas.envelope import wrap
-from schemas.topics import TOPICS, TopicSpec, key_of
-from services.platform.kafka.producer import EnvelopeProducer, WrongTopicError
-from services.platform.kafka.topic_admin import TopicsReport
+from gfs.schemas.envelope import wrap
+from gfs.schemas.topics import TOPICS, TopicSpec, key_of
+from gfs.services.platform.kafka.producer import EnvelopeProducer, WrongTopicError
+from gfs.services.platform.kafka.topic_admin import TopicsReport
 
 pytestmark = pytest.mark.integration
 

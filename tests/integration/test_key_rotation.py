@@ -38,15 +38,15 @@ from live_cluster import TAPPED, Live, _fake, _pools_ready, _until, live_world
 from live_harness import ServiceProcess
 from quota_harness import _free_port
 
-from schemas.commands import BindCommand, EvictAck, EvictOutcome
-from schemas.dead_letter import DeadLetter
-from schemas.envelope import wrap
-from schemas.tasks import Placement, TaskClass, TaskEvicted, TaskFinished, TaskStarted
-from schemas.topics import DEAD_LETTER_TOPIC
-from schemas.workers import WorkerStarted
-from services.platform.kafka.topic_admin import TopicsReport
-from services.platform.signing import node_key, sign
-from services.producers.client import GfsClient
+from gfs.schemas.commands import BindCommand, EvictAck, EvictOutcome
+from gfs.schemas.dead_letter import DeadLetter
+from gfs.schemas.envelope import wrap
+from gfs.schemas.tasks import Placement, TaskClass, TaskEvicted, TaskFinished, TaskStarted
+from gfs.schemas.topics import DEAD_LETTER_TOPIC
+from gfs.schemas.workers import WorkerStarted
+from gfs.services.platform.kafka.topic_admin import TopicsReport
+from gfs.services.platform.signing import node_key, sign
+from gfs.services.producers.client import GfsClient
 
 pytestmark = pytest.mark.integration
 

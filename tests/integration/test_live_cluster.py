@@ -49,14 +49,14 @@ from live_cluster import (
 from live_harness import REPO
 from quota_harness import _free_port
 
-from schemas.commands import BindCommand, EvictAck, EvictCommand, EvictOutcome
-from schemas.envelope import wrap
-from schemas.tasks import EvictionReason, TaskAccepted, TaskClass, TaskEvicted, TaskFinished, TaskStarted
-from schemas.telemetry import GpuSample, NodeTelemetry
-from schemas.workers import WorkerStarted
-from services.platform.kafka.topic_admin import TopicsReport
-from services.producers.client import GfsClient
-from services.producers.partitioning import partition_for_key
+from gfs.schemas.commands import BindCommand, EvictAck, EvictCommand, EvictOutcome
+from gfs.schemas.envelope import wrap
+from gfs.schemas.tasks import EvictionReason, TaskAccepted, TaskClass, TaskEvicted, TaskFinished, TaskStarted
+from gfs.schemas.telemetry import GpuSample, NodeTelemetry
+from gfs.schemas.workers import WorkerStarted
+from gfs.services.platform.kafka.topic_admin import TopicsReport
+from gfs.services.producers.client import GfsClient
+from gfs.services.producers.partitioning import partition_for_key
 
 pytestmark = pytest.mark.integration
 
@@ -202,14 +202,15 @@ async def test_agents_run_preempt_finish_and_survive_a_silent_node(live: Live, k
         assert len(c_traces) == 4 and len(set().union(*c_traces.values())) == 1, c_traces
 
         # gfs explain, through the CLI: victims, the alternatives and their costs for C's eviction.
-        out = subprocess.run([sys.executable, "-m", "services", "explain", "C", "--api", f"http://127.0.0.1:{port}"],
+        out = subprocess.run([sys.executable, "-m", "gfs.services", "explain", "C", "--api", f"http://127.0.0.1:{port}"],
                              cwd=REPO, env=live.base, capture_output=True, text=True, timeout=60)  # fmt: skip
         assert out.returncode == 0, out.stderr
         assert "PREEMPTED_BY_HP by H1" in out.stdout
         assert f"chosen node {node_of['C']}: victims C" in out.stdout
         assert f"alternative {node_of['B']}: victims B" in out.stdout and "cost" in out.stdout
         raw = json.loads(subprocess.run(
-            [sys.executable, "-m", "services", "explain", "C", "--api", f"http://127.0.0.1:{port}", "--json"],
+            [sys.executable, "-m", "gfs.services", "explain", "C", "--api", f"http://127.0.0.1:{port}",
+             "--json"],
             cwd=REPO, env=live.base, capture_output=True, text=True, timeout=60).stdout)  # fmt: skip
         plan = next(d for d in raw["decisions"] if d["kind"] == "evicted")["detail"]["explanation"][
             "last_eviction"
@@ -260,7 +261,7 @@ async def test_two_instances_split_pools_and_fail_over_without_lost_or_duplicate
                 "task_class": cls,
                 "command": ("true",),
             }
-            from schemas.tasks import TaskSubmitted
+            from gfs.schemas.tasks import TaskSubmitted
 
             await live.producer.send("gfs.tasks.submit", wrap(TaskSubmitted(**task), producer="e2e"))
             submitted.append(tid)

@@ -40,13 +40,13 @@ from live_harness import ServiceProcess, Tap
 from quota_harness import _forecast, _migrated
 from test_observability_stack import PROMETHEUS_URL, _require
 
-from schemas.envelope import wrap
-from schemas.pool_status import PoolStatus
-from schemas.tasks import TaskAccepted, TaskClass, TaskSubmitted
-from schemas.telemetry import GpuSample, NodeTelemetry
-from services.platform.kafka.producer import EnvelopeProducer
-from services.platform.kafka.topic_admin import TopicsReport
-from services.platform.signing import node_key, sign
+from gfs.schemas.envelope import wrap
+from gfs.schemas.pool_status import PoolStatus
+from gfs.schemas.tasks import TaskAccepted, TaskClass, TaskSubmitted
+from gfs.schemas.telemetry import GpuSample, NodeTelemetry
+from gfs.services.platform.kafka.producer import EnvelopeProducer
+from gfs.services.platform.kafka.topic_admin import TopicsReport
+from gfs.services.platform.signing import node_key, sign
 
 pytestmark = pytest.mark.integration
 

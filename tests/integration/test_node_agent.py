@@ -35,17 +35,17 @@ from node_agent_world import (
 )
 from quota_harness import _free_port
 
-from schemas.commands import EvictAck, EvictOutcome
-from schemas.envelope import wrap
-from schemas.telemetry import NodeTelemetry
-from schemas.topics import decode, encode
-from schemas.workers import WorkerExited, WorkerStarted
-from services.node_agent import procs
-from services.node_agent.agent import UNKNOWN_EXIT_CODE
-from services.node_agent.service import CommandReader
-from services.platform.kafka.producer import EnvelopeProducer
-from services.platform.kafka.topic_admin import TopicsReport
-from services.platform.signing import node_key
+from gfs.schemas.commands import EvictAck, EvictOutcome
+from gfs.schemas.envelope import wrap
+from gfs.schemas.telemetry import NodeTelemetry
+from gfs.schemas.topics import decode, encode
+from gfs.schemas.workers import WorkerExited, WorkerStarted
+from gfs.services.node_agent import procs
+from gfs.services.node_agent.agent import UNKNOWN_EXIT_CODE
+from gfs.services.node_agent.service import CommandReader
+from gfs.services.platform.kafka.producer import EnvelopeProducer
+from gfs.services.platform.kafka.topic_admin import TopicsReport
+from gfs.services.platform.signing import node_key
 
 pytestmark = pytest.mark.integration
 

@@ -23,13 +23,13 @@ from node_agent_world import WAIT_S, _kill_workers, _node, _settings, _signed, a
 from node_agent_world import _bind as _bind_command
 from node_agent_world import _evict as _evict_command
 
-from schemas.clock import ClockAck, ClockPhase, ClockTick
-from schemas.commands import BindCommand, EvictAck, EvictCommand, EvictOutcome
-from schemas.envelope import wrap
-from schemas.workers import WorkerExited, WorkerStarted
-from services.node_agent.service import AgentOptions
-from services.platform.kafka.producer import EnvelopeProducer
-from services.platform.kafka.topic_admin import TopicsReport
+from gfs.schemas.clock import ClockAck, ClockPhase, ClockTick
+from gfs.schemas.commands import BindCommand, EvictAck, EvictCommand, EvictOutcome
+from gfs.schemas.envelope import wrap
+from gfs.schemas.workers import WorkerExited, WorkerStarted
+from gfs.services.node_agent.service import AgentOptions
+from gfs.services.platform.kafka.producer import EnvelopeProducer
+from gfs.services.platform.kafka.topic_admin import TopicsReport
 
 pytestmark = pytest.mark.integration
 

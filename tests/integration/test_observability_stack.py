@@ -23,9 +23,9 @@ import pytest_asyncio
 import yaml
 from aiohttp import web
 
-from services.platform.metrics import configure_metrics, metrics_handler
-from services.platform.settings import PlatformSettings
-from services.platform.tracing import build_tracer_provider
+from gfs.services.platform.metrics import configure_metrics, metrics_handler
+from gfs.services.platform.settings import PlatformSettings
+from gfs.services.platform.tracing import build_tracer_provider
 
 pytestmark = pytest.mark.integration
 

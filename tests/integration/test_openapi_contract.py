@@ -23,14 +23,14 @@ from preemption_world import Cluster, _api_settings, _registered, _service, _unt
 from quota_harness import READY_S, _free_port, _hand_worked, _migrated, _start_at_the_end
 from quota_harness import _settings as _quota_settings
 
-from schemas.commands import BindCommand
-from schemas.envelope import wrap
-from schemas.tasks import TaskClass
-from services.api_docs import DOCS_DIR
-from services.platform.kafka.producer import EnvelopeProducer
-from services.platform.kafka.topic_admin import TopicsReport
-from services.preemption.router.routing import ROUTED_TOPICS
-from services.quota.service import TOPICS, run_quota_service
+from gfs.schemas.commands import BindCommand
+from gfs.schemas.envelope import wrap
+from gfs.schemas.tasks import TaskClass
+from gfs.services.api_docs import DOCS_DIR
+from gfs.services.platform.kafka.producer import EnvelopeProducer
+from gfs.services.platform.kafka.topic_admin import TopicsReport
+from gfs.services.preemption.router.routing import ROUTED_TOPICS
+from gfs.services.quota.service import TOPICS, run_quota_service
 
 pytestmark = pytest.mark.integration
 TOKEN = "it-openapi-token"

@@ -11,7 +11,7 @@ from urllib.parse import urlencode, urlsplit, urlunsplit
 import asyncpg
 import pytest
 
-from services.platform.migrations import (
+from gfs.services.platform.migrations import (
     ChecksumMismatchError,
     default_migrations,
     discover,

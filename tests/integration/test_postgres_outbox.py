@@ -16,12 +16,12 @@ from kafka_harness import consume_until
 from opentelemetry.sdk.trace import TracerProvider
 from payload_examples import task_submitted
 
-from schemas.envelope import wrap
-from services.platform.kafka.producer import EnvelopeProducer
-from services.platform.kafka.topic_admin import TopicsReport
-from services.platform.migrations import discover, migrate
-from services.platform.outbox import OutboxRelay, OutboxTopicError, enqueue, unpublished
-from services.platform.tracing import traceparent_of
+from gfs.schemas.envelope import wrap
+from gfs.services.platform.kafka.producer import EnvelopeProducer
+from gfs.services.platform.kafka.topic_admin import TopicsReport
+from gfs.services.platform.migrations import discover, migrate
+from gfs.services.platform.outbox import OutboxRelay, OutboxTopicError, enqueue, unpublished
+from gfs.services.platform.tracing import traceparent_of
 
 pytestmark = pytest.mark.integration
 

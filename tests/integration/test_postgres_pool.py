@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from services.platform.postgres import open_pool, transaction
+from gfs.services.platform.postgres import open_pool, transaction
 
 pytestmark = pytest.mark.integration
 

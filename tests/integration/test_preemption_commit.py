@@ -11,11 +11,11 @@ import asyncpg
 import pytest
 from quota_harness import _migrated
 
-from schemas.envelope import wrap
-from schemas.tasks import TaskAccepted, TaskClass
-from services.platform.outbox import outbox_values
-from services.preemption.controller.types import Decision
-from services.preemption.journal import store
+from gfs.schemas.envelope import wrap
+from gfs.schemas.tasks import TaskAccepted, TaskClass
+from gfs.services.platform.outbox import outbox_values
+from gfs.services.preemption.controller.types import Decision
+from gfs.services.preemption.journal import store
 
 pytestmark = pytest.mark.integration
 

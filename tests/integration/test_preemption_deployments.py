@@ -19,11 +19,11 @@ from live_harness import Tap, tap_and_producer
 from preemption_world import TAPPED, Cluster, _service, _settings
 from quota_harness import _dsn, _migrated
 
-from services.platform.kafka.producer import EnvelopeProducer
-from services.platform.kafka.topic_admin import TopicsReport
-from services.platform.migrations import discover, migrate
-from services.preemption.journal import store
-from services.preemption.service import run_preemption_service
+from gfs.services.platform.kafka.producer import EnvelopeProducer
+from gfs.services.platform.kafka.topic_admin import TopicsReport
+from gfs.services.platform.migrations import discover, migrate
+from gfs.services.preemption.journal import store
+from gfs.services.preemption.service import run_preemption_service
 
 pytestmark = pytest.mark.integration
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from preemption_world import Cluster, _service, _settings
 
-from services.preemption.decider import reading
+from gfs.services.preemption.decider import reading
 
 pytestmark = pytest.mark.integration
 

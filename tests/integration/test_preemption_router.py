@@ -19,16 +19,16 @@ from opentelemetry import context as otel_context
 from opentelemetry.sdk.trace import TracerProvider
 from quota_harness import _migrated
 
-from schemas.envelope import Envelope, wrap
-from schemas.tasks import TaskCancelled, TaskClass, TaskSubmitted
-from schemas.topics import decode
-from services.platform.kafka.processing import MessageContext
-from services.platform.kafka.producer import EnvelopeProducer
-from services.platform.kafka.topic_admin import TopicsReport, ensure_topics
-from services.platform.postgres import open_pool
-from services.platform.tracing import traceparent_of
-from services.preemption.journal import store
-from services.preemption.router.routing import DUPLICATE_HEADER, Router, inbox_spec
+from gfs.schemas.envelope import Envelope, wrap
+from gfs.schemas.tasks import TaskCancelled, TaskClass, TaskSubmitted
+from gfs.schemas.topics import decode
+from gfs.services.platform.kafka.processing import MessageContext
+from gfs.services.platform.kafka.producer import EnvelopeProducer
+from gfs.services.platform.kafka.topic_admin import TopicsReport, ensure_topics
+from gfs.services.platform.postgres import open_pool
+from gfs.services.platform.tracing import traceparent_of
+from gfs.services.preemption.journal import store
+from gfs.services.preemption.router.routing import DUPLICATE_HEADER, Router, inbox_spec
 
 pytestmark = pytest.mark.integration
 

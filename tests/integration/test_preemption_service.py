@@ -21,10 +21,10 @@ from preemption_world import (
 )
 from quota_harness import _fetch
 
-from schemas.commands import BindCommand, EvictCommand, EvictOutcome
-from schemas.envelope import wrap
-from schemas.pool_status import PoolStatus
-from schemas.tasks import (
+from gfs.schemas.commands import BindCommand, EvictCommand, EvictOutcome
+from gfs.schemas.envelope import wrap
+from gfs.schemas.pool_status import PoolStatus
+from gfs.schemas.tasks import (
     EvictionReason,
     RejectionReason,
     TaskAccepted,
@@ -34,7 +34,7 @@ from schemas.tasks import (
     TaskFinished,
     TaskRejected,
 )
-from services.platform.signing import SignatureCheck, check_signature
+from gfs.services.platform.signing import SignatureCheck, check_signature
 
 pytestmark = pytest.mark.integration
 

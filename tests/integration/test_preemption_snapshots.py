@@ -13,16 +13,16 @@ import asyncpg
 import pytest
 from quota_harness import _migrated
 
-from schemas.quota import GuaranteeQuota, SpotQuota
-from schemas.tasks import TaskClass, TaskSubmitted
-from services.platform.clock import SystemClock
-from services.platform.postgres import open_pool
-from services.preemption.controller.pool import PoolController
-from services.preemption.decider import Decider, NodeKeys
-from services.preemption.journal import store
-from services.preemption.journal.entries import NodeSeenEntry, ScheduleEntry
-from services.preemption.journal.inputs import Entry, apply, entry_for
-from services.preemption.service import PreemptionSettings
+from gfs.schemas.quota import GuaranteeQuota, SpotQuota
+from gfs.schemas.tasks import TaskClass, TaskSubmitted
+from gfs.services.platform.clock import SystemClock
+from gfs.services.platform.postgres import open_pool
+from gfs.services.preemption.controller.pool import PoolController
+from gfs.services.preemption.decider import Decider, NodeKeys
+from gfs.services.preemption.journal import store
+from gfs.services.preemption.journal.entries import NodeSeenEntry, ScheduleEntry
+from gfs.services.preemption.journal.inputs import Entry, apply, entry_for
+from gfs.services.preemption.service import PreemptionSettings
 
 pytestmark = pytest.mark.integration
 T0 = 1_800_000_000.0

@@ -24,9 +24,9 @@ from preemption_world import (
     _until,
 )
 
-from schemas.commands import EvictCommand
-from schemas.tasks import EvictionReason, TaskEvicted
-from services.preemption.decider import Decider
+from gfs.schemas.commands import EvictCommand
+from gfs.schemas.tasks import EvictionReason, TaskEvicted
+from gfs.services.preemption.decider import Decider
 
 pytestmark = pytest.mark.integration
 

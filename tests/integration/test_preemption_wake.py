@@ -13,9 +13,9 @@ import asyncio
 import pytest
 from preemption_world import Cluster, _service, _settings, _until
 
-from schemas.commands import BindCommand
-from services.core.ids import TaskId
-from services.preemption.decider import DueWake
+from gfs.schemas.commands import BindCommand
+from gfs.services.core.ids import TaskId
+from gfs.services.preemption.decider import DueWake
 
 pytestmark = pytest.mark.integration
 

@@ -21,8 +21,8 @@ from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 
-from schemas.envelope import Envelope, wrap
-from schemas.tasks import (
+from gfs.schemas.envelope import Envelope, wrap
+from gfs.schemas.tasks import (
     TaskAccepted,
     TaskCancelled,
     TaskClass,
@@ -30,12 +30,12 @@ from schemas.tasks import (
     TaskStarted,
     TaskSubmitted,
 )
-from schemas.topics import decode
-from services.platform.kafka.producer import EnvelopeProducer
-from services.platform.kafka.topic_admin import TopicsReport
-from services.platform.tracing import extract_context, traceparent_of
-from services.producers.client import GfsClient, TaskState, is_terminal
-from services.producers.partitioning import partition_for_key
+from gfs.schemas.topics import decode
+from gfs.services.platform.kafka.producer import EnvelopeProducer
+from gfs.services.platform.kafka.topic_admin import TopicsReport
+from gfs.services.platform.tracing import extract_context, traceparent_of
+from gfs.services.producers.client import GfsClient, TaskState, is_terminal
+from gfs.services.producers.partitioning import partition_for_key
 
 pytestmark = pytest.mark.integration
 

@@ -19,10 +19,10 @@ from typing import Any
 
 import pytest
 
-from schemas.envelope import wrap
-from schemas.quota import GuaranteeQuota, SpotQuota
-from services.platform.kafka.producer import EnvelopeProducer
-from services.platform.kafka.topic_admin import TopicsReport
+from gfs.schemas.envelope import wrap
+from gfs.schemas.quota import GuaranteeQuota, SpotQuota
+from gfs.services.platform.kafka.producer import EnvelopeProducer
+from gfs.services.platform.kafka.topic_admin import TopicsReport
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
@@ -69,7 +69,7 @@ async def test_dry_run_prints_the_patch_for_each_quota_change(
         log_path = tmp_path / "adapter.log"
         log_file = log_path.open("wb")
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "services", "serve", "quota-adapter", "--target", target,
+            sys.executable, "-m", "gfs.services", "serve", "quota-adapter", "--target", target,
             "--config", str(config), "--dry-run", "--recheck-s", "1",
             cwd=REPO, env=env, stdout=asyncio.subprocess.PIPE, stderr=log_file,
         )  # fmt: skip

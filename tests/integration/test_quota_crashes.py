@@ -27,17 +27,17 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from quota_harness import _hand_worked, _migrated
 
-from schemas.envelope import Envelope, wrap
-from schemas.quota import SpotQuota
-from schemas.tasks import GuaranteeOutcome, GuaranteePeriodClosed
-from services.platform.clock import ManualClock
-from services.platform.kafka.processing import MessageContext
-from services.platform.kafka.producer import EnvelopeProducer
-from services.platform.kafka.topic_admin import TopicsReport
-from services.platform.outbox import OutboxRelay, unpublished
-from services.platform.tracing import traceparent_of
-from services.quota.service import QuotaService, QuotaServiceSettings
-from services.quota.store import FenceLostError
+from gfs.schemas.envelope import Envelope, wrap
+from gfs.schemas.quota import SpotQuota
+from gfs.schemas.tasks import GuaranteeOutcome, GuaranteePeriodClosed
+from gfs.services.platform.clock import ManualClock
+from gfs.services.platform.kafka.processing import MessageContext
+from gfs.services.platform.kafka.producer import EnvelopeProducer
+from gfs.services.platform.kafka.topic_admin import TopicsReport
+from gfs.services.platform.outbox import OutboxRelay, unpublished
+from gfs.services.platform.tracing import traceparent_of
+from gfs.services.quota.service import QuotaService, QuotaServiceSettings
+from gfs.services.quota.store import FenceLostError
 
 pytestmark = pytest.mark.integration
 

@@ -21,13 +21,13 @@ import pytest
 from kafka_harness import _end_offsets
 from quota_harness import READY_S, _hour, _migrated, _read_from, _settings, _start_at_the_end
 
-from schemas.envelope import wrap
-from schemas.forecast import PoolDemandForecast
-from schemas.pool_status import PoolStatus
-from schemas.tasks import GuaranteeOutcome, GuaranteePeriodClosed
-from services.platform.kafka.producer import EnvelopeProducer
-from services.platform.kafka.topic_admin import TopicsReport
-from services.quota.service import TOPICS, run_quota_service
+from gfs.schemas.envelope import wrap
+from gfs.schemas.forecast import PoolDemandForecast
+from gfs.schemas.pool_status import PoolStatus
+from gfs.schemas.tasks import GuaranteeOutcome, GuaranteePeriodClosed
+from gfs.services.platform.kafka.producer import EnvelopeProducer
+from gfs.services.platform.kafka.topic_admin import TopicsReport
+from gfs.services.quota.service import TOPICS, run_quota_service
 
 pytestmark = pytest.mark.integration
 

@@ -31,12 +31,12 @@ from quota_harness import (
     _start_at_the_end,
 )
 
-from schemas.envelope import wrap
-from schemas.quota import SpotQuota
-from schemas.tasks import GuaranteeOutcome, GuaranteePeriodClosed
-from services.platform.kafka.producer import EnvelopeProducer
-from services.platform.kafka.topic_admin import TopicsReport
-from services.quota.service import TOPICS, QuotaService, run_quota_service
+from gfs.schemas.envelope import wrap
+from gfs.schemas.quota import SpotQuota
+from gfs.schemas.tasks import GuaranteeOutcome, GuaranteePeriodClosed
+from gfs.services.platform.kafka.producer import EnvelopeProducer
+from gfs.services.platform.kafka.topic_admin import TopicsReport
+from gfs.services.quota.service import TOPICS, QuotaService, run_quota_service
 
 pytestmark = pytest.mark.integration
 
@@ -314,9 +314,9 @@ async def test_a_timer_refresh_racing_a_forecast_refresh_does_not_step_the_insta
     # The refresh timer and a new forecast both refresh a pool; both read the pool's version before
     # either save lands. Without serialising them the second save looked like another instance's
     # write (FenceLostError) and the instance stepped down: a flaky failure of the test above.
-    from services.platform.clock import SystemClock
-    from services.platform.postgres import open_pool
-    from services.quota.mapping import forecast_view, status_view
+    from gfs.services.platform.clock import SystemClock
+    from gfs.services.platform.postgres import open_pool
+    from gfs.services.quota.mapping import forecast_view, status_view
 
     dsn = await _migrated(database_url, scratch_schema)
     name = f"R-{uuid.uuid4().hex[:8]}"

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from services.livebench.races.bench import RacePlan, run_races
-from services.livebench.races.render import render
+from gfs.services.livebench.races.bench import RacePlan, run_races
+from gfs.services.livebench.races.render import render
 
 pytestmark = pytest.mark.integration
 

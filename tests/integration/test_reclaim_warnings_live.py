@@ -16,12 +16,12 @@ import asyncpg
 import pytest
 from preemption_world import TAPPED, Cluster, _key, _registered, _service, _settings, _until, cluster_world
 
-from schemas.commands import WarnCommand
-from schemas.envelope import wrap
-from schemas.quota import GuaranteeQuota, HpDemandHour, SpotQuota
-from schemas.tasks import TaskReclaimWarning
-from services.platform.kafka.topic_admin import TopicsReport
-from services.platform.signing import SignatureCheck, check_signature
+from gfs.schemas.commands import WarnCommand
+from gfs.schemas.envelope import wrap
+from gfs.schemas.quota import GuaranteeQuota, HpDemandHour, SpotQuota
+from gfs.schemas.tasks import TaskReclaimWarning
+from gfs.services.platform.kafka.topic_admin import TopicsReport
+from gfs.services.platform.signing import SignatureCheck, check_signature
 
 pytestmark = pytest.mark.integration
 

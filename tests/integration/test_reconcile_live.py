@@ -20,13 +20,13 @@ from node_agent_world import _settings as _agent_settings
 from node_agent_world import agent_in_process
 from preemption_world import Cluster, Heartbeats, Running, _registered, _service, _settings, _until
 
-from schemas.commands import BindCommand, EvictAck, EvictCommand, EvictOutcome
-from schemas.envelope import wrap
-from schemas.tasks import EvictionReason, TaskClass, TaskEvicted, TaskStarted, TaskSubmitted
-from schemas.workers import WorkerExited
-from services.node_agent import procs
-from services.node_agent.journal import Journal
-from services.node_agent.service import AgentOptions
+from gfs.schemas.commands import BindCommand, EvictAck, EvictCommand, EvictOutcome
+from gfs.schemas.envelope import wrap
+from gfs.schemas.tasks import EvictionReason, TaskClass, TaskEvicted, TaskStarted, TaskSubmitted
+from gfs.schemas.workers import WorkerExited
+from gfs.services.node_agent import procs
+from gfs.services.node_agent.journal import Journal
+from gfs.services.node_agent.service import AgentOptions
 
 pytestmark = pytest.mark.integration
 
@@ -237,7 +237,7 @@ async def test_the_real_agent_back_after_a_partition_stops_the_attempt_rerun_els
             async with agent_in_process(agent_settings, options, wait_s=40):
                 await c.quota(4.0)
                 await _until(_registered(decider, c.pool, 1))
-                argv = (sys.executable, "-m", "services.node_agent.fake_task", "--duration", "300")
+                argv = (sys.executable, "-m", "gfs.services.node_agent.fake_task", "--duration", "300")
                 task = TaskSubmitted(task_id=b, tenant="org-it", gpu_model=c.pool, gpus_per_worker=2,
                                      workers=1, task_class=TaskClass.SPOT, command=argv)  # fmt: skip
                 await c.producer.send("gfs.tasks.submit", wrap(task, producer="it"))

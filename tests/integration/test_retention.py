@@ -18,10 +18,10 @@ import pytest
 import pytest_asyncio
 from quota_harness import _dsn, _migrated
 
-from services.platform.postgres import open_pool
-from services.platform.retention import OUTBOX_RULE, PREEMPTION_RULES, QUOTA_RULES, Retention, prune
-from services.quota.service import run_quota_service
-from services.quota.settings import QuotaServiceSettings
+from gfs.services.platform.postgres import open_pool
+from gfs.services.platform.retention import OUTBOX_RULE, PREEMPTION_RULES, QUOTA_RULES, Retention, prune
+from gfs.services.quota.service import run_quota_service
+from gfs.services.quota.settings import QuotaServiceSettings
 
 pytestmark = pytest.mark.integration
 
@@ -143,7 +143,7 @@ async def test_quota_service_refuses_a_history_window_shorter_than_its_feedback(
 async def test_gfs_db_prune_deletes_now_and_says_how_many(pg: asyncpg.Pool, database_url: str) -> None:
     from typer.testing import CliRunner
 
-    from services.platform.db_cli import app
+    from gfs.services.platform.db_cli import app
 
     async with pg.acquire() as c:
         dsn_schema = await c.fetchval("SELECT current_schema()")

@@ -27,16 +27,16 @@ from preemption_world import TAPPED, Cluster, _registered, _service, _settings, 
 from quota_harness import _migrated
 from test_preemption_router import _inbox, _submitted
 
-from schemas.commands import EvictCommand
-from schemas.dead_letter import DeadLetter
-from schemas.envelope import Envelope, wrap
-from schemas.tasks import TaskCancelled, TaskClass, TaskWithdrawn
-from services.platform.kafka.processing import MessageContext
-from services.platform.kafka.producer import EnvelopeProducer
-from services.platform.kafka.topic_admin import TopicsReport, ensure_topics
-from services.platform.postgres import open_pool
-from services.preemption.router.expiry import RouteExpiry, mark_ended
-from services.preemption.router.routing import Router, inbox_spec
+from gfs.schemas.commands import EvictCommand
+from gfs.schemas.dead_letter import DeadLetter
+from gfs.schemas.envelope import Envelope, wrap
+from gfs.schemas.tasks import TaskCancelled, TaskClass, TaskWithdrawn
+from gfs.services.platform.kafka.processing import MessageContext
+from gfs.services.platform.kafka.producer import EnvelopeProducer
+from gfs.services.platform.kafka.topic_admin import TopicsReport, ensure_topics
+from gfs.services.platform.postgres import open_pool
+from gfs.services.preemption.router.expiry import RouteExpiry, mark_ended
+from gfs.services.preemption.router.routing import Router, inbox_spec
 
 pytestmark = pytest.mark.integration
 

@@ -15,10 +15,10 @@ import pytest
 from preemption_world import Cluster, _api_settings, _service, _until
 from quota_harness import _fetch, _fetchval
 
-from schemas.commands import BindCommand, EvictCommand
-from schemas.tasks import TaskClass
-from services.preemption.decider import Decider
-from services.preemption.service import PreemptionSettings
+from gfs.schemas.commands import BindCommand, EvictCommand
+from gfs.schemas.tasks import TaskClass
+from gfs.services.preemption.decider import Decider
+from gfs.services.preemption.service import PreemptionSettings
 
 pytestmark = pytest.mark.integration
 

@@ -37,15 +37,15 @@ from live_cluster import TAPPED, Live, _fake, _get, _kill_fake_task, _owned, _un
 from live_harness import REPO, Tap
 from quota_harness import _free_port, _migrated
 
-from schemas.commands import BindCommand
-from schemas.tasks import TaskAccepted, TaskClass, TaskStarted
-from schemas.topics import TOPICS
-from schemas.workers import WorkerStarted
-from services.platform.kafka.producer import EnvelopeProducer
-from services.platform.kafka.topic_admin import ensure_topics
-from services.preemption.router.routing import inbox_spec
-from services.producers.client import GfsClient
-from services.producers.partitioning import partition_for_key
+from gfs.schemas.commands import BindCommand
+from gfs.schemas.tasks import TaskAccepted, TaskClass, TaskStarted
+from gfs.schemas.topics import TOPICS
+from gfs.schemas.workers import WorkerStarted
+from gfs.services.platform.kafka.producer import EnvelopeProducer
+from gfs.services.platform.kafka.topic_admin import ensure_topics
+from gfs.services.preemption.router.routing import inbox_spec
+from gfs.services.producers.client import GfsClient
+from gfs.services.producers.partitioning import partition_for_key
 
 pytestmark = pytest.mark.integration
 

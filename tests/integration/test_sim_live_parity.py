@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from services.parity.driver import ParityOptions, run_parity
-from services.platform.kafka.topic_admin import TopicsReport
-from services.platform.settings import REPO_ROOT
+from gfs.services.parity.driver import ParityOptions, run_parity
+from gfs.services.platform.kafka.topic_admin import TopicsReport
+from gfs.services.platform.settings import REPO_ROOT
 
 pytestmark = pytest.mark.integration
 

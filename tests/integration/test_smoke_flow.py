@@ -12,8 +12,8 @@ import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from rich.console import Console
 
-from services.platform.kafka.topic_admin import TopicsReport
-from services.platform.smoke import SUBMIT_TOPIC, render_report, run_smoke
+from gfs.services.platform.kafka.topic_admin import TopicsReport
+from gfs.services.platform.smoke import SUBMIT_TOPIC, render_report, run_smoke
 
 pytestmark = pytest.mark.integration
 

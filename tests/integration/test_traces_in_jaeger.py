@@ -41,13 +41,13 @@ from live_harness import ServiceProcess, Tap
 from quota_harness import _free_port
 from test_observability_stack import JAEGER_OTLP_ENDPOINT, JAEGER_QUERY_URL, _require
 
-from schemas.commands import BindCommand, EvictAck, EvictCommand
-from schemas.tasks import TaskClass, TaskEvicted, TaskStarted, TaskSubmitted
-from services.platform.kafka.topic_admin import TopicsReport
-from services.platform.settings import PlatformSettings
-from services.platform.tracing import build_tracer_provider
-from services.preemption.sre.trace_view import register_trace_view
-from services.producers.client import GfsClient
+from gfs.schemas.commands import BindCommand, EvictAck, EvictCommand
+from gfs.schemas.tasks import TaskClass, TaskEvicted, TaskStarted, TaskSubmitted
+from gfs.services.platform.kafka.topic_admin import TopicsReport
+from gfs.services.platform.settings import PlatformSettings
+from gfs.services.platform.tracing import build_tracer_provider
+from gfs.services.preemption.sre.trace_view import register_trace_view
+from gfs.services.producers.client import GfsClient
 
 pytestmark = pytest.mark.integration
 

@@ -25,11 +25,11 @@ from typing import Any
 
 import pytest
 
-from services.parity.driver import LiveRun, ParityOptions, run_parity
-from services.platform.kafka.topic_admin import TopicsReport
-from services.platform.settings import REPO_ROOT
-from services.simulator.traces.gfs_format import load_gfs_trace
-from services.simulator.traces.records import Trace
+from gfs.services.parity.driver import LiveRun, ParityOptions, run_parity
+from gfs.services.platform.kafka.topic_admin import TopicsReport
+from gfs.services.platform.settings import REPO_ROOT
+from gfs.services.simulator.traces.gfs_format import load_gfs_trace
+from gfs.services.simulator.traces.records import Trace
 
 pytestmark = pytest.mark.integration
 
@@ -39,7 +39,7 @@ ATTEMPTS = 2
 
 def _whatif(live: LiveRun, began: float, *more: str) -> subprocess.CompletedProcess[str]:
     since = f"{math.ceil(time.time() - began) + 120}s"
-    args = [sys.executable, "-m", "services", "whatif", "--since", since, "--policy", "fifo", *more]
+    args = [sys.executable, "-m", "gfs.services", "whatif", "--since", since, "--policy", "fifo", *more]
     for pool in sorted(live.pools):  # the run's pool names, e.g. A100-<run>
         args += ["--pool", pool, "--price", f"{pool}=2"]
     done = subprocess.run(args, cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)

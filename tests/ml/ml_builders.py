@@ -6,7 +6,7 @@ from datetime import datetime
 
 import numpy as np
 
-from ml.series import SIMULATOR_ORIGIN, DemandSeries
+from gfs.ml.series import SIMULATOR_ORIGIN, DemandSeries
 
 
 def seasonal_series(

@@ -11,12 +11,12 @@ import torch
 from ml_builders import seasonal_series, step_series
 from typer.testing import CliRunner
 
-from ml.backtest import rolling_cells, run_backtest, score
-from ml.cli import app
-from ml.datasets import write_csv
-from ml.networks import OrgLinear
-from ml.training import OrgLinearTraining
-from ml.zoo import build_forecaster
+from gfs.ml.backtest import rolling_cells, run_backtest, score
+from gfs.ml.cli import app
+from gfs.ml.datasets import write_csv
+from gfs.ml.networks import OrgLinear
+from gfs.ml.training import OrgLinearTraining
+from gfs.ml.zoo import build_forecaster
 
 
 def test_score_by_hand() -> None:

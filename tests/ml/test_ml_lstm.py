@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 from ml_builders import seasonal_series, step_series
 
-from ml.artifact import METADATA, save_artifact
-from ml.calibrated import CalibratedForecaster
-from ml.inference import load_forecaster
-from ml.series import SeriesError
-from ml.training import LstmTraining
-from ml.zoo import build_forecaster
+from gfs.ml.artifact import METADATA, save_artifact
+from gfs.ml.calibrated import CalibratedForecaster
+from gfs.ml.inference import load_forecaster
+from gfs.ml.series import SeriesError
+from gfs.ml.training import LstmTraining
+from gfs.ml.zoo import build_forecaster
 
 FAST = LstmTraining(max_epochs=25, patience=4, samples_per_epoch=2048, warm_max_epochs=2)
 
@@ -83,8 +83,8 @@ def test_artifact_round_trip_and_loads_without_training_code(trained, tmp_path: 
     moved = load_forecaster(tmp_path / "art", start=datetime(2020, 5, 1))
     assert moved.model.cal.start == datetime(2020, 5, 1)  # type: ignore[attr-defined]
     code = (
-        "import sys; from pathlib import Path; from ml.inference import load_forecaster;"
-        f"load_forecaster(Path({str(tmp_path / 'art')!r})); print('ml.training' in sys.modules)"
+        "import sys; from pathlib import Path; from gfs.ml.inference import load_forecaster;"
+        f"load_forecaster(Path({str(tmp_path / 'art')!r})); print('gfs.ml.training' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.preemption.controller.attempts import NOT_RUNNING, Attempt, Phase
+from gfs.services.preemption.controller.attempts import NOT_RUNNING, Attempt, Phase
 
 OWN, STOPPED, NEVER_STARTED = "own", "stopped", "never_started"
 

@@ -7,16 +7,16 @@ from builders import a_pool, a_spot, a_task
 from hypothesis import given
 from hypothesis import strategies as st
 
-from services.core.cycle import CycleContext, schedule_pool
-from services.core.decisions import EvictTask, StartTask, WorkerPlacement
-from services.core.placement import BestFit, place_task
-from services.core.policies.registry import build_policy
-from services.core.pool import PoolState, RunningTask
-from services.core.queues import BucketQueue
-from services.core.quota import ForecastQuota, QuotaInputs
-from services.core.task import TaskClass, TaskSpec
-from services.core.victims import PreemptionContext
-from services.core.victims_gfs import GfsVictims
+from gfs.services.core.cycle import CycleContext, schedule_pool
+from gfs.services.core.decisions import EvictTask, StartTask, WorkerPlacement
+from gfs.services.core.placement import BestFit, place_task
+from gfs.services.core.policies.registry import build_policy
+from gfs.services.core.pool import PoolState, RunningTask
+from gfs.services.core.queues import BucketQueue
+from gfs.services.core.quota import ForecastQuota, QuotaInputs
+from gfs.services.core.task import TaskClass, TaskSpec
+from gfs.services.core.victims import PreemptionContext
+from gfs.services.core.victims_gfs import GfsVictims
 
 NODE_SIZES = st.lists(st.sampled_from([1, 2, 4, 8]), min_size=1, max_size=6)
 TASK = st.tuples(

@@ -21,9 +21,9 @@ import random
 import pytest
 from builders import a_pool, a_task
 
-from services.core.policies.registry import build_policy
-from services.core.runtime import PoolRuntime, RuntimeSettings
-from services.core.task import TaskClass
+from gfs.services.core.policies.registry import build_policy
+from gfs.services.core.runtime import PoolRuntime, RuntimeSettings
+from gfs.services.core.task import TaskClass
 
 POLICIES = ["gfs", "fifo", "k8s-priority", "lyra", "fgd", "chronus", "gfs-no-reservation"]
 SHAPES = (0.25, 0.5, 1.0, 1.0, 2.0, 2.0, 4.0, 8.0)

@@ -17,12 +17,12 @@ from builders import a_pool, a_task
 from hypothesis import given
 from hypothesis import strategies as st
 
-from services.core.guarantee import GUARANTEE_PERIOD_S
-from services.core.ids import TaskId
-from services.core.policies.registry import build_policy
-from services.core.reasons import EvictionReason
-from services.core.runtime import Finished, PoolRuntime, RuntimeSettings, Started, Stopped
-from services.core.task import TaskClass
+from gfs.services.core.guarantee import GUARANTEE_PERIOD_S
+from gfs.services.core.ids import TaskId
+from gfs.services.core.policies.registry import build_policy
+from gfs.services.core.reasons import EvictionReason
+from gfs.services.core.runtime import Finished, PoolRuntime, RuntimeSettings, Started, Stopped
+from gfs.services.core.task import TaskClass
 
 NODES = (4, 2, 8)
 

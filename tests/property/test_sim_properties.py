@@ -7,8 +7,8 @@ from builders import a_job, a_node, a_trace
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.core.policies.registry import build_policy
-from services.simulator.runner import RunSettings, build_simulation, prepare, run_policies
+from gfs.services.core.policies.registry import build_policy
+from gfs.services.simulator.runner import RunSettings, build_simulation, prepare, run_policies
 
 JOB = st.tuples(
     st.sampled_from(["HP", "SPOT"]),

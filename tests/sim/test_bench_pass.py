@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typer.testing import CliRunner
 
-from services.cli import build_app
-from services.simulator.pass_bench import build
+from gfs.services.cli import build_app
+from gfs.services.simulator.pass_bench import build
 
 
 def test_the_scenario_is_the_largest_pool_at_80_percent_with_the_backlog_queued() -> None:

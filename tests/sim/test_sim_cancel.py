@@ -18,14 +18,14 @@ from builders import a_job, a_node, a_trace
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.core.ids import TaskId
-from services.core.policies.registry import build_policy
-from services.simulator.decision_log import DecisionLog
-from services.simulator.engine import Simulation
-from services.simulator.result import build_policy_result
-from services.simulator.runner import RunSettings, build_simulation, prepare
-from services.simulator.traces.records import Trace, TraceJob
-from services.simulator.workload import build_workload
+from gfs.services.core.ids import TaskId
+from gfs.services.core.policies.registry import build_policy
+from gfs.services.simulator.decision_log import DecisionLog
+from gfs.services.simulator.engine import Simulation
+from gfs.services.simulator.result import build_policy_result
+from gfs.services.simulator.runner import RunSettings, build_simulation, prepare
+from gfs.services.simulator.traces.records import Trace, TraceJob
+from gfs.services.simulator.workload import build_workload
 
 ONE_NODE = [a_node("n0", gpus=8)]
 

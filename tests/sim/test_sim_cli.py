@@ -7,7 +7,7 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from services.cli import build_app
+from gfs.services.cli import build_app
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "gfs_trace_20"
 METRICS = {

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from services.core.naive_forecasts import Oracle, Persistence, SeasonalNaive
+from gfs.services.core.naive_forecasts import Oracle, Persistence, SeasonalNaive
 
 KEYS = (("P", "org"),)
 

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 import pytest
 from builders import a_job, a_node, a_trace
 
-from services.simulator.runner import ForecastSource, RunSettings, run_policies
-from services.simulator.traces.records import Trace
+from gfs.services.simulator.runner import ForecastSource, RunSettings, run_policies
+from gfs.services.simulator.traces.records import Trace
 
 
 @dataclass(frozen=True)

@@ -19,9 +19,9 @@ from __future__ import annotations
 import pytest
 from builders import a_job, a_node, a_trace
 
-from services.core.policies.registry import build_policy
-from services.simulator.result import build_policy_result
-from services.simulator.runner import RunSettings, build_simulation, prepare
+from gfs.services.core.policies.registry import build_policy
+from gfs.services.simulator.result import build_policy_result
+from gfs.services.simulator.runner import RunSettings, build_simulation, prepare
 
 
 def test_in_window_measure_by_hand() -> None:

@@ -8,12 +8,18 @@ from pathlib import Path
 import numpy as np
 from builders import a_job, a_node, a_trace
 
-from services.core.forecast import DemandForecast, SeriesKey
-from services.core.naive_forecasts import Persistence
-from services.core.policies.registry import build_policy
-from services.simulator.demand import read_canonical_csv
-from services.simulator.engine import SimSettings, Simulation
-from services.simulator.runner import ModelWithFallback, RunSettings, demand_for, prepare, write_observed_csv
+from gfs.services.core.forecast import DemandForecast, SeriesKey
+from gfs.services.core.naive_forecasts import Persistence
+from gfs.services.core.policies.registry import build_policy
+from gfs.services.simulator.demand import read_canonical_csv
+from gfs.services.simulator.engine import SimSettings, Simulation
+from gfs.services.simulator.runner import (
+    ModelWithFallback,
+    RunSettings,
+    demand_for,
+    prepare,
+    write_observed_csv,
+)
 
 
 class BrokenModel:

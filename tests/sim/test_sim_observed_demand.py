@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 from builders import a_job, a_node, a_trace
 
-from services.core.policies.registry import build_policy
-from services.simulator.runner import ForecastSource, RunSettings, build_simulation, prepare
+from gfs.services.core.policies.registry import build_policy
+from gfs.services.simulator.runner import ForecastSource, RunSettings, build_simulation, prepare
 
 # One 8-GPU node. h1 (8 GPUs) runs [0, 7200). h2 (4 GPUs, submit 600, 3600 s) waits for it and
 # runs [7200, 10800). h3 asks for 16 GPUs on an 8-GPU pool: rejected, never counted.

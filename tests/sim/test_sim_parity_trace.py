@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from services.cli import build_app
-from services.simulator.traces.gfs_format import load_gfs_trace
+from gfs.services.cli import build_app
+from gfs.services.simulator.traces.gfs_format import load_gfs_trace
 
 PARITY = Path(__file__).resolve().parents[1] / "data" / "parity"
 WINDOW_END_S = 10800.0

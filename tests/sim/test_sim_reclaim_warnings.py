@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from builders import a_job, a_node, a_trace
 
-from services.core.policies.registry import build_policy
-from services.core.reclaim_warning import WarningSettings
-from services.simulator.reclaim_warnings import WarningLedger
-from services.simulator.result import build_policy_result
-from services.simulator.runner import RunSettings, build_simulation, prepare
+from gfs.services.core.policies.registry import build_policy
+from gfs.services.core.reclaim_warning import WarningSettings
+from gfs.services.simulator.reclaim_warnings import WarningLedger
+from gfs.services.simulator.result import build_policy_result
+from gfs.services.simulator.runner import RunSettings, build_simulation, prepare
 
 # One 8-GPU node: spot work fills it in the first hours, then HP arrives in waves and takes GPUs
 # back (each HP job needs spot's GPUs: evictions).

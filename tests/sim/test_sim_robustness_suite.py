@@ -15,10 +15,10 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from services.cli import build_app
-from services.simulator.evaluate import REPORT_METRICS, grid_cells, run_cell
-from services.simulator.evaluate_config import load_config, parse_config
-from services.simulator.evaluate_suite import ratio, suite_aggregate
+from gfs.services.cli import build_app
+from gfs.services.simulator.evaluate import REPORT_METRICS, grid_cells, run_cell
+from gfs.services.simulator.evaluate_config import load_config, parse_config
+from gfs.services.simulator.evaluate_suite import ratio, suite_aggregate
 
 ROOT = Path(__file__).resolve().parents[2]
 SMOKE = ROOT / "configs" / "suite-robustness-smoke.yaml"

@@ -46,10 +46,10 @@ import json
 import pytest
 from builders import a_job, a_node, a_trace
 
-from services.core.policies.registry import build_policy
-from services.simulator.decision_log import DecisionLog
-from services.simulator.runner import RunSettings, build_simulation, prepare
-from services.simulator.traces.records import Trace
+from gfs.services.core.policies.registry import build_policy
+from gfs.services.simulator.decision_log import DecisionLog
+from gfs.services.simulator.runner import RunSettings, build_simulation, prepare
+from gfs.services.simulator.traces.records import Trace
 
 HORIZON = 172800.0
 

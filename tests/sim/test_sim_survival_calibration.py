@@ -11,16 +11,16 @@ from pathlib import Path
 import pytest
 import yaml
 
-from services.core.policies.registry import build_policy
-from services.core.survival import QuoteCalibration
-from services.simulator.calibration import (
+from gfs.services.core.policies.registry import build_policy
+from gfs.services.core.survival import QuoteCalibration
+from gfs.services.simulator.calibration import (
     QuotingSimulation,
     first_run_outcome,
     load_plan,
     main,
     run_quoting,
 )
-from services.simulator.calibration_scoring import (
+from gfs.services.simulator.calibration_scoring import (
     Quoted,
     brier,
     fit,
@@ -30,11 +30,11 @@ from services.simulator.calibration_scoring import (
     target_gaps,
     wilson_interval,
 )
-from services.simulator.evaluate import MAX_JOB_SHARE
-from services.simulator.evaluate_config import resolve_nodes
-from services.simulator.evaluate_trace import regime_trace
-from services.simulator.runner import ForecastSource, RunSettings, build_simulation, prepare
-from services.simulator.traces.gfs_format import read_nodes
+from gfs.services.simulator.evaluate import MAX_JOB_SHARE
+from gfs.services.simulator.evaluate_config import resolve_nodes
+from gfs.services.simulator.evaluate_trace import regime_trace
+from gfs.services.simulator.runner import ForecastSource, RunSettings, build_simulation, prepare
+from gfs.services.simulator.traces.gfs_format import read_nodes
 
 ROOT = Path(__file__).resolve().parents[2]
 NODES = ROOT / "tests" / "fixtures" / "nodes_small" / "node_info_df.csv"

@@ -15,12 +15,12 @@ import json
 import pytest
 from builders import a_job, a_node, a_trace
 
-from services.core.policies.registry import build_policy
-from services.core.tenant_budget import BudgetWindow, TenantBudget
-from services.simulator.budget_eval import gini, spread
-from services.simulator.decision_log import DecisionLog
-from services.simulator.engine import SimSettings, Simulation
-from services.simulator.runner import RunSettings, build_forecaster, demand_for, prepare
+from gfs.services.core.policies.registry import build_policy
+from gfs.services.core.tenant_budget import BudgetWindow, TenantBudget
+from gfs.services.simulator.budget_eval import gini, spread
+from gfs.services.simulator.decision_log import DecisionLog
+from gfs.services.simulator.engine import SimSettings, Simulation
+from gfs.services.simulator.runner import RunSettings, build_forecaster, demand_for, prepare
 
 TRACE = a_trace(
     [a_node("n0", gpus=1), a_node("n1", gpus=1)],

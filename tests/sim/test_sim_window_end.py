@@ -11,13 +11,13 @@ import pytest
 from builders import a_job, a_node, a_trace
 from typer.testing import CliRunner
 
-from services.cli import build_app
-from services.core.ids import TaskId
-from services.core.policies.registry import build_policy
-from services.simulator.result import build_policy_result
-from services.simulator.runner import RunSettings, build_simulation, prepare
-from services.simulator.traces.gfs_format import write_gfs_trace
-from services.simulator.workload import build_workload
+from gfs.services.cli import build_app
+from gfs.services.core.ids import TaskId
+from gfs.services.core.policies.registry import build_policy
+from gfs.services.simulator.result import build_policy_result
+from gfs.services.simulator.runner import RunSettings, build_simulation, prepare
+from gfs.services.simulator.traces.gfs_format import write_gfs_trace
+from gfs.services.simulator.workload import build_workload
 
 # One node of 8 GPUs, fifo (reactive quota = capacity, first-node victims). Horizon 2000.
 # s0 and s1 (spot, 4 GPUs, 2000 s each) start at 0, s0 on GPUs 0-3 (placed first).

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from builders import a_job, a_node, a_trace
 
-from services.simulator.workload import build_workload, fits_empty_pool
+from gfs.services.simulator.workload import build_workload, fits_empty_pool
 
 DAY = 86400.0
 

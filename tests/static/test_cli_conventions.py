@@ -15,9 +15,9 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from services.cli import build_app
-from services.platform.paths import state_home
-from services.platform.settings import REPO_ROOT
+from gfs.services.cli import build_app
+from gfs.services.platform.paths import state_home
+from gfs.services.platform.settings import REPO_ROOT
 
 TRACE = REPO_ROOT / "tests" / "fixtures" / "gfs_trace_20"
 # The read-only commands an SRE scripts: each takes --output/-o table|json.
@@ -92,8 +92,8 @@ def test_no_default_path_points_into_the_checkout_or_is_relative(gfs: Any) -> No
 def test_the_services_state_defaults_are_in_the_per_user_state_folder(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    from services.forecast.app import ForecastServiceSettings
-    from services.node_agent.settings import NodeAgentSettings
+    from gfs.services.forecast.app import ForecastServiceSettings
+    from gfs.services.node_agent.settings import NodeAgentSettings
 
     for name in ("GFS_STATE_DIR", "XDG_STATE_HOME", "AGENT_STATE_ROOT", "FORECAST_DATADIR"):
         monkeypatch.delenv(name, raising=False)

@@ -6,7 +6,7 @@ from importlib.metadata import version
 
 from typer.testing import CliRunner
 
-from services.cli import build_app
+from gfs.services.cli import build_app
 
 
 def test_version_flag_prints_the_installed_version_and_exits_0() -> None:

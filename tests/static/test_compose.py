@@ -1,7 +1,7 @@
 """docker-compose.yml, infra/kafka/topics.yaml and the Dockerfiles agree with the code.
 
 Docker cannot run in CI here, so these static checks are what keeps the compose stack from
-drifting: topics and partitions against `schemas.topics.TOPICS`, env var names against the
+drifting: topics and partitions against `gfs.schemas.topics.TOPICS`, env var names against the
 platform settings, and the images against the project layout.
 """
 
@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 import yaml
 
-from schemas.topics import TOPICS, TopicSpec
-from services.platform.schema_cli import render_topics_yaml
+from gfs.schemas.topics import TOPICS, TopicSpec
+from gfs.services.platform.schema_cli import render_topics_yaml
 
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE_PATH = REPO / "docker-compose.yml"
@@ -53,7 +53,7 @@ def _settings_env_names() -> frozenset[str]:
     from pydantic import AliasChoices
     from pydantic_settings import BaseSettings
 
-    from services.platform import settings as module
+    from gfs.services.platform import settings as module
 
     names: set[str] = set()
     for value in vars(module).values():
@@ -245,7 +245,7 @@ def test_every_container_command_is_one_the_gfs_cli_accepts(compose: dict[str, A
     it before it runs; an unknown command or option fails the parse first)."""
     from typer.testing import CliRunner
 
-    from services.cli import build_app
+    from gfs.services.cli import build_app
 
     app = build_app()
     commands = _gfs_commands(compose)

@@ -17,15 +17,15 @@ from k8s_render import _containers, _one, _workloads
 from pydantic import AliasChoices
 from pydantic_settings import BaseSettings
 
-from services.forecast.app import ForecastServiceSettings, make_app
-from services.node_agent.service import build_metrics_app
-from services.node_agent.settings import NodeAgentSettings
-from services.platform.metrics import configure_metrics
-from services.platform.settings import PlatformSettings
-from services.preemption.service import PreemptionSettings
-from services.preemption.sre.api import build_api as preemption_api
-from services.quota.service import QuotaServiceSettings
-from services.quota.service import build_api as quota_api
+from gfs.services.forecast.app import ForecastServiceSettings, make_app
+from gfs.services.node_agent.service import build_metrics_app
+from gfs.services.node_agent.settings import NodeAgentSettings
+from gfs.services.platform.metrics import configure_metrics
+from gfs.services.platform.settings import PlatformSettings
+from gfs.services.preemption.service import PreemptionSettings
+from gfs.services.preemption.sre.api import build_api as preemption_api
+from gfs.services.quota.service import QuotaServiceSettings
+from gfs.services.quota.service import build_api as quota_api
 
 # Env vars the manifests set that no settings class reads, each with who does read it.
 NOT_SETTINGS = {

@@ -21,13 +21,13 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from services.forecast.metrics import register_metrics as register_forecast
-from services.node_agent.agent import AgentMetrics
-from services.node_agent.service import _observe as observe_agent
-from services.platform.metrics import configure_metrics
-from services.platform.stage_stamps import BatchStamps, CommitTimes
-from services.preemption.metrics import register_metrics as register_preemption
-from services.quota.metrics import register_metrics as register_quota
+from gfs.services.forecast.metrics import register_metrics as register_forecast
+from gfs.services.node_agent.agent import AgentMetrics
+from gfs.services.node_agent.service import _observe as observe_agent
+from gfs.services.platform.metrics import configure_metrics
+from gfs.services.platform.stage_stamps import BatchStamps, CommitTimes
+from gfs.services.preemption.metrics import register_metrics as register_preemption
+from gfs.services.quota.metrics import register_metrics as register_quota
 
 REPO = Path(__file__).resolve().parents[2]
 OPERATIONS_MD = REPO / "docs" / "operations.md"

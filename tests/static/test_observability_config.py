@@ -13,9 +13,9 @@ from typing import Any
 
 import yaml
 
-from services.forecast.app import ForecastServiceSettings
-from services.preemption.service import PreemptionSettings
-from services.quota.service import QuotaServiceSettings
+from gfs.services.forecast.app import ForecastServiceSettings
+from gfs.services.preemption.service import PreemptionSettings
+from gfs.services.quota.service import QuotaServiceSettings
 
 REPO = Path(__file__).resolve().parents[2]
 PROMETHEUS_YML = REPO / "infra" / "prometheus" / "prometheus.yml"

@@ -12,7 +12,7 @@ import re
 from functools import cache
 from pathlib import Path
 
-from schemas.topics import TOPICS
+from gfs.schemas.topics import TOPICS
 
 ROOT = Path(__file__).resolve().parents[2]
 # Where the dead-letter envelope is built and the timer lives.
@@ -55,7 +55,7 @@ def test_topic_names_come_only_from_the_registry() -> None:
                 continue
             if node.value in TOPIC_NAMES or _QUOTED.search(node.value):
                 found.append(f"{name}:{node.lineno}: {node.value[:80]!r}")
-    assert not found, "literal topic names (use the constants of schemas.topics):\n" + "\n".join(found)
+    assert not found, "literal topic names (use the constants of gfs.schemas.topics):\n" + "\n".join(found)
 
 
 def test_dead_letters_are_built_only_by_the_platform() -> None:
@@ -82,4 +82,4 @@ def test_periodic_jobs_use_the_platform_timer() -> None:
         if isinstance(node, ast.AsyncFunctionDef)
         and node.name in {"_every", "every", "_periodic", "_telemetry"}
     ]
-    assert not found, "use services.platform.timer.every:\n" + "\n".join(found)
+    assert not found, "use gfs.services.platform.timer.every:\n" + "\n".join(found)

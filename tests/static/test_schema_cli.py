@@ -6,8 +6,8 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from schemas.topics import TOPICS
-from services.platform.schema_cli import DEFAULT_TOPICS_YAML, app, render_topics_yaml
+from gfs.schemas.topics import TOPICS
+from gfs.services.platform.schema_cli import DEFAULT_TOPICS_YAML, app, render_topics_yaml
 
 
 def test_check_passes_on_the_checked_in_topics_yaml() -> None:

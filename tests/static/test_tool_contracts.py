@@ -19,23 +19,29 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
-TOOLS = ("services.parity", "services.demo", "services.faults", "services.livebench", "services.whatif")
+TOOLS = (
+    "gfs.services.parity",
+    "gfs.services.demo",
+    "gfs.services.faults",
+    "gfs.services.livebench",
+    "gfs.services.whatif",
+)
 # What runs in production (or in the simulator) and so must never depend on a tool.
 RUNTIME = (
-    "schemas",
-    "ml",
-    "services.core",
-    "services.simulator",
-    "services.platform",
-    "services.forecast",
-    "services.quota",
-    "services.preemption",
-    "services.node_agent",
-    "services.producers",
-    "services.adapters",
+    "gfs.schemas",
+    "gfs.ml",
+    "gfs.services.core",
+    "gfs.services.simulator",
+    "gfs.services.platform",
+    "gfs.services.forecast",
+    "gfs.services.quota",
+    "gfs.services.preemption",
+    "gfs.services.node_agent",
+    "gfs.services.producers",
+    "gfs.services.adapters",
 )
 # The tools' kit: tool code (the services must not import it either), importing no tool itself.
-TOOL_KIT = "services.toolkit"
+TOOL_KIT = "gfs.services.toolkit"
 
 
 def _contracts() -> list[dict[str, Any]]:
@@ -56,7 +62,7 @@ def test_no_runtime_package_may_import_a_tool() -> None:
     assert not missing, f"no forbidden contract stops these imports: {missing}"
     # A new package under services/ that is neither a runtime package nor a listed tool is a
     # decision to make (which side of the fence is it on?), not a default.
-    packages = {f"services.{p.name}" for p in (ROOT / "services").iterdir() if (p / "__init__.py").exists()}
+    packages = {f"gfs.services.{p.name}" for p in (ROOT / "services").iterdir() if (p / "__init__.py").exists()}
     known = {*RUNTIME, *TOOLS, TOOL_KIT}
     assert packages <= known, sorted(packages - known)
 
@@ -72,7 +78,7 @@ def test_each_tool_has_its_own_forbidden_contract_and_they_are_independent() -> 
 def test_each_split_tool_orders_its_parts_in_layers() -> None:
     # Issue 23 item 6: the tools split into a runner and its parts (the module docs' "Parts"); a
     # layers contract per tool keeps a part from importing its runner, so the split stays a split.
-    split = ("services.parity", "services.demo", "services.faults", "services.livebench")
+    split = ("gfs.services.parity", "gfs.services.demo", "gfs.services.faults", "gfs.services.livebench")
     layered = {box for c in _contracts() if c["type"] == "layers" for box in c.get("containers", [])}
     assert set(split) <= layered, f"tools without a layers contract: {sorted(set(split) - layered)}"
 
@@ -116,7 +122,7 @@ def _copies_free_port(node: ast.AST) -> bool:
 
 
 def _launches_a_service(node: ast.AST) -> bool:
-    # `subprocess.Popen([sys.executable, "-m", "services", ...])`: toolkit.processes.ServiceProcess.
+    # `subprocess.Popen([sys.executable, "-m", "gfs.services", ...])`: toolkit.processes.ServiceProcess.
     if not (
         isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "Popen"
     ):
@@ -128,7 +134,7 @@ def _launches_a_service(node: ast.AST) -> bool:
     return (
         isinstance(head[0], ast.Attribute)
         and head[0].attr == "executable"
-        and [getattr(e, "value", None) for e in head[1:]] == ["-m", "services"]
+        and [getattr(e, "value", None) for e in head[1:]] == ["-m", "gfs.services"]
     )
 
 
@@ -145,11 +151,15 @@ def test_no_tool_copies_the_kit() -> None:
         return statement.value
 
     assert _copies_free_port(first('probe.bind(("127.0.0.1", 0))'))
-    assert _launches_a_service(first('subprocess.Popen([sys.executable, "-m", "services", *args], cwd=R)'))
-    assert not _launches_a_service(first('subprocess.Popen([sys.executable, *profiler, "-m", "services"])'))
+    assert _launches_a_service(
+        first('subprocess.Popen([sys.executable, "-m", "gfs.services", *args], cwd=R)')
+    )
+    assert not _launches_a_service(
+        first('subprocess.Popen([sys.executable, *profiler, "-m", "gfs.services"])')
+    )
     checks = {
         "picks a free port (toolkit.processes.free_port)": _copies_free_port,
-        "launches `python -m services` itself (toolkit.processes.ServiceProcess)": _launches_a_service,
+        "launches `python -m gfs.services` itself (toolkit.processes.ServiceProcess)": _launches_a_service,
         "finds the agents' workers itself (toolkit.processes.kill_agent_workers)": _names_the_fake_task,
     }
     found = [

@@ -10,9 +10,9 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import NamedTuple
 
-from services.core.ids import TaskId
-from services.core.outcomes import Finished, Started, Stopped
-from services.core.reasons import Rejection
+from gfs.services.core.ids import TaskId
+from gfs.services.core.outcomes import Finished, Started, Stopped
+from gfs.services.core.reasons import Rejection
 
 
 @dataclass(frozen=True, slots=True)

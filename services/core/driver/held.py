@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from itertools import chain
 from typing import Generic, TypeVar
 
-from services.core.ids import TaskId
+from gfs.services.core.ids import TaskId
 
 C = TypeVar("C", bound=Hashable)
 

@@ -11,8 +11,8 @@ from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from services.core.ids import TaskId
-from services.core.task import TaskSpec
+from gfs.services.core.ids import TaskId
+from gfs.services.core.task import TaskSpec
 
 C = TypeVar("C", bound=Hashable)
 

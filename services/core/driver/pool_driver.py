@@ -23,7 +23,7 @@ from typing import Generic, TypeVar
 
 import numpy as np
 
-from services.core.driver.effects import (
+from gfs.services.core.driver.effects import (
     Accepted,
     Effect,
     NodeJoined,
@@ -37,8 +37,8 @@ from services.core.driver.effects import (
     ReleaseWhy,
     Withdrawn,
 )
-from services.core.driver.held import HeldStarts
-from services.core.driver.inputs import (
+from gfs.services.core.driver.held import HeldStarts
+from gfs.services.core.driver.inputs import (
     Advance,
     AttemptEnded,
     Cancel,
@@ -52,14 +52,14 @@ from services.core.driver.inputs import (
     QuotaApplied,
     Submit,
 )
-from services.core.driver.timers import PeriodTimers
-from services.core.driver.trigger import PassTrigger
-from services.core.guarantee_ledger import GuaranteeLedger
-from services.core.ids import TaskId
-from services.core.outcomes import Finished, PassResult, Started, Stopped
-from services.core.reasons import Rejection
-from services.core.runtime import PoolRuntime
-from services.core.task import TaskClass, TaskSpec
+from gfs.services.core.driver.timers import PeriodTimers
+from gfs.services.core.driver.trigger import PassTrigger
+from gfs.services.core.guarantee_ledger import GuaranteeLedger
+from gfs.services.core.ids import TaskId
+from gfs.services.core.outcomes import Finished, PassResult, Started, Stopped
+from gfs.services.core.reasons import Rejection
+from gfs.services.core.runtime import PoolRuntime
+from gfs.services.core.task import TaskClass, TaskSpec
 
 # How long a started run will last, if the shell knows (the simulator does): no period past its end.
 RunLength = Callable[[Started], float]

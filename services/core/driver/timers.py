@@ -17,9 +17,9 @@ from __future__ import annotations
 import heapq
 import math
 
-from services.core.driver.effects import PeriodClosed
-from services.core.guarantee import GUARANTEE_PERIOD_S
-from services.core.ids import TaskId
+from gfs.services.core.driver.effects import PeriodClosed
+from gfs.services.core.guarantee import GUARANTEE_PERIOD_S
+from gfs.services.core.ids import TaskId
 
 
 class PeriodTimers:

@@ -31,10 +31,10 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-from services.core.policies.gfs import build_gfs
-from services.core.policies.protocols import SchedulingPolicy
-from services.core.quota import ForecastQuota, QuotaSettings, ReactiveQuota
-from services.core.victims_first_node import FirstNodeVictims
+from gfs.services.core.policies.gfs import build_gfs
+from gfs.services.core.policies.protocols import SchedulingPolicy
+from gfs.services.core.quota import ForecastQuota, QuotaSettings, ReactiveQuota
+from gfs.services.core.victims_first_node import FirstNodeVictims
 
 
 def build_gfs_no_forecast(settings: QuotaSettings | None = None) -> SchedulingPolicy:

@@ -10,11 +10,11 @@ middle of a guarantee period as a failed period, and HP queue time accumulates a
 
 from __future__ import annotations
 
-from services.core.placement import BestFit
-from services.core.policies.protocols import SchedulingPolicy
-from services.core.queues import LargestFirstFewWorkers
-from services.core.quota import QuotaSettings, ReactiveQuota
-from services.core.victims_lease import LEASE_PERIOD_S, NoMidLeasePreemption
+from gfs.services.core.placement import BestFit
+from gfs.services.core.policies.protocols import SchedulingPolicy
+from gfs.services.core.queues import LargestFirstFewWorkers
+from gfs.services.core.quota import QuotaSettings, ReactiveQuota
+from gfs.services.core.victims_lease import LEASE_PERIOD_S, NoMidLeasePreemption
 
 
 def build_chronus(settings: QuotaSettings | None = None) -> SchedulingPolicy:

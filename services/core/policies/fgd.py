@@ -4,11 +4,11 @@ forecast quota in the `+gfs-quota` variant."""
 
 from __future__ import annotations
 
-from services.core.placement_fgd import FgdPlacement
-from services.core.policies.protocols import SchedulingPolicy
-from services.core.queues import Fifo
-from services.core.quota import QuotaSettings, ReactiveQuota
-from services.core.victims_fgd import FgdVictims
+from gfs.services.core.placement_fgd import FgdPlacement
+from gfs.services.core.policies.protocols import SchedulingPolicy
+from gfs.services.core.queues import Fifo
+from gfs.services.core.quota import QuotaSettings, ReactiveQuota
+from gfs.services.core.victims_fgd import FgdVictims
 
 
 def build_fgd(settings: QuotaSettings | None = None) -> SchedulingPolicy:

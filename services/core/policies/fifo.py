@@ -4,11 +4,11 @@ where enough GPUs can be freed."""
 
 from __future__ import annotations
 
-from services.core.placement import FirstFit
-from services.core.policies.protocols import SchedulingPolicy
-from services.core.queues import Fifo
-from services.core.quota import QuotaSettings, ReactiveQuota
-from services.core.victims_first_node import FirstNodeVictims
+from gfs.services.core.placement import FirstFit
+from gfs.services.core.policies.protocols import SchedulingPolicy
+from gfs.services.core.queues import Fifo
+from gfs.services.core.quota import QuotaSettings, ReactiveQuota
+from gfs.services.core.victims_first_node import FirstNodeVictims
 
 
 def build_fifo(settings: QuotaSettings | None = None) -> SchedulingPolicy:

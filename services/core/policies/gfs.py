@@ -4,11 +4,11 @@ score, largest-first queues with the `failed` threshold, two-pointer victims wit
 
 from __future__ import annotations
 
-from services.core.placement import BestFit
-from services.core.policies.protocols import SchedulingPolicy
-from services.core.queues import LargestFirst, LargestFirstFewWorkers
-from services.core.quota import ForecastQuota, QuotaSettings
-from services.core.victims_gfs import GfsVictims
+from gfs.services.core.placement import BestFit
+from gfs.services.core.policies.protocols import SchedulingPolicy
+from gfs.services.core.queues import LargestFirst, LargestFirstFewWorkers
+from gfs.services.core.quota import ForecastQuota, QuotaSettings
+from gfs.services.core.victims_gfs import GfsVictims
 
 # An hour: longer than a normal backfill gap (a finishing HP task frees its GPUs within minutes of
 # a pass), short next to the days a starved wide gang waited (docs/quality-findings.md).

@@ -9,11 +9,11 @@ uses whatever is idle), or GFS's forecast quota in the `+gfs-quota` variant.
 
 from __future__ import annotations
 
-from services.core.placement_spread import LeastAllocated
-from services.core.policies.protocols import SchedulingPolicy
-from services.core.queues import Fifo
-from services.core.quota import QuotaSettings, ReactiveQuota
-from services.core.victims_k8s import K8sVictims
+from gfs.services.core.placement_spread import LeastAllocated
+from gfs.services.core.policies.protocols import SchedulingPolicy
+from gfs.services.core.queues import Fifo
+from gfs.services.core.quota import QuotaSettings, ReactiveQuota
+from gfs.services.core.victims_k8s import K8sVictims
 
 
 def build_k8s_priority(settings: QuotaSettings | None = None) -> SchedulingPolicy:

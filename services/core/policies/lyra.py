@@ -8,11 +8,11 @@ affinity, no eviction score).
 
 from __future__ import annotations
 
-from services.core.placement_spread import PackFree
-from services.core.policies.protocols import SchedulingPolicy
-from services.core.queue_blocking import LargestFirstBlocking
-from services.core.quota import QuotaSettings, ReactiveQuota
-from services.core.victims_lyra import LyraVictims
+from gfs.services.core.placement_spread import PackFree
+from gfs.services.core.policies.protocols import SchedulingPolicy
+from gfs.services.core.queue_blocking import LargestFirstBlocking
+from gfs.services.core.quota import QuotaSettings, ReactiveQuota
+from gfs.services.core.victims_lyra import LyraVictims
 
 
 def build_lyra(settings: QuotaSettings | None = None) -> SchedulingPolicy:

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from services.core.placement import NodeChooser
-from services.core.queues import QueueOrder
-from services.core.quota import ForecastQuota, QuotaPolicy, QuotaSettings
-from services.core.victims import VictimSelector
+from gfs.services.core.placement import NodeChooser
+from gfs.services.core.queues import QueueOrder
+from gfs.services.core.quota import ForecastQuota, QuotaPolicy, QuotaSettings
+from gfs.services.core.victims import VictimSelector
 
 
 @dataclass(frozen=True, slots=True)

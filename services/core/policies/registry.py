@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
 
-from services.core.policies.ablations import (
+from gfs.services.core.policies.ablations import (
     _claims_variant,
     build_gfs_fifo_victims,
     build_gfs_hold_reserved,
@@ -16,14 +16,14 @@ from services.core.policies.ablations import (
     build_gfs_outside_first,
     build_quota_ablations,
 )
-from services.core.policies.chronus import build_chronus
-from services.core.policies.fgd import build_fgd
-from services.core.policies.fifo import build_fifo
-from services.core.policies.gfs import build_gfs
-from services.core.policies.k8s_priority import build_k8s_priority
-from services.core.policies.lyra import build_lyra
-from services.core.policies.protocols import SchedulingPolicy, with_gfs_quota
-from services.core.quota import QuotaSettings
+from gfs.services.core.policies.chronus import build_chronus
+from gfs.services.core.policies.fgd import build_fgd
+from gfs.services.core.policies.fifo import build_fifo
+from gfs.services.core.policies.gfs import build_gfs
+from gfs.services.core.policies.k8s_priority import build_k8s_priority
+from gfs.services.core.policies.lyra import build_lyra
+from gfs.services.core.policies.protocols import SchedulingPolicy, with_gfs_quota
+from gfs.services.core.quota import QuotaSettings
 
 PolicyFactory = Callable[[QuotaSettings | None], SchedulingPolicy]
 

@@ -42,7 +42,7 @@ Rules the drivers rely on (docs/core-api.md):
 
 from __future__ import annotations
 
-from services.core.outcomes import Finished, Outcome, PassResult, RuntimeSettings, Started, Stopped
-from services.core.runtime.pool_runtime import PoolRuntime
+from gfs.services.core.outcomes import Finished, Outcome, PassResult, RuntimeSettings, Started, Stopped
+from gfs.services.core.runtime.pool_runtime import PoolRuntime
 
 __all__ = ["Finished", "Outcome", "PassResult", "PoolRuntime", "RuntimeSettings", "Started", "Stopped"]

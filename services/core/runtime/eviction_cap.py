@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from services.core.eviction_log import DAY_S
+from gfs.services.core.eviction_log import DAY_S
 
 
 class EvictionCap:

@@ -4,11 +4,11 @@ tenants' eviction budgets."""
 
 from __future__ import annotations
 
-from services.core.guarantee import GUARANTEE_PERIOD_S, successes_before_eviction, successes_on_finish
-from services.core.guarantee_ledger import GuaranteeLedger
-from services.core.ids import TaskId
-from services.core.task import TaskClass, TaskSpec
-from services.core.tenant_budget import TenantEvictions
+from gfs.services.core.guarantee import GUARANTEE_PERIOD_S, successes_before_eviction, successes_on_finish
+from gfs.services.core.guarantee_ledger import GuaranteeLedger
+from gfs.services.core.ids import TaskId
+from gfs.services.core.task import TaskClass, TaskSpec
+from gfs.services.core.tenant_budget import TenantEvictions
 
 _EPS = 1e-9
 

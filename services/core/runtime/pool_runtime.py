@@ -8,32 +8,32 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from services.core.cycle import CycleContext, schedule_pool
-from services.core.decisions import EvictTask, StartTask
-from services.core.devices import DeviceAllocator
-from services.core.eviction_log import EvictionLog
-from services.core.explain import Explanation
-from services.core.feasibility import PoolFeasibility
-from services.core.guarantee import GUARANTEE_PERIOD_S
-from services.core.guarantee_ledger import GuaranteeLedger
-from services.core.ids import TaskId, TenantId
-from services.core.outcomes import Finished, Outcome, PassResult, RuntimeSettings, Started, Stopped
-from services.core.policies.protocols import SchedulingPolicy
-from services.core.pool import PoolState, RunningTask
-from services.core.queues import BucketQueue
-from services.core.quota import QuotaInputs
-from services.core.reasons import EvictionReason, Rejection, Unschedulable
-from services.core.reservation import Reservation
-from services.core.runtime.eviction_cap import EvictionCap
-from services.core.runtime.guarantee_book import GuaranteeBook
-from services.core.runtime.quota_keeper import QuotaKeeper
-from services.core.runtime.reservations import ReservationKeeper
-from services.core.runtime.run_records import RunRecords
-from services.core.runtime.servable_view import ServableView
-from services.core.runtime.stops import RunStops
-from services.core.task import TaskClass, TaskSpec
-from services.core.tenant_budget import TenantEvictions
-from services.core.victims import PreemptionContext
+from gfs.services.core.cycle import CycleContext, schedule_pool
+from gfs.services.core.decisions import EvictTask, StartTask
+from gfs.services.core.devices import DeviceAllocator
+from gfs.services.core.eviction_log import EvictionLog
+from gfs.services.core.explain import Explanation
+from gfs.services.core.feasibility import PoolFeasibility
+from gfs.services.core.guarantee import GUARANTEE_PERIOD_S
+from gfs.services.core.guarantee_ledger import GuaranteeLedger
+from gfs.services.core.ids import TaskId, TenantId
+from gfs.services.core.outcomes import Finished, Outcome, PassResult, RuntimeSettings, Started, Stopped
+from gfs.services.core.policies.protocols import SchedulingPolicy
+from gfs.services.core.pool import PoolState, RunningTask
+from gfs.services.core.queues import BucketQueue
+from gfs.services.core.quota import QuotaInputs
+from gfs.services.core.reasons import EvictionReason, Rejection, Unschedulable
+from gfs.services.core.reservation import Reservation
+from gfs.services.core.runtime.eviction_cap import EvictionCap
+from gfs.services.core.runtime.guarantee_book import GuaranteeBook
+from gfs.services.core.runtime.quota_keeper import QuotaKeeper
+from gfs.services.core.runtime.reservations import ReservationKeeper
+from gfs.services.core.runtime.run_records import RunRecords
+from gfs.services.core.runtime.servable_view import ServableView
+from gfs.services.core.runtime.stops import RunStops
+from gfs.services.core.task import TaskClass, TaskSpec
+from gfs.services.core.tenant_budget import TenantEvictions
+from gfs.services.core.victims import PreemptionContext
 
 __all__ = ["Finished", "Outcome", "PassResult", "PoolRuntime", "RuntimeSettings", "Started", "Stopped"]
 

@@ -6,12 +6,12 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from services.core.guarantee_ledger import GuaranteeLedger
-from services.core.pool import PoolState
-from services.core.queues import BucketQueue
-from services.core.quota import QuotaInputs, QuotaPolicy, hp_floor
-from services.core.reasons import Unschedulable
-from services.core.work_conservation import QuotaBasis
+from gfs.services.core.guarantee_ledger import GuaranteeLedger
+from gfs.services.core.pool import PoolState
+from gfs.services.core.queues import BucketQueue
+from gfs.services.core.quota import QuotaInputs, QuotaPolicy, hp_floor
+from gfs.services.core.reasons import Unschedulable
+from gfs.services.core.work_conservation import QuotaBasis
 
 
 class QuotaKeeper:

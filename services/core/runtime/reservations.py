@@ -6,11 +6,11 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from services.core.eviction_log import DAY_S
-from services.core.ids import TaskId
-from services.core.pool import PoolState
-from services.core.queues import BucketQueue
-from services.core.reservation import RecentWaits, Reservation, choose_nodes, nodes_online, pick_holder
+from gfs.services.core.eviction_log import DAY_S
+from gfs.services.core.ids import TaskId
+from gfs.services.core.pool import PoolState
+from gfs.services.core.queues import BucketQueue
+from gfs.services.core.reservation import RecentWaits, Reservation, choose_nodes, nodes_online, pick_holder
 
 HOLDER_SCAN_S = 60.0  # after a scan found no reservation holder, the next scan waits this long
 RESERVE_RELATIVE_WAIT = 2.0  # a reservation needs a wait of this many times the recent HP mean

@@ -5,13 +5,19 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from services.core.explain import CandidateNode, EvictionRecord, Explanation, PreemptionRecord, QueueStatus
-from services.core.ids import TaskId
-from services.core.pool import PoolState
-from services.core.queues import BucketQueue, SortKey
-from services.core.reasons import EvictionReason, Unschedulable
-from services.core.task import TaskClass, TaskSpec
-from services.core.victims import PreemptionPlan
+from gfs.services.core.explain import (
+    CandidateNode,
+    EvictionRecord,
+    Explanation,
+    PreemptionRecord,
+    QueueStatus,
+)
+from gfs.services.core.ids import TaskId
+from gfs.services.core.pool import PoolState
+from gfs.services.core.queues import BucketQueue, SortKey
+from gfs.services.core.reasons import EvictionReason, Unschedulable
+from gfs.services.core.task import TaskClass, TaskSpec
+from gfs.services.core.victims import PreemptionPlan
 
 
 class RunRecords:

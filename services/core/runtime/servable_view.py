@@ -8,13 +8,13 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
-from services.core.guarantee import GUARANTEE_PERIOD_S
-from services.core.ids import TenantId
-from services.core.placeable import reservation_growth
-from services.core.pool import PoolState
-from services.core.queues import BucketQueue
-from services.core.reservation import Reservation
-from services.core.servable import (
+from gfs.services.core.guarantee import GUARANTEE_PERIOD_S
+from gfs.services.core.ids import TenantId
+from gfs.services.core.placeable import reservation_growth
+from gfs.services.core.pool import PoolState
+from gfs.services.core.queues import BucketQueue
+from gfs.services.core.reservation import Reservation
+from gfs.services.core.servable import (
     HpReleases,
     PlanMemo,
     ServablePlan,
@@ -22,7 +22,7 @@ from services.core.servable import (
     servable_levels,
     servable_total,
 )
-from services.core.work_conservation import QuotaBasis, idle_while_work_fits
+from gfs.services.core.work_conservation import QuotaBasis, idle_while_work_fits
 
 
 class ServableView:

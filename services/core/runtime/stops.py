@@ -5,15 +5,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from services.core.devices import DeviceAllocator
-from services.core.ids import TaskId
-from services.core.outcomes import Outcome, Stopped
-from services.core.pool import PoolState, RunningTask
-from services.core.queues import BucketQueue
-from services.core.reasons import EvictionReason
-from services.core.runtime.guarantee_book import GuaranteeBook
-from services.core.runtime.run_records import RunRecords
-from services.core.task import TaskClass
+from gfs.services.core.devices import DeviceAllocator
+from gfs.services.core.ids import TaskId
+from gfs.services.core.outcomes import Outcome, Stopped
+from gfs.services.core.pool import PoolState, RunningTask
+from gfs.services.core.queues import BucketQueue
+from gfs.services.core.reasons import EvictionReason
+from gfs.services.core.runtime.guarantee_book import GuaranteeBook
+from gfs.services.core.runtime.run_records import RunRecords
+from gfs.services.core.task import TaskClass
 
 
 class RunStops:

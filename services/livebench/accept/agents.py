@@ -11,17 +11,17 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from schemas.commands import BindCommand, EvictAck, EvictCommand, EvictOutcome
-from schemas.envelope import Envelope, wrap
-from schemas.topics import (
+from gfs.schemas.commands import BindCommand, EvictAck, EvictCommand, EvictOutcome
+from gfs.schemas.envelope import Envelope, wrap
+from gfs.schemas.topics import (
     EVICT_ACK_TOPIC,
     WORKER_ACK_TOPIC,
     encode,
     key_of,
 )
-from schemas.workers import WorkerExited, WorkerStarted
-from services.platform.kafka.producer import EnvelopeProducer
-from services.platform.signing import SIGNED_TYPES, node_key, sign
+from gfs.schemas.workers import WorkerExited, WorkerStarted
+from gfs.services.platform.kafka.producer import EnvelopeProducer
+from gfs.services.platform.signing import SIGNED_TYPES, node_key, sign
 
 
 @dataclass(slots=True)

@@ -45,11 +45,11 @@ import asyncpg
 import typer
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from schemas.envelope import wrap
-from schemas.quota import GuaranteeQuota, SpotQuota
-from schemas.tasks import TaskClass, TaskSubmitted
-from schemas.telemetry import GpuSample, NodeTelemetry
-from schemas.topics import (
+from gfs.schemas.envelope import wrap
+from gfs.schemas.quota import GuaranteeQuota, SpotQuota
+from gfs.schemas.tasks import TaskClass, TaskSubmitted
+from gfs.schemas.telemetry import GpuSample, NodeTelemetry
+from gfs.schemas.topics import (
     BIND_TOPIC,
     EVICT_TOPIC,
     QUOTAS_TOPIC,
@@ -60,8 +60,8 @@ from schemas.topics import (
     key_of,
     topic,
 )
-from services.livebench.accept.agents import FakeAgents
-from services.livebench.accept.readback import (
+from gfs.services.livebench.accept.agents import FakeAgents
+from gfs.services.livebench.accept.readback import (
     INBOX_PARTITIONS,
     Seen,
     _line,
@@ -70,11 +70,11 @@ from services.livebench.accept.readback import (
     _stages,
     summarise,
 )
-from services.platform.kafka.producer import EnvelopeProducer
-from services.platform.migrations import discover, migrate, with_search_path
-from services.platform.settings import PlatformSettings
-from services.platform.signing import node_key, sign
-from services.toolkit.processes import free_port
+from gfs.services.platform.kafka.producer import EnvelopeProducer
+from gfs.services.platform.migrations import discover, migrate, with_search_path
+from gfs.services.platform.settings import PlatformSettings
+from gfs.services.platform.signing import node_key, sign
+from gfs.services.toolkit.processes import free_port
 
 REPO = Path(__file__).resolve().parents[3]
 SHAPES = ((1, 0.40), (2, 0.20), (4, 0.20), (8, 0.20))  # GPUs per worker, share of tasks
@@ -152,7 +152,7 @@ async def run_accept_bench(
     log_path = REPO / ".stack" / f"bench-accept-{run}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("wb") as log:
-        argv = ["-m", "services", "serve", "preemption"]
+        argv = ["-m", "gfs.services", "serve", "preemption"]
         if profile is not None:
             argv = ["-c", CPU_PROFILER, str(profile)]
         service = subprocess.Popen(

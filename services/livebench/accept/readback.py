@@ -12,14 +12,14 @@ from typing import Any
 import asyncpg
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from schemas.commands import BindCommand, EvictCommand
-from schemas.tasks import TaskAccepted, TaskRejected, TaskSubmitted
-from schemas.topics import (
+from gfs.schemas.commands import BindCommand, EvictCommand
+from gfs.schemas.tasks import TaskAccepted, TaskRejected, TaskSubmitted
+from gfs.schemas.topics import (
     TASK_LIFECYCLE_TOPIC,
     decode,
 )
-from services.livebench.accept.agents import FakeAgents
-from services.platform.settings import PlatformSettings
+from gfs.services.livebench.accept.agents import FakeAgents
+from gfs.services.platform.settings import PlatformSettings
 
 INBOX_PARTITIONS = 6  # the run's inbox topic (the service creates it with this many)
 

@@ -19,13 +19,13 @@ from datetime import UTC, datetime
 
 import asyncpg
 
-from schemas.commands import BindCommand
-from schemas.envelope import wrap
-from schemas.tasks import TaskClass, TaskSubmitted
-from schemas.topics import WORKER_ACK_TOPIC
-from schemas.workers import WorkerExited
-from services.platform.kafka.producer import EnvelopeProducer
-from services.platform.signing import SignedCommand, node_key, sign
+from gfs.schemas.commands import BindCommand
+from gfs.schemas.envelope import wrap
+from gfs.schemas.tasks import TaskClass, TaskSubmitted
+from gfs.schemas.topics import WORKER_ACK_TOPIC
+from gfs.schemas.workers import WorkerExited
+from gfs.services.platform.kafka.producer import EnvelopeProducer
+from gfs.services.platform.signing import SignedCommand, node_key, sign
 
 
 @dataclass(slots=True)

@@ -25,10 +25,10 @@ import asyncpg
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
-from schemas.tasks import TaskSubmitted
-from schemas.topics import topic
-from services.livebench.pipeline.load import BenchState, Load, on_arrival_latencies, percentile
-from services.platform.settings import PlatformSettings
+from gfs.schemas.tasks import TaskSubmitted
+from gfs.schemas.topics import topic
+from gfs.services.livebench.pipeline.load import BenchState, Load, on_arrival_latencies, percentile
+from gfs.services.platform.settings import PlatformSettings
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +62,7 @@ class Lag:
     offsets to Kafka, so a Kafka-side probe of its group would read nothing)."""
 
     def __init__(self, settings: PlatformSettings, run: str, dsn: str) -> None:
-        from services.preemption.router.routing import ROUTED_TOPICS
+        from gfs.services.preemption.router.routing import ROUTED_TOPICS
 
         servers = settings.bootstrap_servers
         self._group = f"bench-router-{run}"

@@ -12,10 +12,10 @@ from datetime import UTC, datetime
 import asyncpg
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from schemas.commands import BindCommand, EvictAck, EvictCommand, EvictOutcome
-from schemas.envelope import wrap
-from schemas.tasks import TaskAccepted
-from schemas.topics import (
+from gfs.schemas.commands import BindCommand, EvictAck, EvictCommand, EvictOutcome
+from gfs.schemas.envelope import wrap
+from gfs.schemas.tasks import TaskAccepted
+from gfs.schemas.topics import (
     BIND_TOPIC,
     EVICT_ACK_TOPIC,
     EVICT_TOPIC,
@@ -23,16 +23,16 @@ from schemas.topics import (
     decode,
     topic,
 )
-from services.livebench.pipeline.load import (
+from gfs.services.livebench.pipeline.load import (
     BenchState,
     on_arrival_tasks,
     percentile,
     signed,
 )
-from services.livebench.pipeline.stage_report import stage_budget
-from services.platform.kafka.producer import EnvelopeProducer
-from services.platform.settings import PlatformSettings
-from services.platform.stage_stamps import breakdown
+from gfs.services.livebench.pipeline.stage_report import stage_budget
+from gfs.services.platform.kafka.producer import EnvelopeProducer
+from gfs.services.platform.settings import PlatformSettings
+from gfs.services.platform.stage_stamps import breakdown
 
 
 async def _read(

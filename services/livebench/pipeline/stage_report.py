@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from services.livebench.pipeline.load import BenchState, percentile
-from services.platform.stage_stamps import COMMIT_UNKNOWN, STAGES
+from gfs.services.livebench.pipeline.load import BenchState, percentile
+from gfs.services.platform.stage_stamps import COMMIT_UNKNOWN, STAGES
 
 TOLERANCE = 0.05  # the stages of a record add up to its measured latency within this share
 

@@ -19,12 +19,12 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from services.livebench.instances import until_split, until_stable
-from services.livebench.proc_stats import cpu_s
-from services.platform.kafka.topic_admin import ensure_topics
-from services.platform.paths import state_dir
-from services.preemption.router.routing import inbox_spec
-from services.producers.partitioning import partition_for_key
+from gfs.services.livebench.instances import until_split, until_stable
+from gfs.services.livebench.proc_stats import cpu_s
+from gfs.services.platform.kafka.topic_admin import ensure_topics
+from gfs.services.platform.paths import state_dir
+from gfs.services.preemption.router.routing import inbox_spec
+from gfs.services.producers.partitioning import partition_for_key
 
 
 def distinct_partitions(names: list[str], partitions: int) -> bool:
@@ -57,7 +57,7 @@ class UnderTest:
             log_path.parent.mkdir(parents=True, exist_ok=True)
             own = {"PREEMPTION_API_PORT": str(port), "PREEMPTION_INSTANCE": f"bench-{self.run}-{i}"}
             env = self.env | own
-            args = [sys.executable, *self._profiler(i), "-m", "services", "serve", "preemption"]
+            args = [sys.executable, *self._profiler(i), "-m", "gfs.services", "serve", "preemption"]
             with log_path.open("wb") as log:
                 proc = subprocess.Popen(
                     args, cwd=self.repo, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True

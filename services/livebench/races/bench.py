@@ -39,21 +39,21 @@ from typing import Annotated, Any
 import asyncpg
 import typer
 
-from schemas.envelope import wrap
-from schemas.quota import GuaranteeQuota, SpotQuota
-from schemas.tasks import TaskClass, TaskSubmitted
-from schemas.topics import (
+from gfs.schemas.envelope import wrap
+from gfs.schemas.quota import GuaranteeQuota, SpotQuota
+from gfs.schemas.tasks import TaskClass, TaskSubmitted
+from gfs.schemas.topics import (
     QUOTAS_TOPIC,
     TASK_SUBMIT_TOPIC,
 )
-from services.livebench.races.check import RaceReport, check
-from services.livebench.races.processes import _get, _Proc, _until
-from services.livebench.races.records import _Journals, _keep, _kill_workers, _Reader, recheck
-from services.livebench.races.render import render
-from services.platform.kafka.producer import EnvelopeProducer
-from services.platform.migrations import migrated_schema
-from services.platform.settings import REPO_ROOT, PlatformSettings
-from services.toolkit.processes import free_port
+from gfs.services.livebench.races.check import RaceReport, check
+from gfs.services.livebench.races.processes import _get, _Proc, _until
+from gfs.services.livebench.races.records import _Journals, _keep, _kill_workers, _Reader, recheck
+from gfs.services.livebench.races.render import render
+from gfs.services.platform.kafka.producer import EnvelopeProducer
+from gfs.services.platform.migrations import migrated_schema
+from gfs.services.platform.settings import REPO_ROOT, PlatformSettings
+from gfs.services.toolkit.processes import free_port
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,8 +34,8 @@ from datetime import datetime
 from typing import Any, TypeVar
 from uuid import UUID
 
-from schemas.commands import BindCommand, EvictAck, EvictCommand, EvictOutcome
-from schemas.tasks import (
+from gfs.schemas.commands import BindCommand, EvictAck, EvictCommand, EvictOutcome
+from gfs.schemas.tasks import (
     GuaranteeOutcome,
     GuaranteePeriodClosed,
     TaskAccepted,
@@ -43,8 +43,8 @@ from schemas.tasks import (
     TaskFinished,
     TaskRejected,
 )
-from schemas.workers import WorkerExited, WorkerStarted
-from services.node_agent.journal import CommandEntry, WorkerEntry
+from gfs.schemas.workers import WorkerExited, WorkerStarted
+from gfs.services.node_agent.journal import CommandEntry, WorkerEntry
 
 T = TypeVar("T")
 NOT_STARTED = 127  # the agent's exit code for a worker it never started (agent.NOT_STARTED_EXIT_CODE)

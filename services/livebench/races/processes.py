@@ -1,6 +1,6 @@
 """The processes `gfs livebench races` starts (services/livebench/races/bench.py): the preemption service
-and the node agents, each `python -m services ...` in its own process group (the tools' shared
-`services.toolkit.processes`), their CPU time, and the readiness probes the run waits on."""
+and the node agents, each `python -m gfs.services ...` in its own process group (the tools' shared
+`gfs.services.toolkit.processes`), their CPU time, and the readiness probes the run waits on."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from typing import Any
 
 import aiohttp
 
-from services.toolkit.processes import ServiceProcess
+from gfs.services.toolkit.processes import ServiceProcess
 
 
 @dataclass(slots=True)

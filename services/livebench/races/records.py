@@ -16,8 +16,8 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from schemas.tasks import TaskAccepted, TaskFinished, TaskRejected
-from schemas.topics import (
+from gfs.schemas.tasks import TaskAccepted, TaskFinished, TaskRejected
+from gfs.schemas.topics import (
     BIND_TOPIC,
     EVICT_ACK_TOPIC,
     EVICT_TOPIC,
@@ -26,8 +26,8 @@ from schemas.topics import (
     decode,
     topic,
 )
-from services.livebench.races.check import RaceReport, Seen, check
-from services.node_agent.journal import CommandEntry, JournalState, WorkerEntry
+from gfs.services.livebench.races.check import RaceReport, Seen, check
+from gfs.services.node_agent.journal import CommandEntry, JournalState, WorkerEntry
 
 READ_TOPICS = (
     TASK_LIFECYCLE_TOPIC,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from services.livebench.races.check import RaceReport
+from gfs.services.livebench.races.check import RaceReport
 
 
 def _pct(values: list[float], q: float) -> float:

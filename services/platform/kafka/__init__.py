@@ -1,12 +1,12 @@
 """Kafka adapters: envelope producer, consumer loop with dead letters, topic administration.
 
 One module per concept (producer, consumer, processing, dead_letter, topic_admin); this package only
-re-exports their public names so services write `from services.platform.kafka import consume`.
+re-exports their public names so services write `from gfs.services.platform.kafka import consume`.
 """
 
-from services.platform.kafka.consumer import consume
-from services.platform.kafka.dead_letter import FailedRecord, build_dead_letter, describe_error
-from services.platform.kafka.processing import (
+from gfs.services.platform.kafka.consumer import consume
+from gfs.services.platform.kafka.dead_letter import FailedRecord, build_dead_letter, describe_error
+from gfs.services.platform.kafka.processing import (
     NO_RETRY,
     ConsumeStats,
     EnvelopeSink,
@@ -16,8 +16,8 @@ from services.platform.kafka.processing import (
     RecordProcessor,
     RetryPolicy,
 )
-from services.platform.kafka.producer import EnvelopeProducer, WrongTopicError
-from services.platform.kafka.topic_admin import TopicsReport, ensure_topics, new_topic
+from gfs.services.platform.kafka.producer import EnvelopeProducer, WrongTopicError
+from gfs.services.platform.kafka.topic_admin import TopicsReport, ensure_topics, new_topic
 
 __all__ = [
     "NO_RETRY",

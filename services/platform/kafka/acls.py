@@ -4,7 +4,7 @@ security").
 One SCRAM principal per service (`preemption`, `quota`, `forecast`, `producer`) and one per node
 agent (`agent-<node>`); `admin` is the broker's super user (inter-broker traffic, topic creation by
 `gfs stack topics`) and needs no row. A principal gets exactly the topics of its row: the topic
-names come from `schemas.topics`, the flows from docs/live-pipeline.md ("Services"). Nothing else is
+names come from `gfs.schemas.topics`, the flows from docs/live-pipeline.md ("Services"). Nothing else is
 allowed (StandardAuthorizer, `allow.everyone.if.no.acl.found=false`), so:
 
 - only `preemption` writes the command topics (bind, evict) and the lifecycle and pool status;
@@ -15,7 +15,7 @@ allowed (StandardAuthorizer, `allow.everyone.if.no.acl.found=false`), so:
 - only producers write submissions;
 - every consumer writes the dead-letter topic (a bad record is parked, never dropped).
 
-`python -m services.platform.kafka.acls NODE...` prints one `kafka-acls` argument line per rule,
+`python -m gfs.services.platform.kafka.acls NODE...` prints one `kafka-acls` argument line per rule,
 for infra/kafka/secure.sh (no import-time side effects: printing happens only under `__main__`).
 """
 
@@ -25,7 +25,7 @@ import sys
 from dataclasses import dataclass
 from typing import Literal
 
-from schemas.topics import (
+from gfs.schemas.topics import (
     BIND_TOPIC,
     CLOCK_ACK_TOPIC,
     CLOCK_TOPIC,
@@ -140,7 +140,7 @@ def main(argv: list[str]) -> int:
     """`principals NODE...` prints the users one a line; `rules NODE...` one kafka-acls argument
     line per rule (tab-separated, so names never need quoting)."""
     if not argv or argv[0] not in ("principals", "rules"):
-        print("usage: python -m services.platform.kafka.acls principals|rules NODE...", file=sys.stderr)
+        print("usage: python -m gfs.services.platform.kafka.acls principals|rules NODE...", file=sys.stderr)
         return 2
     nodes = tuple(argv[1:])
     if argv[0] == "principals":

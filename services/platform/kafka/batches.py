@@ -28,7 +28,7 @@ from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, ConsumerRecord
 from aiokafka.errors import CommitFailedError, IllegalStateError
 from opentelemetry import trace
 
-from services.platform.kafka.processing import RecordProcessor
+from gfs.services.platform.kafka.processing import RecordProcessor
 
 log = logging.getLogger(__name__)
 

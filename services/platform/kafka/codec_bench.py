@@ -1,11 +1,11 @@
 """Side-by-side decode timings of the hot scheduler inputs (issue 23, item 2), printed as a table.
 
-`python -m services.platform.kafka.codec_bench [--seconds-per-case 0.5]`. Per message type (the
+`python -m gfs.services.platform.kafka.codec_bench [--seconds-per-case 0.5]`. Per message type (the
 contract's golden examples), each way to turn a record value into a validated payload:
 
 - `reference`: the step-by-step decode used before issue 23 (stdlib json.loads, then pydantic's
-  model_validate; now `schemas.decoding._decode_checked`, the path of refused records);
-- `decode`: `schemas.topics.decode` as it is (the one-pass path for a well-formed record);
+  model_validate; now `gfs.schemas.decoding._decode_checked`, the path of refused records);
+- `decode`: `gfs.schemas.topics.decode` as it is (the one-pass path for a well-formed record);
 - `validate_json`: pydantic's `model_validate_json` on the bytes (parsing in pydantic-core);
 - `orjson`: orjson.loads, then model_validate (only when orjson is importable);
 - `msgspec`: msgspec.json.decode to Python objects, then model_validate (when importable; a typed
@@ -15,8 +15,9 @@ contract's golden examples), each way to turn a record value into a validated pa
 - `pickle`: unpickling the payload, a way to rebuild the models without validating them (the
   floor of any rebuild from bytes: it is not faster than validating, so not rebuilding is the win);
 - `handoff`: what the decider pays instead of a decode when its own router validated the record
-  (services/preemption/router/handoff.py; measured by `python -m services.preemption.router.handoff_bench`,
-  which adds it to these cases: the platform does not import the preemption service).
+  (services/preemption/router/handoff.py; measured by
+  `python -m gfs.services.preemption.router.handoff_bench`, which adds it to these cases: the
+  platform does not import the preemption service).
 
 Measured in one process in CPU time, so the numbers compare with each other (the machine is
 shared: wall-clock times would count other processes' turns); the cases alternate in rounds and
@@ -35,9 +36,9 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
-from schemas.decoding import _decode_checked
-from schemas.envelope import envelope_type
-from schemas.topics import TASK_SUBMIT_TOPIC, decode, encode, topic_for_event_type
+from gfs.schemas.decoding import _decode_checked
+from gfs.schemas.envelope import envelope_type
+from gfs.schemas.topics import TASK_SUBMIT_TOPIC, decode, encode, topic_for_event_type
 
 GOLDEN = Path(__file__).resolve().parents[3] / "tests" / "contract" / "golden" / "v1"
 HOT = ("TaskSubmitted", "NodeTelemetry", "EvictAck", "WorkerStarted", "WorkerExited")
@@ -138,7 +139,7 @@ def span_cases(batch: int = 500) -> dict[str, Callable[[], object]]:
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-    from services.platform.kafka.processing import ConsumeStats, RecordProcessor, RetryPolicy
+    from gfs.services.platform.kafka.processing import ConsumeStats, RecordProcessor, RetryPolicy
 
     raw = json.dumps(json.loads((GOLDEN / "TaskSubmitted.json").read_text())).encode()
     parent = b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"

@@ -2,7 +2,7 @@
 
 Delivery contract (at-least-once, commit-after-effects):
 
-1. Each record is decoded and validated through the topic registry (`schemas.topics.decode`).
+1. Each record is decoded and validated through the topic registry (`gfs.schemas.topics.decode`).
 2. A record that fails decoding is published to `gfs.deadletter` (original bytes, readable reason,
    topic/partition/offset, group) and, once the broker acked the dead letter, its offset is
    committed and the loop goes on. A bad record never blocks its partition.
@@ -36,8 +36,8 @@ from datetime import UTC, datetime
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 from aiokafka.errors import CommitFailedError, IllegalStateError
 
-from services.platform.kafka.batches import BatchMode, consume_batches
-from services.platform.kafka.processing import (
+from gfs.services.platform.kafka.batches import BatchMode, consume_batches
+from gfs.services.platform.kafka.processing import (
     DEFAULT_RETRY,
     ConsumeStats,
     EnvelopeSink,
@@ -45,8 +45,8 @@ from services.platform.kafka.processing import (
     RecordProcessor,
     RetryPolicy,
 )
-from services.platform.kafka.producer import EnvelopeProducer
-from services.platform.kafka_security import PLAINTEXT, KafkaSecurity
+from gfs.services.platform.kafka.producer import EnvelopeProducer
+from gfs.services.platform.kafka_security import PLAINTEXT, KafkaSecurity
 
 log = logging.getLogger(__name__)
 

@@ -3,7 +3,7 @@
 No Kafka here, so the record and its human-readable reason are unit-tested without a broker.
 `DeadLetterPublisher` is the one way every consumer dead-letters a record (the platform's consume
 loop, the forecast stream, the node agent): build the letter from the consumed record, publish it
-on `schemas.topics.DEAD_LETTER_TOPIC` through whatever sink the consumer has, and count it.
+on `gfs.schemas.topics.DEAD_LETTER_TOPIC` through whatever sink the consumer has, and count it.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from typing import Any, Protocol
 
 from pydantic import ValidationError
 
-from schemas.dead_letter import DeadLetter
-from schemas.envelope import Envelope, wrap
-from schemas.topics import DEAD_LETTER_TOPIC
+from gfs.schemas.dead_letter import DeadLetter
+from gfs.schemas.envelope import Envelope, wrap
+from gfs.schemas.topics import DEAD_LETTER_TOPIC
 
 # Longest reason kept in a dead letter: a ValidationError on a large payload can list hundreds
 # of errors; the first few name the problem and the original bytes are kept for the rest.

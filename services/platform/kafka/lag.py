@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
-from services.platform.kafka_security import PLAINTEXT, KafkaSecurity
+from gfs.services.platform.kafka_security import PLAINTEXT, KafkaSecurity
 
 log = logging.getLogger(__name__)
 

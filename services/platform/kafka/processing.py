@@ -18,10 +18,10 @@ from aiokafka import ConsumerRecord
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 
-from schemas.envelope import Envelope
-from schemas.topics import DEAD_LETTER_TOPIC, decode
-from services.platform.kafka.dead_letter import DeadLetterPublisher, describe_error
-from services.platform.tracing import TRACER_NAME, extract_context
+from gfs.schemas.envelope import Envelope
+from gfs.schemas.topics import DEAD_LETTER_TOPIC, decode
+from gfs.services.platform.kafka.dead_letter import DeadLetterPublisher, describe_error
+from gfs.services.platform.tracing import TRACER_NAME, extract_context
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +99,7 @@ class EnvelopeSink(Protocol):
 
 @dataclass(slots=True, kw_only=True)
 class RecordProcessor:
-    """Steps 1-4 of the contract in `services.platform.kafka.consumer`, for one record and
+    """Steps 1-4 of the contract in `gfs.services.platform.kafka.consumer`, for one record and
     without the Kafka consumer: decode, dead-letter or handle with retries. Returning normally
     means the offset may be committed; `HandlerFailedError` means it must not be."""
 

@@ -2,7 +2,7 @@
 
 Every send is awaited until the broker acknowledges it (acks=all, idempotent producer), because
 callers rely on "send returned" meaning "durable" before they commit their own input offset
-(commit-after-effects, see `services.platform.kafka.consumer`).
+(commit-after-effects, see `gfs.services.platform.kafka.consumer`).
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from typing import Any, Self
 from aiokafka import AIOKafkaProducer
 from aiokafka.structs import RecordMetadata
 
-from schemas.envelope import Envelope
-from schemas.topics import encode, key_of, topic
-from services.platform.kafka_security import PLAINTEXT, KafkaSecurity, announce
-from services.platform.tracing import inject_headers
+from gfs.schemas.envelope import Envelope
+from gfs.schemas.topics import encode, key_of, topic
+from gfs.services.platform.kafka_security import PLAINTEXT, KafkaSecurity, announce
+from gfs.services.platform.tracing import inject_headers
 
 
 class WrongTopicError(ValueError):

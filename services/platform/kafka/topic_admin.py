@@ -17,8 +17,8 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import for_code
 
-from schemas.topics import TopicSpec
-from services.platform.kafka_security import PLAINTEXT, KafkaSecurity
+from gfs.schemas.topics import TopicSpec
+from gfs.services.platform.kafka_security import PLAINTEXT, KafkaSecurity
 
 # Kafka's "topic already exists" error code; a concurrent `gfs stack topics` may win the race.
 _TOPIC_ALREADY_EXISTS = 36

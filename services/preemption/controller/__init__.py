@@ -50,7 +50,7 @@ get ids never used before.
   anyway).
 - A task is TaskStarted when every worker reported WorkerStarted, and finished when every worker
   exited on its own (TaskFinished carries the first non-zero exit code).
-- Attempts (docs/attempts.md, `services.preemption.controller.attempts`): every run of a task has a number
+- Attempts (docs/attempts.md, `gfs.services.preemption.controller.attempts`): every run of a task has a number
   carried by its bind, evict and ack messages. An eviction does not end a run: its acks and exits
   do. A run whose every worker exited on its own finished, even with an eviction in flight (no
   TaskEvicted, no failed guarantee period, the requeue withdrawn); otherwise TaskEvicted and the

@@ -13,18 +13,18 @@ import uuid
 
 from pydantic import BaseModel
 
-from schemas.commands import EvictAck, EvictOutcome
-from schemas.tasks import TaskClass as WireClass
-from schemas.tasks import TaskFinished, TaskStarted
-from schemas.workers import WorkerExited, WorkerStarted
-from services.core.driver.pool_driver import PoolDriver
-from services.core.ids import TaskId
-from services.preemption.controller.attempts import Phase
-from services.preemption.controller.binds import Binder
-from services.preemption.controller.endings import Endings
-from services.preemption.controller.ledger import CommandLedger
-from services.preemption.controller.periods import closes
-from services.preemption.controller.types import Decision, Effects, _Task, utc
+from gfs.schemas.commands import EvictAck, EvictOutcome
+from gfs.schemas.tasks import TaskClass as WireClass
+from gfs.schemas.tasks import TaskFinished, TaskStarted
+from gfs.schemas.workers import WorkerExited, WorkerStarted
+from gfs.services.core.driver.pool_driver import PoolDriver
+from gfs.services.core.ids import TaskId
+from gfs.services.preemption.controller.attempts import Phase
+from gfs.services.preemption.controller.binds import Binder
+from gfs.services.preemption.controller.endings import Endings
+from gfs.services.preemption.controller.ledger import CommandLedger
+from gfs.services.preemption.controller.periods import closes
+from gfs.services.preemption.controller.types import Decision, Effects, _Task, utc
 
 
 class AckHandler:

@@ -9,25 +9,25 @@ from __future__ import annotations
 
 import uuid
 
-from schemas.tasks import (
+from gfs.schemas.tasks import (
     RejectionReason,
     TaskAccepted,
     TaskRejected,
     TaskSubmitted,
     TaskWithdrawn,
 )
-from schemas.tasks import TaskClass as WireClass
-from services.core import reasons as core_reasons
-from services.core.driver.pool_driver import PoolDriver
-from services.core.feasibility import rejection_message
-from services.core.ids import PoolId, TaskId, TenantId
-from services.core.task import TaskClass, TaskSpec
-from services.preemption.controller.endings import Endings
-from services.preemption.controller.quota import PoolQuota
-from services.preemption.controller.seen_tasks import SeenTasks
-from services.preemption.controller.settings import DEFAULT_CHECKPOINT_S, ControllerSettings
-from services.preemption.controller.survival_quote import survival_on_accept
-from services.preemption.controller.types import _REJECTIONS, Decision, Effects, _Task, utc
+from gfs.schemas.tasks import TaskClass as WireClass
+from gfs.services.core import reasons as core_reasons
+from gfs.services.core.driver.pool_driver import PoolDriver
+from gfs.services.core.feasibility import rejection_message
+from gfs.services.core.ids import PoolId, TaskId, TenantId
+from gfs.services.core.task import TaskClass, TaskSpec
+from gfs.services.preemption.controller.endings import Endings
+from gfs.services.preemption.controller.quota import PoolQuota
+from gfs.services.preemption.controller.seen_tasks import SeenTasks
+from gfs.services.preemption.controller.settings import DEFAULT_CHECKPOINT_S, ControllerSettings
+from gfs.services.preemption.controller.survival_quote import survival_on_accept
+from gfs.services.preemption.controller.types import _REJECTIONS, Decision, Effects, _Task, utc
 
 
 class Admission:

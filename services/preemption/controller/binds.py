@@ -12,18 +12,18 @@ from __future__ import annotations
 import math
 import uuid
 
-from schemas.commands import BindCommand
-from schemas.tasks import Placement
-from services.core.driver.pool_driver import PoolDriver
-from services.core.ids import TaskId
-from services.core.outcomes import Started
-from services.preemption.controller.attempts import Attempt
-from services.preemption.controller.explanations import explanation_dict
-from services.preemption.controller.ids import CommandIds
-from services.preemption.controller.ledger import CommandLedger
-from services.preemption.controller.quota import PoolQuota
-from services.preemption.controller.settings import ControllerSettings
-from services.preemption.controller.types import Decision, Effects, _Bound, _Task, utc
+from gfs.schemas.commands import BindCommand
+from gfs.schemas.tasks import Placement
+from gfs.services.core.driver.pool_driver import PoolDriver
+from gfs.services.core.ids import TaskId
+from gfs.services.core.outcomes import Started
+from gfs.services.preemption.controller.attempts import Attempt
+from gfs.services.preemption.controller.explanations import explanation_dict
+from gfs.services.preemption.controller.ids import CommandIds
+from gfs.services.preemption.controller.ledger import CommandLedger
+from gfs.services.preemption.controller.quota import PoolQuota
+from gfs.services.preemption.controller.settings import ControllerSettings
+from gfs.services.preemption.controller.types import Decision, Effects, _Bound, _Task, utc
 
 
 class Binder:

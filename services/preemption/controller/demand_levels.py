@@ -9,9 +9,9 @@ them at minute boundaries, as the simulator does.
 
 from __future__ import annotations
 
-from schemas.pool_demand import PoolDemandLevel
-from services.core.runtime import PoolRuntime
-from services.preemption.controller.types import utc
+from gfs.schemas.pool_demand import PoolDemandLevel
+from gfs.services.core.runtime import PoolRuntime
+from gfs.services.preemption.controller.types import utc
 
 
 class DemandLevels:

@@ -18,23 +18,23 @@ from datetime import datetime
 
 from pydantic import BaseModel
 
-from schemas.commands import EvictCommand
-from schemas.tasks import EvictionReason, TaskEvicted, TaskFinished, TaskStarted
-from schemas.tasks import TaskClass as WireClass
-from schemas.workers import WorkerExited, WorkerStarted
-from services.core import reasons as core_reasons
-from services.core.driver.pool_driver import PoolDriver
-from services.core.ids import TaskId
-from services.core.outcomes import Stopped
-from services.preemption.controller.attempts import Phase
-from services.preemption.controller.binds import Binder
-from services.preemption.controller.explanations import explanation_dict
-from services.preemption.controller.ids import CommandIds
-from services.preemption.controller.ledger import CommandLedger
-from services.preemption.controller.periods import closes, cut_short, finished_at
-from services.preemption.controller.quota import PoolQuota
-from services.preemption.controller.settings import ControllerSettings
-from services.preemption.controller.types import (
+from gfs.schemas.commands import EvictCommand
+from gfs.schemas.tasks import EvictionReason, TaskEvicted, TaskFinished, TaskStarted
+from gfs.schemas.tasks import TaskClass as WireClass
+from gfs.schemas.workers import WorkerExited, WorkerStarted
+from gfs.services.core import reasons as core_reasons
+from gfs.services.core.driver.pool_driver import PoolDriver
+from gfs.services.core.ids import TaskId
+from gfs.services.core.outcomes import Stopped
+from gfs.services.preemption.controller.attempts import Phase
+from gfs.services.preemption.controller.binds import Binder
+from gfs.services.preemption.controller.explanations import explanation_dict
+from gfs.services.preemption.controller.ids import CommandIds
+from gfs.services.preemption.controller.ledger import CommandLedger
+from gfs.services.preemption.controller.periods import closes, cut_short, finished_at
+from gfs.services.preemption.controller.quota import PoolQuota
+from gfs.services.preemption.controller.settings import ControllerSettings
+from gfs.services.preemption.controller.types import (
     _EVICTION_REASONS,
     Decision,
     Effects,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from services.core.explain import Explanation
+from gfs.services.core.explain import Explanation
 
 
 def explanation_dict(why: Explanation) -> dict[str, Any]:

@@ -21,9 +21,9 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 
-from schemas.commands import EvictAck
-from schemas.workers import WorkerExited, WorkerStarted
-from services.preemption.controller.types import _Bound, _Eviction
+from gfs.schemas.commands import EvictAck
+from gfs.schemas.workers import WorkerExited, WorkerStarted
+from gfs.services.preemption.controller.types import _Bound, _Eviction
 
 
 class CommandLedger:

@@ -11,9 +11,9 @@ from datetime import datetime, timedelta
 
 from pydantic import BaseModel
 
-from schemas.tasks import GuaranteeOutcome, GuaranteePeriodClosed
-from services.core.guarantee import GUARANTEE_PERIOD_S
-from services.preemption.controller.types import _Task, utc
+from gfs.schemas.tasks import GuaranteeOutcome, GuaranteePeriodClosed
+from gfs.services.core.guarantee import GUARANTEE_PERIOD_S
+from gfs.services.preemption.controller.types import _Task, utc
 
 _EPS_S = 1e-6  # a stop this close to a period's start cut nothing short (float sums of periods)
 

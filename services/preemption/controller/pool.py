@@ -15,38 +15,38 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping
 
-from schemas.commands import EvictAck, EvictCommand
-from schemas.pool_status import PoolStatus
-from schemas.quota import SpotQuota
-from schemas.tasks import TaskSubmitted
-from schemas.workers import WorkerExited, WorkerStarted
-from services.core.driver.held import Held
-from services.core.driver.pool_driver import PoolDriver
-from services.core.explain import Explanation
-from services.core.ids import PoolId, TaskId
-from services.core.outcomes import Stopped
-from services.core.policies.registry import build_policy
-from services.core.pool import PoolState
-from services.core.runtime import PoolRuntime, RuntimeSettings
-from services.core.task import TaskClass
-from services.preemption.controller.acks import AckHandler
-from services.preemption.controller.admission import Admission
-from services.preemption.controller.binds import Binder
-from services.preemption.controller.demand_levels import DemandLevels
-from services.preemption.controller.endings import Endings
-from services.preemption.controller.ids import CommandIds
-from services.preemption.controller.ledger import CommandLedger
-from services.preemption.controller.periods import ran_out
-from services.preemption.controller.pool_views import pool_status
-from services.preemption.controller.quota import PoolQuota
-from services.preemption.controller.reclaim_warnings import ReclaimWarnings
-from services.preemption.controller.reconcile import Reconciler
-from services.preemption.controller.reconcile_rules import NodeReport
-from services.preemption.controller.seen_tasks import SeenTasks
-from services.preemption.controller.settings import ControllerSettings, Controls
-from services.preemption.controller.tenant_budgets import apply_tenant_budgets
-from services.preemption.controller.types import Decision, Effects, _Bound, _Ending, _Eviction, _Task
-from services.preemption.controller.work_conservation import IdleWhileWorkFits
+from gfs.schemas.commands import EvictAck, EvictCommand
+from gfs.schemas.pool_status import PoolStatus
+from gfs.schemas.quota import SpotQuota
+from gfs.schemas.tasks import TaskSubmitted
+from gfs.schemas.workers import WorkerExited, WorkerStarted
+from gfs.services.core.driver.held import Held
+from gfs.services.core.driver.pool_driver import PoolDriver
+from gfs.services.core.explain import Explanation
+from gfs.services.core.ids import PoolId, TaskId
+from gfs.services.core.outcomes import Stopped
+from gfs.services.core.policies.registry import build_policy
+from gfs.services.core.pool import PoolState
+from gfs.services.core.runtime import PoolRuntime, RuntimeSettings
+from gfs.services.core.task import TaskClass
+from gfs.services.preemption.controller.acks import AckHandler
+from gfs.services.preemption.controller.admission import Admission
+from gfs.services.preemption.controller.binds import Binder
+from gfs.services.preemption.controller.demand_levels import DemandLevels
+from gfs.services.preemption.controller.endings import Endings
+from gfs.services.preemption.controller.ids import CommandIds
+from gfs.services.preemption.controller.ledger import CommandLedger
+from gfs.services.preemption.controller.periods import ran_out
+from gfs.services.preemption.controller.pool_views import pool_status
+from gfs.services.preemption.controller.quota import PoolQuota
+from gfs.services.preemption.controller.reclaim_warnings import ReclaimWarnings
+from gfs.services.preemption.controller.reconcile import Reconciler
+from gfs.services.preemption.controller.reconcile_rules import NodeReport
+from gfs.services.preemption.controller.seen_tasks import SeenTasks
+from gfs.services.preemption.controller.settings import ControllerSettings, Controls
+from gfs.services.preemption.controller.tenant_budgets import apply_tenant_budgets
+from gfs.services.preemption.controller.types import Decision, Effects, _Bound, _Ending, _Eviction, _Task
+from gfs.services.preemption.controller.work_conservation import IdleWhileWorkFits
 
 
 class PoolController:

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from schemas.pool_status import PoolStatus
-from services.core.runtime import PoolRuntime
-from services.preemption.controller.types import utc
+from gfs.schemas.pool_status import PoolStatus
+from gfs.services.core.runtime import PoolRuntime
+from gfs.services.preemption.controller.types import utc
 
 
 def why_spot_waits(rt: PoolRuntime) -> dict[str, Any]:

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import uuid
 
-from schemas.quota import SpotQuota
-from services.core.driver.pool_driver import PoolDriver
-from services.preemption.controller.settings import Controls
-from services.preemption.controller.types import Decision, Effects
+from gfs.schemas.quota import SpotQuota
+from gfs.services.core.driver.pool_driver import PoolDriver
+from gfs.services.preemption.controller.settings import Controls
+from gfs.services.preemption.controller.types import Decision, Effects
 
 
 class PoolQuota:

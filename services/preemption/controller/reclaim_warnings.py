@@ -29,12 +29,12 @@ from collections.abc import Container, Mapping
 from dataclasses import dataclass, field
 from statistics import NormalDist
 
-from schemas.commands import WarnCommand
-from schemas.quota import SpotQuota
-from schemas.tasks import TaskReclaimWarning
-from services.core.reclaim_warning import WarningSettings, shortfall_gpus, warn_candidates
-from services.core.runtime import PoolRuntime
-from services.preemption.controller.types import Decision, Effects, _Task, utc
+from gfs.schemas.commands import WarnCommand
+from gfs.schemas.quota import SpotQuota
+from gfs.schemas.tasks import TaskReclaimWarning
+from gfs.services.core.reclaim_warning import WarningSettings, shortfall_gpus, warn_candidates
+from gfs.services.core.runtime import PoolRuntime
+from gfs.services.preemption.controller.types import Decision, Effects, _Task, utc
 
 HOUR_S = 3600.0
 WARN_NAMESPACE = uuid.UUID("0b6f2a8e-4c1d-4e7a-9f35-7d2c8e1a5b90")

@@ -12,17 +12,17 @@ from __future__ import annotations
 
 import uuid
 
-from schemas.commands import EvictCommand
-from schemas.tasks import EvictionReason
-from services.core.driver.pool_driver import PoolDriver
-from services.core.ids import TaskId
-from services.preemption.controller.attempts import Phase
-from services.preemption.controller.endings import Endings
-from services.preemption.controller.ids import CommandIds
-from services.preemption.controller.ledger import CommandLedger
-from services.preemption.controller.reconcile_rules import NodeReport, UnknownWork, bind_lost
-from services.preemption.controller.settings import ControllerSettings
-from services.preemption.controller.types import Decision, Effects, _Bound, _Ending, _Eviction, _Task, utc
+from gfs.schemas.commands import EvictCommand
+from gfs.schemas.tasks import EvictionReason
+from gfs.services.core.driver.pool_driver import PoolDriver
+from gfs.services.core.ids import TaskId
+from gfs.services.preemption.controller.attempts import Phase
+from gfs.services.preemption.controller.endings import Endings
+from gfs.services.preemption.controller.ids import CommandIds
+from gfs.services.preemption.controller.ledger import CommandLedger
+from gfs.services.preemption.controller.reconcile_rules import NodeReport, UnknownWork, bind_lost
+from gfs.services.preemption.controller.settings import ControllerSettings
+from gfs.services.preemption.controller.types import Decision, Effects, _Bound, _Ending, _Eviction, _Task, utc
 
 
 class Reconciler:

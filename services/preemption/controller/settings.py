@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from services.core.policies.registry import build_policy
-from services.preemption.controller.seen_tasks import DEFAULT_WINDOW_S
-from services.preemption.controller.tenant_budgets import (
+from gfs.services.core.policies.registry import build_policy
+from gfs.services.preemption.controller.seen_tasks import DEFAULT_WINDOW_S
+from gfs.services.preemption.controller.tenant_budgets import (
     budgets_as_dict,
     budgets_from_dict,
     check_budgets,

@@ -8,11 +8,11 @@ number that means nothing.
 
 from __future__ import annotations
 
-from schemas.quota import SpotQuota
-from schemas.tasks import SurvivalQuote
-from services.core.runtime import PoolRuntime
-from services.core.survival import DEFAULT_RECALIBRATION, HpOutlook, quote_in_pool
-from services.core.task import TaskClass, TaskSpec
+from gfs.schemas.quota import SpotQuota
+from gfs.schemas.tasks import SurvivalQuote
+from gfs.services.core.runtime import PoolRuntime
+from gfs.services.core.survival import DEFAULT_RECALIBRATION, HpOutlook, quote_in_pool
+from gfs.services.core.task import TaskClass, TaskSpec
 
 HOUR_S = 3600.0
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from services.core.ids import TenantId
-from services.core.runtime import PoolRuntime
-from services.core.tenant_budget import BudgetWindow, TenantBudget
+from gfs.services.core.ids import TenantId
+from gfs.services.core.runtime import PoolRuntime
+from gfs.services.core.tenant_budget import BudgetWindow, TenantBudget
 
 Budgets = tuple[tuple[str, int, str], ...]  # (tenant, max evictions, "day" | "periods"), sorted
 

@@ -16,17 +16,17 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from schemas.commands import BindCommand, EvictCommand, WarnCommand
-from schemas.tasks import (
+from gfs.schemas.commands import BindCommand, EvictCommand, WarnCommand
+from gfs.schemas.tasks import (
     EvictionReason,
     GuaranteePeriodClosed,
     Placement,
     RejectionReason,
     TaskSubmitted,
 )
-from schemas.tasks import TaskClass as WireClass
-from services.core import reasons as core_reasons
-from services.preemption.controller.attempts import Attempt
+from gfs.schemas.tasks import TaskClass as WireClass
+from gfs.services.core import reasons as core_reasons
+from gfs.services.preemption.controller.attempts import Attempt
 
 _REJECTIONS = {
     core_reasons.Rejection.UNKNOWN_POOL: RejectionReason.UNKNOWN_GPU_MODEL,

@@ -9,8 +9,8 @@ level (`gfs_preemption_idle_while_work_fits_gpus`) and the GPU-seconds since the
 
 from __future__ import annotations
 
-from services.core.runtime import PoolRuntime
-from services.core.work_conservation import REASONS
+from gfs.services.core.runtime import PoolRuntime
+from gfs.services.core.work_conservation import REASONS
 
 
 class IdleWhileWorkFits:

@@ -22,8 +22,8 @@ composition root; imports go one way, down this list: a layers contract in pypro
 - counters.py: `Stats` and `Instruments`. names.py: producer, tracer and logger names.
 """
 
-from services.preemption.decider.decider import Decider
-from services.preemption.decider.due_wake import DueWake
-from services.preemption.decider.node_keys import NodeKeys
+from gfs.services.preemption.decider.decider import Decider
+from gfs.services.preemption.decider.due_wake import DueWake
+from gfs.services.preemption.decider.node_keys import NodeKeys
 
 __all__ = ["Decider", "DueWake", "NodeKeys"]

@@ -17,16 +17,16 @@ import logging
 
 import asyncpg
 
-from services.platform.clock import Clock
-from services.preemption.controller.ids import id_salt
-from services.preemption.decider.names import LOGGER
-from services.preemption.decider.partition import OwnedPartitions, PartitionState
-from services.preemption.decider.traces import TaskTraces
-from services.preemption.journal import snapshots, store
-from services.preemption.journal.entries import from_row
-from services.preemption.journal.inputs import apply
-from services.preemption.router.handoff import Handoff
-from services.preemption.service_settings import PreemptionSettings
+from gfs.services.platform.clock import Clock
+from gfs.services.preemption.controller.ids import id_salt
+from gfs.services.preemption.decider.names import LOGGER
+from gfs.services.preemption.decider.partition import OwnedPartitions, PartitionState
+from gfs.services.preemption.decider.traces import TaskTraces
+from gfs.services.preemption.journal import snapshots, store
+from gfs.services.preemption.journal.entries import from_row
+from gfs.services.preemption.journal.inputs import apply
+from gfs.services.preemption.router.handoff import Handoff
+from gfs.services.preemption.service_settings import PreemptionSettings
 
 log = logging.getLogger(LOGGER)
 

@@ -16,11 +16,11 @@ import logging
 from aiokafka import ConsumerRecord
 from pydantic import BaseModel
 
-from services.platform.kafka.dead_letter import DeadLetterPublisher, Refused
-from services.platform.kafka.producer import EnvelopeProducer
-from services.preemption.decider.counters import Instruments, Stats
-from services.preemption.decider.names import LOGGER, PRODUCER
-from services.preemption.service_settings import PreemptionSettings
+from gfs.services.platform.kafka.dead_letter import DeadLetterPublisher, Refused
+from gfs.services.platform.kafka.producer import EnvelopeProducer
+from gfs.services.preemption.decider.counters import Instruments, Stats
+from gfs.services.preemption.decider.names import LOGGER, PRODUCER
+from gfs.services.preemption.service_settings import PreemptionSettings
 
 log = logging.getLogger(LOGGER)
 

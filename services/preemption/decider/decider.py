@@ -17,25 +17,25 @@ import asyncpg
 from aiokafka import AIOKafkaConsumer, ConsumerRecord
 from opentelemetry import context as otel_context
 
-from services.platform.clock import Clock
-from services.platform.kafka.producer import EnvelopeProducer
-from services.platform.stage_stamps import CommitTimes
-from services.preemption.controller.pool import PoolController
-from services.preemption.decider.claims import Claims
-from services.preemption.decider.counters import Instruments, Stats
-from services.preemption.decider.dead_letters import DeadLetters
-from services.preemption.decider.hearing import Hearing
-from services.preemption.decider.inbox import Inbox
-from services.preemption.decider.node_keys import NodeKeys
-from services.preemption.decider.outgoing import Outgoing
-from services.preemption.decider.partition import OwnedPartitions, PartitionState
-from services.preemption.decider.reading import Reader
-from services.preemption.decider.timers import Timers
-from services.preemption.decider.traces import TaskTraces
-from services.preemption.decider.transaction import Transaction
-from services.preemption.router.handoff import Handoff
-from services.preemption.router.report_auth import ReportAuth
-from services.preemption.service_settings import PreemptionSettings
+from gfs.services.platform.clock import Clock
+from gfs.services.platform.kafka.producer import EnvelopeProducer
+from gfs.services.platform.stage_stamps import CommitTimes
+from gfs.services.preemption.controller.pool import PoolController
+from gfs.services.preemption.decider.claims import Claims
+from gfs.services.preemption.decider.counters import Instruments, Stats
+from gfs.services.preemption.decider.dead_letters import DeadLetters
+from gfs.services.preemption.decider.hearing import Hearing
+from gfs.services.preemption.decider.inbox import Inbox
+from gfs.services.preemption.decider.node_keys import NodeKeys
+from gfs.services.preemption.decider.outgoing import Outgoing
+from gfs.services.preemption.decider.partition import OwnedPartitions, PartitionState
+from gfs.services.preemption.decider.reading import Reader
+from gfs.services.preemption.decider.timers import Timers
+from gfs.services.preemption.decider.traces import TaskTraces
+from gfs.services.preemption.decider.transaction import Transaction
+from gfs.services.preemption.router.handoff import Handoff
+from gfs.services.preemption.router.report_auth import ReportAuth
+from gfs.services.preemption.service_settings import PreemptionSettings
 
 
 class Decider:

@@ -14,10 +14,10 @@ import math
 from collections.abc import Callable
 from typing import Protocol
 
-from services.platform.clock import Clock
-from services.platform.timer import FailureCounter
-from services.preemption.controller.pool import PoolController
-from services.preemption.decider.names import LOGGER
+from gfs.services.platform.clock import Clock
+from gfs.services.platform.timer import FailureCounter
+from gfs.services.preemption.controller.pool import PoolController
+from gfs.services.preemption.decider.names import LOGGER
 
 log = logging.getLogger(LOGGER)
 

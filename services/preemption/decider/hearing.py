@@ -15,11 +15,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from services.preemption import liveness
-from services.preemption.decider.counters import Instruments, Stats
-from services.preemption.decider.names import LOGGER
-from services.preemption.decider.partition import PartitionState
-from services.preemption.service_settings import PreemptionSettings
+from gfs.services.preemption import liveness
+from gfs.services.preemption.decider.counters import Instruments, Stats
+from gfs.services.preemption.decider.names import LOGGER
+from gfs.services.preemption.decider.partition import PartitionState
+from gfs.services.preemption.service_settings import PreemptionSettings
 
 log = logging.getLogger(LOGGER)
 

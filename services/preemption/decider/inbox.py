@@ -19,20 +19,20 @@ from collections.abc import Sequence
 import asyncpg
 from aiokafka import ConsumerRecord
 
-from services.platform.clock import Clock, TickClock
-from services.platform.stage_stamps import BatchStamps
-from services.preemption.decider.claims import Claims
-from services.preemption.decider.counters import Instruments, Stats
-from services.preemption.decider.dead_letters import UNMATCHED, DeadLetters
-from services.preemption.decider.partition import OwnedPartitions, PartitionState
-from services.preemption.decider.reading import Reader, Reading
-from services.preemption.decider.traces import TaskTraces
-from services.preemption.decider.transaction import Effected, Rows, Transaction
-from services.preemption.journal import store
-from services.preemption.journal.entries import QuotaEntry, ScheduleEntry
-from services.preemption.journal.inputs import apply
-from services.preemption.router.poison import caused_by_record, store_failed
-from services.preemption.service_settings import PreemptionSettings
+from gfs.services.platform.clock import Clock, TickClock
+from gfs.services.platform.stage_stamps import BatchStamps
+from gfs.services.preemption.decider.claims import Claims
+from gfs.services.preemption.decider.counters import Instruments, Stats
+from gfs.services.preemption.decider.dead_letters import UNMATCHED, DeadLetters
+from gfs.services.preemption.decider.partition import OwnedPartitions, PartitionState
+from gfs.services.preemption.decider.reading import Reader, Reading
+from gfs.services.preemption.decider.traces import TaskTraces
+from gfs.services.preemption.decider.transaction import Effected, Rows, Transaction
+from gfs.services.preemption.journal import store
+from gfs.services.preemption.journal.entries import QuotaEntry, ScheduleEntry
+from gfs.services.preemption.journal.inputs import apply
+from gfs.services.preemption.router.poison import caused_by_record, store_failed
+from gfs.services.preemption.service_settings import PreemptionSettings
 
 Records = Sequence[ConsumerRecord[bytes, bytes]]
 

@@ -9,4 +9,4 @@ TRACER = "gfs.preemption"
 
 # Every part of the decider logs under the one logger name it always had (service.py's), so a
 # deployment's log filters see the same records whichever module emits them.
-LOGGER = "services.preemption.service"
+LOGGER = "gfs.services.preemption.service"

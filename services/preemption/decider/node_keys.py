@@ -4,7 +4,7 @@ against it (report_auth.py, wired in service.py)."""
 
 from __future__ import annotations
 
-from services.platform.signing import node_key
+from gfs.services.platform.signing import node_key
 
 
 class NodeKeys:

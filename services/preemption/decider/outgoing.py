@@ -15,16 +15,16 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from pydantic import BaseModel
 
-from schemas.commands import BindCommand, EvictCommand, WarnCommand
-from schemas.envelope import Envelope, wrap
-from schemas.tasks import TaskClass
-from schemas.topics import topic_for_event_type
-from services.platform.clock import Clock, TickClock
-from services.platform.signing import sign
-from services.platform.tracing import inject_headers
-from services.preemption.decider.names import PRODUCER
-from services.preemption.decider.node_keys import NodeKeys
-from services.preemption.decider.traces import TaskTraces
+from gfs.schemas.commands import BindCommand, EvictCommand, WarnCommand
+from gfs.schemas.envelope import Envelope, wrap
+from gfs.schemas.tasks import TaskClass
+from gfs.schemas.topics import topic_for_event_type
+from gfs.services.platform.clock import Clock, TickClock
+from gfs.services.platform.signing import sign
+from gfs.services.platform.tracing import inject_headers
+from gfs.services.preemption.decider.names import PRODUCER
+from gfs.services.preemption.decider.node_keys import NodeKeys
+from gfs.services.preemption.decider.traces import TaskTraces
 
 
 class Outgoing:

@@ -17,13 +17,13 @@ import time
 from collections.abc import ItemsView, Iterator, KeysView, Mapping, ValuesView
 from dataclasses import dataclass, field
 
-from services.preemption import liveness
-from services.preemption.controller.ids import id_salt
-from services.preemption.controller.pool import PoolController
-from services.preemption.decider.counters import Stats
-from services.preemption.decider.names import LOGGER
-from services.preemption.journal import store
-from services.preemption.service_settings import PreemptionSettings
+from gfs.services.preemption import liveness
+from gfs.services.preemption.controller.ids import id_salt
+from gfs.services.preemption.controller.pool import PoolController
+from gfs.services.preemption.decider.counters import Stats
+from gfs.services.preemption.decider.names import LOGGER
+from gfs.services.preemption.journal import store
+from gfs.services.preemption.service_settings import PreemptionSettings
 
 log = logging.getLogger(LOGGER)
 

@@ -23,26 +23,26 @@ from opentelemetry import context as otel_context
 from opentelemetry import propagate
 from pydantic import BaseModel
 
-from schemas.clock import ClockTick
-from schemas.commands import EvictAck
-from schemas.tasks import TaskSubmitted
-from schemas.telemetry import NodeTelemetry
-from schemas.topics import decode
-from schemas.workers import WorkerExited, WorkerStarted
-from services.platform.clock import Clock, TickClock
-from services.platform.stage_stamps import routed_stamps
-from services.platform.tracing import extract_context
-from services.preemption import liveness
-from services.preemption.controller import reconcile_rules
-from services.preemption.decider.counters import Instruments, Stats
-from services.preemption.decider.dead_letters import DeadLetters
-from services.preemption.decider.partition import PartitionState
-from services.preemption.journal.entries import Entry, NodeReportEntry
-from services.preemption.journal.inputs import entry_for
-from services.preemption.router.handoff import Handoff
-from services.preemption.router.report_auth import ReportAuth
-from services.preemption.router.routing import DUPLICATE_HEADER, SOURCE_HEADER, SOURCE_KEY_HEADER
-from services.preemption.service_settings import PreemptionSettings
+from gfs.schemas.clock import ClockTick
+from gfs.schemas.commands import EvictAck
+from gfs.schemas.tasks import TaskSubmitted
+from gfs.schemas.telemetry import NodeTelemetry
+from gfs.schemas.topics import decode
+from gfs.schemas.workers import WorkerExited, WorkerStarted
+from gfs.services.platform.clock import Clock, TickClock
+from gfs.services.platform.stage_stamps import routed_stamps
+from gfs.services.platform.tracing import extract_context
+from gfs.services.preemption import liveness
+from gfs.services.preemption.controller import reconcile_rules
+from gfs.services.preemption.decider.counters import Instruments, Stats
+from gfs.services.preemption.decider.dead_letters import DeadLetters
+from gfs.services.preemption.decider.partition import PartitionState
+from gfs.services.preemption.journal.entries import Entry, NodeReportEntry
+from gfs.services.preemption.journal.inputs import entry_for
+from gfs.services.preemption.router.handoff import Handoff
+from gfs.services.preemption.router.report_auth import ReportAuth
+from gfs.services.preemption.router.routing import DUPLICATE_HEADER, SOURCE_HEADER, SOURCE_KEY_HEADER
+from gfs.services.preemption.service_settings import PreemptionSettings
 
 Ack = EvictAck | WorkerStarted | WorkerExited
 

@@ -18,19 +18,19 @@ from datetime import UTC, datetime
 
 import asyncpg
 
-from schemas.envelope import wrap
-from schemas.topics import POOL_STATUS_TOPIC
-from services.platform.clock import Clock
-from services.platform.outbox import enqueue
-from services.preemption.decider.due_wake import due_after
-from services.preemption.decider.hearing import Hearing
-from services.preemption.decider.names import LOGGER, PRODUCER
-from services.preemption.decider.partition import OwnedPartitions
-from services.preemption.decider.transaction import Effected, Rows, Transaction
-from services.preemption.journal import desired_controls, store
-from services.preemption.journal.entries import NodeDownEntry, TickEntry
-from services.preemption.journal.inputs import apply
-from services.preemption.service_settings import PreemptionSettings
+from gfs.schemas.envelope import wrap
+from gfs.schemas.topics import POOL_STATUS_TOPIC
+from gfs.services.platform.clock import Clock
+from gfs.services.platform.outbox import enqueue
+from gfs.services.preemption.decider.due_wake import due_after
+from gfs.services.preemption.decider.hearing import Hearing
+from gfs.services.preemption.decider.names import LOGGER, PRODUCER
+from gfs.services.preemption.decider.partition import OwnedPartitions
+from gfs.services.preemption.decider.transaction import Effected, Rows, Transaction
+from gfs.services.preemption.journal import desired_controls, store
+from gfs.services.preemption.journal.entries import NodeDownEntry, TickEntry
+from gfs.services.preemption.journal.inputs import apply
+from gfs.services.preemption.service_settings import PreemptionSettings
 
 log = logging.getLogger(LOGGER)
 

@@ -26,8 +26,8 @@ from collections.abc import Iterable, Mapping
 from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
 
-from services.preemption.controller.pool import PoolController
-from services.preemption.journal.entries import Entry, SubmitEntry
+from gfs.services.preemption.controller.pool import PoolController
+from gfs.services.preemption.journal.entries import Entry, SubmitEntry
 
 DEFAULT_CAP = 100_000  # several times the tasks a deployment holds queued and running at once
 

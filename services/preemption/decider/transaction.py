@@ -20,21 +20,21 @@ import asyncpg
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 
-from schemas.envelope import Envelope
-from schemas.tasks import TaskEvicted
-from services.platform.outbox import outbox_values
-from services.platform.stage_stamps import BatchStamps, CommitTimes
-from services.preemption.controller.types import Effects
-from services.preemption.decider.counters import Instruments, Stats
-from services.preemption.decider.names import LOGGER, TRACER
-from services.preemption.decider.outgoing import Outgoing, task_of
-from services.preemption.decider.partition import OwnedPartitions, PartitionState
-from services.preemption.decider.traces import TaskTraces
-from services.preemption.journal import snapshots, store
-from services.preemption.journal.entries import Entry
-from services.preemption.journal.trace_ids import with_trace_id
-from services.preemption.router import expiry
-from services.preemption.service_settings import PreemptionSettings
+from gfs.schemas.envelope import Envelope
+from gfs.schemas.tasks import TaskEvicted
+from gfs.services.platform.outbox import outbox_values
+from gfs.services.platform.stage_stamps import BatchStamps, CommitTimes
+from gfs.services.preemption.controller.types import Effects
+from gfs.services.preemption.decider.counters import Instruments, Stats
+from gfs.services.preemption.decider.names import LOGGER, TRACER
+from gfs.services.preemption.decider.outgoing import Outgoing, task_of
+from gfs.services.preemption.decider.partition import OwnedPartitions, PartitionState
+from gfs.services.preemption.decider.traces import TaskTraces
+from gfs.services.preemption.journal import snapshots, store
+from gfs.services.preemption.journal.entries import Entry
+from gfs.services.preemption.journal.trace_ids import with_trace_id
+from gfs.services.preemption.router import expiry
+from gfs.services.preemption.service_settings import PreemptionSettings
 
 log = logging.getLogger(LOGGER)
 

@@ -18,9 +18,9 @@ from typing import Any
 
 import asyncpg
 
-from services.preemption.controller.pool import PoolController
-from services.preemption.controller.settings import Controls
-from services.preemption.journal.entries import ControlEntry
+from gfs.services.preemption.controller.pool import PoolController
+from gfs.services.preemption.controller.settings import Controls
+from gfs.services.preemption.journal.entries import ControlEntry
 
 log = logging.getLogger(__name__)
 

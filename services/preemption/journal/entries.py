@@ -31,20 +31,20 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel, ValidationError
 
-from schemas.commands import EvictAck
-from schemas.quota import SpotQuota
-from schemas.tasks import TaskCancelled, TaskClass, TaskSubmitted
-from schemas.workers import WorkerExited, WorkerStarted
-from services.preemption.controller.reconcile_rules import NodeReport
-from services.preemption.controller.settings import Controls
+from gfs.schemas.commands import EvictAck
+from gfs.schemas.quota import SpotQuota
+from gfs.schemas.tasks import TaskCancelled, TaskClass, TaskSubmitted
+from gfs.schemas.workers import WorkerExited, WorkerStarted
+from gfs.services.preemption.controller.reconcile_rules import NodeReport
+from gfs.services.preemption.controller.settings import Controls
 
 if TYPE_CHECKING:
-    from services.preemption.controller.pool import PoolController
-    from services.preemption.controller.types import Effects
+    from gfs.services.preemption.controller.pool import PoolController
+    from gfs.services.preemption.controller.types import Effects
 
 Row = tuple[str, dict[str, Any], float]  # (kind, data, at_s): a journal row as Postgres stores it
 
-log = logging.getLogger("services.preemption.journal.inputs")  # the logger replay warnings always used
+log = logging.getLogger("gfs.services.preemption.journal.inputs")  # the logger replay warnings always used
 
 
 def _dump(payload: BaseModel) -> dict[str, Any]:

@@ -13,15 +13,15 @@ from collections.abc import Mapping
 
 from pydantic import BaseModel
 
-from schemas.clock import ClockTick
-from schemas.commands import EvictAck
-from schemas.quota import SpotQuota
-from schemas.tasks import TaskCancelled, TaskSubmitted
-from schemas.telemetry import NodeTelemetry
-from schemas.workers import WorkerExited, WorkerStarted
-from services.preemption.controller.pool import PoolController
-from services.preemption.controller.types import Effects
-from services.preemption.journal.entries import (
+from gfs.schemas.clock import ClockTick
+from gfs.schemas.commands import EvictAck
+from gfs.schemas.quota import SpotQuota
+from gfs.schemas.tasks import TaskCancelled, TaskSubmitted
+from gfs.schemas.telemetry import NodeTelemetry
+from gfs.schemas.workers import WorkerExited, WorkerStarted
+from gfs.services.preemption.controller.pool import PoolController
+from gfs.services.preemption.controller.types import Effects
+from gfs.services.preemption.journal.entries import (
     CancelEntry,
     ClockEntry,
     Entry,

@@ -41,10 +41,12 @@ from typing import Any
 
 import asyncpg
 
-from services.preemption.controller.pool import PoolController
-from services.preemption.controller.settings import ControllerSettings
+from gfs.services.preemption.controller.pool import PoolController
+from gfs.services.preemption.controller.settings import ControllerSettings
 
-FORMAT = 1
+# 2: the classes moved under the one import package `gfs` (issue 38 item 6), so a format-1 image
+# names modules by the names they had before (no `gfs.` in front), which the running code lacks.
+FORMAT = 2
 PROTOCOL = 5
 KEEP = 2  # snapshots kept per partition: the newest, and the one before while it is being read
 
@@ -151,6 +153,11 @@ def encode(image: Image, settings: ControllerSettings) -> tuple[bytes, str, list
 
 def decode(blob: bytes, version: str, modules: list[str], settings: ControllerSettings) -> Image | None:
     """The image, or None when it was written by other code or settings (then: a full replay)."""
+    if not version.startswith(f"f{FORMAT}/"):  # before importing what it names: another format's modules
+        log.warning(
+            "preemption: snapshot version %s is not format %d: replaying the journal", version, FORMAT
+        )
+        return None
     for name in modules:  # a class of the snapshot whose module is not loaded yet: load it first
         if name not in sys.modules:
             try:

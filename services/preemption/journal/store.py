@@ -21,9 +21,9 @@ from typing import Any
 
 import asyncpg
 
-from services.platform.outbox import OutboxValues
-from services.preemption.controller.types import Decision
-from services.preemption.journal.entries import Row
+from gfs.services.platform.outbox import OutboxValues
+from gfs.services.preemption.controller.types import Decision
+from gfs.services.preemption.journal.entries import Row
 
 INBOX_TOPIC = "gfs-preemption-inbox"  # the default inbox (router.INBOX_TOPIC; rows before 0006)
 

@@ -8,7 +8,7 @@ from dataclasses import replace
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 
-from services.preemption.controller.types import Decision
+from gfs.services.preemption.controller.types import Decision
 
 
 def trace_id_of(contexts: Mapping[str, otel_context.Context], task_id: str) -> str | None:

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import asyncpg
 from pydantic import BaseModel
 
-from schemas.tasks import RejectionReason, TaskEvicted, TaskFinished, TaskRejected, TaskWithdrawn
+from gfs.schemas.tasks import RejectionReason, TaskEvicted, TaskFinished, TaskRejected, TaskWithdrawn
 
 log = logging.getLogger(__name__)
 

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from schemas.envelope import Envelope
+from gfs.schemas.envelope import Envelope
 
 LIMIT = 10_000  # entries held at most (a few MB): the decider normally takes them within a batch
 

@@ -1,5 +1,5 @@
-"""The decode table of `services.platform.kafka.codec_bench` with the decider's handoff added
-(issue 23, item 2): `python -m services.preemption.router.handoff_bench [--seconds-per-case 0.5]`.
+"""The decode table of `gfs.services.platform.kafka.codec_bench` with the decider's handoff added
+(issue 23, item 2): `python -m gfs.services.preemption.router.handoff_bench [--seconds-per-case 0.5]`.
 
 `handoff` is what the decider pays for a record its own router validated: the router's put at the
 broker's ack and the decider's take at the read (handoff.py), instead of a decode of the bytes."""
@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from schemas.topics import decode, topic_for_event_type
-from services.platform.kafka.codec_bench import golden_bytes, main
-from services.preemption.router.handoff import Handoff
+from gfs.schemas.topics import decode, topic_for_event_type
+from gfs.services.platform.kafka.codec_bench import golden_bytes, main
+from gfs.services.preemption.router.handoff import Handoff
 
 
 def handoff_case(event_type: str) -> dict[str, Callable[[], object]]:

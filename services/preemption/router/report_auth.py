@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
 
-from services.platform.key_rotation import check_rotating, expired_message
-from services.platform.signing import SignatureCheck, SignedMessage
+from gfs.services.platform.key_rotation import check_rotating, expired_message
+from gfs.services.platform.signing import SignatureCheck, SignedMessage
 
 
 class Refusal(StrEnum):

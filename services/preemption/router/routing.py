@@ -32,13 +32,13 @@ from typing import Any
 import asyncpg
 from aiokafka.structs import RecordMetadata
 
-from schemas.clock import CLOCK_KEY, ClockTick
-from schemas.commands import EvictAck
-from schemas.envelope import Envelope
-from schemas.quota import SpotQuota
-from schemas.tasks import TaskCancelled, TaskSubmitted
-from schemas.telemetry import NodeTelemetry
-from schemas.topics import (
+from gfs.schemas.clock import CLOCK_KEY, ClockTick
+from gfs.schemas.commands import EvictAck
+from gfs.schemas.envelope import Envelope
+from gfs.schemas.quota import SpotQuota
+from gfs.schemas.tasks import TaskCancelled, TaskSubmitted
+from gfs.schemas.telemetry import NodeTelemetry
+from gfs.schemas.topics import (
     EVICT_ACK_TOPIC,
     QUOTAS_TOPIC,
     TASK_SUBMIT_TOPIC,
@@ -47,21 +47,26 @@ from schemas.topics import (
     TopicSpec,
     encode,
 )
-from schemas.workers import WorkerExited, WorkerStarted
-from services.platform.kafka.batches import BatchMode
-from services.platform.kafka.consumer import consume
-from services.platform.kafka.dead_letter import DeadLetterPublisher, Refused
-from services.platform.kafka.processing import NO_RETRY, ConsumeStats, MessageContext
-from services.platform.kafka.producer import EnvelopeProducer
-from services.platform.kafka_security import PLAINTEXT, KafkaSecurity
-from services.platform.stage_stamps import STAMP_HEADERS, routed_header
-from services.platform.tracing import inject_headers
-from services.preemption.journal import store
-from services.preemption.router.expiry import RouteExpiry
-from services.preemption.router.handoff import Handoff
-from services.preemption.router.heard import Heard
-from services.preemption.router.poison import STORE_ATTEMPTS, StoreFailedError, caused_by_record, store_failed
-from services.preemption.router.report_auth import ReportAuth
+from gfs.schemas.workers import WorkerExited, WorkerStarted
+from gfs.services.platform.kafka.batches import BatchMode
+from gfs.services.platform.kafka.consumer import consume
+from gfs.services.platform.kafka.dead_letter import DeadLetterPublisher, Refused
+from gfs.services.platform.kafka.processing import NO_RETRY, ConsumeStats, MessageContext
+from gfs.services.platform.kafka.producer import EnvelopeProducer
+from gfs.services.platform.kafka_security import PLAINTEXT, KafkaSecurity
+from gfs.services.platform.stage_stamps import STAMP_HEADERS, routed_header
+from gfs.services.platform.tracing import inject_headers
+from gfs.services.preemption.journal import store
+from gfs.services.preemption.router.expiry import RouteExpiry
+from gfs.services.preemption.router.handoff import Handoff
+from gfs.services.preemption.router.heard import Heard
+from gfs.services.preemption.router.poison import (
+    STORE_ATTEMPTS,
+    StoreFailedError,
+    caused_by_record,
+    store_failed,
+)
+from gfs.services.preemption.router.report_auth import ReportAuth
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +77,7 @@ SOURCE_HEADER = "gfs-source-topic"
 SOURCE_KEY_HEADER = "gfs-source-key"
 DUPLICATE_HEADER = "gfs-duplicate"
 ROUTED_TOPICS = (TASK_SUBMIT_TOPIC, TELEMETRY_TOPIC, QUOTAS_TOPIC, EVICT_ACK_TOPIC, WORKER_ACK_TOPIC)
-# CLOCK_TOPIC (schemas.topics) is routed too when the service runs on the controllable clock.
+# CLOCK_TOPIC (gfs.schemas.topics) is routed too when the service runs on the controllable clock.
 UNKNOWN_NODE_TTL_S = 30.0
 BATCH_SPAN = "route batch"  # the router's span of one fetched batch, linked to each record's trace
 _TRACE_HEADERS = frozenset({"traceparent", "tracestate"})

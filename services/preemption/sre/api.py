@@ -10,16 +10,16 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from services.platform.metrics import Metrics, metrics_handler
-from services.platform.openapi import add_openapi, identifier
-from services.preemption.controller.explanations import explanation_dict
-from services.preemption.journal import store
-from services.preemption.sre import controls
-from services.preemption.sre.api_spec import API, Explain, Health, Pools, PoolView, Ready
-from services.preemption.sre.dashboard import register_dashboard
+from gfs.services.platform.metrics import Metrics, metrics_handler
+from gfs.services.platform.openapi import add_openapi, identifier
+from gfs.services.preemption.controller.explanations import explanation_dict
+from gfs.services.preemption.journal import store
+from gfs.services.preemption.sre import controls
+from gfs.services.preemption.sre.api_spec import API, Explain, Health, Pools, PoolView, Ready
+from gfs.services.preemption.sre.dashboard import register_dashboard
 
 if TYPE_CHECKING:
-    from services.preemption.sre.view import DeciderView
+    from gfs.services.preemption.sre.view import DeciderView
 
 
 def build_api(decider: DeciderView, metrics: Metrics, ready: asyncio.Event) -> web.Application:

@@ -16,7 +16,14 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from services.platform.openapi import Api, IntParam, Operation, StrParam, metrics_operation, openapi_operation
+from gfs.services.platform.openapi import (
+    Api,
+    IntParam,
+    Operation,
+    StrParam,
+    metrics_operation,
+    openapi_operation,
+)
 
 
 # ----- requests (the control writes' bodies) -------------------------------------------------------

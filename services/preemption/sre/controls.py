@@ -34,8 +34,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from aiohttp import web
 from pydantic import BaseModel, ValidationError
 
-from services.preemption.controller.tenant_budgets import budgets_view
-from services.preemption.journal.desired_controls import (
+from gfs.services.preemption.controller.tenant_budgets import budgets_view
+from gfs.services.preemption.journal.desired_controls import (
     ALL,
     EVICTION_CAP,
     KILL_SWITCH,
@@ -44,7 +44,7 @@ from services.preemption.journal.desired_controls import (
     desired,
     load,
 )
-from services.preemption.sre.api_spec import (  # the bodies
+from gfs.services.preemption.sre.api_spec import (  # the bodies
     API,
     EvictionCapRequest,
     KillSwitchRequest,
@@ -53,7 +53,7 @@ from services.preemption.sre.api_spec import (  # the bodies
 )
 
 if TYPE_CHECKING:
-    from services.preemption.sre.view import DeciderView
+    from gfs.services.preemption.sre.view import DeciderView
 
 log = logging.getLogger(__name__)
 

@@ -35,17 +35,17 @@ from typing import TYPE_CHECKING, Any
 import asyncpg
 from aiohttp import web
 
-from services.preemption.controller.pool_views import idle_fit, idle_text, why_spot_waits
-from services.preemption.controller.tenant_budgets import budgets_view
-from services.preemption.journal import store
-from services.preemption.journal.trace_ids import trace_id_of
-from services.preemption.sre.api_spec import API
-from services.preemption.sre.dashboard_plots import _locked, evictions_svg, queues_svg, quota_svg
-from services.preemption.sre.decision_text import describe
-from services.preemption.sre.trace_view import register_trace_view
+from gfs.services.preemption.controller.pool_views import idle_fit, idle_text, why_spot_waits
+from gfs.services.preemption.controller.tenant_budgets import budgets_view
+from gfs.services.preemption.journal import store
+from gfs.services.preemption.journal.trace_ids import trace_id_of
+from gfs.services.preemption.sre.api_spec import API
+from gfs.services.preemption.sre.dashboard_plots import _locked, evictions_svg, queues_svg, quota_svg
+from gfs.services.preemption.sre.decision_text import describe
+from gfs.services.preemption.sre.trace_view import register_trace_view
 
 if TYPE_CHECKING:
-    from services.preemption.sre.view import DeciderView
+    from gfs.services.preemption.sre.view import DeciderView
 
 JAEGER_UI_URL = "http://127.0.0.1:16686"  # the stack's Jaeger (infra/jaeger); JAEGER_UI_URL overrides
 REFRESH_S = 15

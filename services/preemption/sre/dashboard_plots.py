@@ -8,7 +8,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from services.preemption.sre.plots import PLOT_LOCK, figure, svg
+from gfs.services.preemption.sre.plots import PLOT_LOCK, figure, svg
 
 MAX_POOLS_PLOTTED = 8
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import typer
 
-from services.platform.cli_output import Output, OutputOption
+from gfs.services.platform.cli_output import Output, OutputOption
 
 
 def explain(
@@ -111,8 +111,8 @@ def _from_api(api: str, task_id: str) -> dict[str, Any] | None:
 async def _from_db(task_id: str) -> list[dict[str, Any]]:
     import asyncpg
 
-    from services.platform.settings import PlatformSettings
-    from services.preemption.journal import store
+    from gfs.services.platform.settings import PlatformSettings
+    from gfs.services.preemption.journal import store
 
     connection = await asyncpg.connect(PlatformSettings().database_url)
     try:

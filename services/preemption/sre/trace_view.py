@@ -19,9 +19,9 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from services.platform.openapi import bad_request
-from services.preemption.sre.api_spec import API
-from services.preemption.sre.plots import PLOT_LOCK, figure, svg
+from gfs.services.platform.openapi import bad_request
+from gfs.services.preemption.sre.api_spec import API
+from gfs.services.preemption.sre.plots import PLOT_LOCK, figure, svg
 
 JAEGER_QUERY_URL = "http://127.0.0.1:16686"  # the stack's Jaeger; JAEGER_QUERY_URL overrides
 

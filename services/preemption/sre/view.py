@@ -15,8 +15,8 @@ import asyncpg
 from opentelemetry import context as otel_context
 from pydantic import SecretStr
 
-from services.platform.clock import Clock
-from services.preemption.controller.pool import PoolController
+from gfs.services.platform.clock import Clock
+from gfs.services.preemption.controller.pool import PoolController
 
 
 class PartitionView(Protocol):

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
-from services.simulator.traces.gfs_format import JOB_COLUMNS, JOB_FILE, format_number
-from services.simulator.traces.records import Trace, TraceJob
+from gfs.services.simulator.traces.gfs_format import JOB_COLUMNS, JOB_FILE, format_number
+from gfs.services.simulator.traces.records import Trace, TraceJob
 
 
 @dataclass(frozen=True, eq=False)

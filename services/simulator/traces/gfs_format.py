@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from services.simulator.traces.records import JobClass, Trace, TraceJob, TraceNode
+from gfs.services.simulator.traces.records import JobClass, Trace, TraceJob, TraceNode
 
 NODE_FILE = "node_info_df.csv"
 JOB_FILE = "job_info_df.csv"

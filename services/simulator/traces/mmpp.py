@@ -43,10 +43,10 @@ from typing import Any
 
 import numpy as np
 
-from services.simulator.traces import mmpp_tables as tables
-from services.simulator.traces.columns import JobColumns
-from services.simulator.traces.gfs_format import NODE_FILE, write_nodes
-from services.simulator.traces.mmpp_arrivals import (
+from gfs.services.simulator.traces import mmpp_tables as tables
+from gfs.services.simulator.traces.columns import JobColumns
+from gfs.services.simulator.traces.gfs_format import NODE_FILE, write_nodes
+from gfs.services.simulator.traces.mmpp_arrivals import (
     DAY_S,
     _fast,
     _slow,
@@ -54,10 +54,10 @@ from services.simulator.traces.mmpp_arrivals import (
     profile,
     sample_arrivals,
 )
-from services.simulator.traces.mmpp_config import MmppConfig
-from services.simulator.traces.mmpp_marks import Pool, draw_marks
-from services.simulator.traces.records import Trace, TraceNode
-from services.simulator.traces.synth_orgs import ORG_PROFILE
+from gfs.services.simulator.traces.mmpp_config import MmppConfig
+from gfs.services.simulator.traces.mmpp_marks import Pool, draw_marks
+from gfs.services.simulator.traces.records import Trace, TraceNode
+from gfs.services.simulator.traces.synth_orgs import ORG_PROFILE
 
 GENERATOR_FILE = "generator.json"
 GENERATOR_NAME = "gfs-mmpp"

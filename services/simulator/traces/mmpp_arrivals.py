@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from services.simulator.traces.mmpp_config import MmppConfig
+from gfs.services.simulator.traces.mmpp_config import MmppConfig
 
 DAY_S = 86400.0
 HOUR_S = 3600.0

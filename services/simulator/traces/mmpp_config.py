@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from services.simulator.traces import mmpp_tables as tables
+from gfs.services.simulator.traces import mmpp_tables as tables
 
 
 @dataclass(frozen=True, slots=True)

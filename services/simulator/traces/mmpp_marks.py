@@ -11,10 +11,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from services.simulator.traces import mmpp_tables as tables
-from services.simulator.traces.mmpp_arrivals import HOUR_S
-from services.simulator.traces.mmpp_config import MmppConfig
-from services.simulator.traces.synth_orgs import MODELS, ORG_PROFILE
+from gfs.services.simulator.traces import mmpp_tables as tables
+from gfs.services.simulator.traces.mmpp_arrivals import HOUR_S
+from gfs.services.simulator.traces.mmpp_config import MmppConfig
+from gfs.services.simulator.traces.synth_orgs import MODELS, ORG_PROFILE
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,8 +22,8 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from services.simulator.traces.gfs_format import TraceFormatError, horizon_of
-from services.simulator.traces.records import JobClass, Trace, TraceJob, TraceNode
+from gfs.services.simulator.traces.gfs_format import TraceFormatError, horizon_of
+from gfs.services.simulator.traces.records import JobClass, Trace, TraceJob, TraceNode
 
 NODE_COLUMNS = ("sn", "cpu_milli", "gpu", "model")
 POD_COLUMNS = (

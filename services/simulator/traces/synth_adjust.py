@@ -10,9 +10,9 @@ import math
 
 import numpy as np
 
-from services.simulator.traces.columns import JobColumns
-from services.simulator.traces.synth_config import GeneratorConfig
-from services.simulator.traces.synth_orgs import MODELS
+from gfs.services.simulator.traces.columns import JobColumns
+from gfs.services.simulator.traces.synth_config import GeneratorConfig
+from gfs.services.simulator.traces.synth_orgs import MODELS
 
 
 def a10_cap_keep_mask(

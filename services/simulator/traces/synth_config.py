@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from services.simulator.traces.synth_orgs import MODELS
+from gfs.services.simulator.traces.synth_orgs import MODELS
 
 # Per model in MODELS order: A10, A100-SXM4-80GB, A800-SXM4-80GB, GPU-series-1, GPU-series-2, H800.
 Six = tuple[float, float, float, float, float, float]

@@ -14,8 +14,8 @@ from statistics import NormalDist
 
 import numpy as np
 
-from services.simulator.traces.synth_config import DurationConfig, GeneratorConfig, SizeConfig
-from services.simulator.traces.synth_orgs import MODELS, ORG_PROFILE
+from gfs.services.simulator.traces.synth_config import DurationConfig, GeneratorConfig, SizeConfig
+from gfs.services.simulator.traces.synth_orgs import MODELS, ORG_PROFILE
 
 TYPES = ("HP", "SPOT")
 _WHOLE = (1.0, 2.0, 4.0, 8.0)

@@ -23,12 +23,12 @@ from typing import Any
 
 import numpy as np
 
-from services.simulator.traces import synth_adjust, synth_fit
-from services.simulator.traces.columns import JobColumns
-from services.simulator.traces.gfs_format import NODE_FILE, write_nodes
-from services.simulator.traces.records import Trace, TraceNode
-from services.simulator.traces.synth_config import ArrivalConfig, GeneratorConfig
-from services.simulator.traces.synth_orgs import MODELS, ORG_PROFILE
+from gfs.services.simulator.traces import synth_adjust, synth_fit
+from gfs.services.simulator.traces.columns import JobColumns
+from gfs.services.simulator.traces.gfs_format import NODE_FILE, write_nodes
+from gfs.services.simulator.traces.records import Trace, TraceNode
+from gfs.services.simulator.traces.synth_config import ArrivalConfig, GeneratorConfig
+from gfs.services.simulator.traces.synth_orgs import MODELS, ORG_PROFILE
 
 GENERATOR_FILE = "generator.json"
 GENERATOR_VERSION = 1

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from services.simulator.traces.columns import JobColumns
-from services.simulator.traces.records import TraceNode
+from gfs.services.simulator.traces.columns import JobColumns
+from gfs.services.simulator.traces.records import TraceNode
 
 HOUR_S = 3600.0
 DAY_S = 86400.0

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from schemas.quota import GuaranteeQuota, SpotQuota
-from services.adapters.adapter import QuotaAdapter
-from services.adapters.crd_schema import ManifestInvalidError, crd_for
-from services.adapters.mapping import AdapterConfig, ConfigError, load_config, spot_gpus
-from services.adapters.service import KubectlMissingError, flush, kubectl_sink, print_sink
+from gfs.schemas.quota import GuaranteeQuota, SpotQuota
+from gfs.services.adapters.adapter import QuotaAdapter
+from gfs.services.adapters.crd_schema import ManifestInvalidError, crd_for
+from gfs.services.adapters.mapping import AdapterConfig, ConfigError, load_config, spot_gpus
+from gfs.services.adapters.service import KubectlMissingError, flush, kubectl_sink, print_sink
 
 REPO = Path(__file__).resolve().parents[3]
 T0 = datetime(2026, 12, 4, 12, 0, tzinfo=UTC)
@@ -151,7 +151,7 @@ def test_only_changed_manifests_are_emitted_and_a_failed_apply_is_retried() -> N
     lines = [json.loads(line) for line in out.getvalue().splitlines()]
     assert [m["spec"]["resources"]["gpu"]["limit"] for m in lines] == [0, 5]
 
-    from services.adapters.service import ApplyFailedError
+    from gfs.services.adapters.service import ApplyFailedError
 
     async def failing(manifest: dict[str, object]) -> None:
         raise ApplyFailedError("boom")
@@ -262,7 +262,7 @@ def test_an_invalid_extra_group_fails_before_anything_is_emitted() -> None:
 
 
 def test_unserved_version_and_bad_configs_are_refused(tmp_path: Path) -> None:
-    from services.adapters.crd_schema import CRD_FILES, load_crd
+    from gfs.services.adapters.crd_schema import CRD_FILES, load_crd
 
     with pytest.raises(ValueError, match="does not serve v1alpha1"):
         load_crd(CRD_FILES["kueue"], "v1alpha1")
@@ -281,9 +281,9 @@ def test_unserved_version_and_bad_configs_are_refused(tmp_path: Path) -> None:
 def test_an_undecodable_record_is_logged_and_skipped(caplog: pytest.LogCaptureFixture) -> None:
     from types import SimpleNamespace
 
-    from schemas.envelope import wrap
-    from schemas.topics import encode
-    from services.adapters.service import _observe
+    from gfs.schemas.envelope import wrap
+    from gfs.schemas.topics import encode
+    from gfs.services.adapters.service import _observe
 
     adapter = QuotaAdapter(KAI, "kai")
     bad = SimpleNamespace(topic="gfs.quotas", partition=1, offset=41, value=b"{not json")
@@ -298,7 +298,7 @@ def test_an_undecodable_record_is_logged_and_skipped(caplog: pytest.LogCaptureFi
 
 
 def test_apply_mode_pipes_each_manifest_to_kubectl_server_side(tmp_path: Path) -> None:
-    from services.adapters.service import ApplyFailedError
+    from gfs.services.adapters.service import ApplyFailedError
 
     # A stand-in kubectl that records its arguments and stdin (no cluster here).
     record = tmp_path / "calls.jsonl"
@@ -345,7 +345,7 @@ def test_yaml_output_is_one_document_per_manifest() -> None:
 def test_the_command_refuses_a_mapping_the_crd_rejects_before_reading_kafka(tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
-    from services.serve_cli import app
+    from gfs.services.serve_cli import app
 
     bad = tmp_path / "bad.yaml"
     bad.write_text(

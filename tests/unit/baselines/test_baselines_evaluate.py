@@ -10,11 +10,18 @@ from pathlib import Path
 import pytest
 import yaml
 
-from services.simulator.evaluate import aggregate, grid_cells, relative_change, run_grid, spread, with_derived
-from services.simulator.evaluate_config import load_config, parse_config
-from services.simulator.evaluate_report import build_report, write_report
-from services.simulator.evaluate_trace import narrow_gangs, thin_hp
-from services.simulator.traces.records import Trace, TraceJob, TraceNode
+from gfs.services.simulator.evaluate import (
+    aggregate,
+    grid_cells,
+    relative_change,
+    run_grid,
+    spread,
+    with_derived,
+)
+from gfs.services.simulator.evaluate_config import load_config, parse_config
+from gfs.services.simulator.evaluate_report import build_report, write_report
+from gfs.services.simulator.evaluate_trace import narrow_gangs, thin_hp
+from gfs.services.simulator.traces.records import Trace, TraceJob, TraceNode
 
 
 def _nodes(tmp_path: Path) -> Path:

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from services.core.policies.registry import build_policy
-from services.simulator.runner import RunSettings, build_simulation, prepare
-from services.simulator.traces.records import Trace, TraceJob, TraceNode
+from gfs.services.core.policies.registry import build_policy
+from gfs.services.simulator.runner import RunSettings, build_simulation, prepare
+from gfs.services.simulator.traces.records import Trace, TraceJob, TraceNode
 
 HORIZON_S = 20_000.0
 

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 from baseline_builders import hp, make_pool, spot
 
-from services.core.placement_fgd import fragmentation
-from services.core.policies.registry import build_policy
-from services.core.pool import PoolState
-from services.core.quota import ForecastQuota, QuotaInputs, ReactiveQuota
-from services.core.task import TaskClass
+from gfs.services.core.placement_fgd import fragmentation
+from gfs.services.core.policies.registry import build_policy
+from gfs.services.core.pool import PoolState
+from gfs.services.core.quota import ForecastQuota, QuotaInputs, ReactiveQuota
+from gfs.services.core.task import TaskClass
 
 
 def spread_or_pack() -> PoolState:

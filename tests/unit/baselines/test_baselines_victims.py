@@ -8,8 +8,8 @@ from collections.abc import Callable
 import pytest
 from baseline_builders import ctx, hp, make_pool, spec, spot
 
-from services.core.policies.registry import build_policy
-from services.core.pool import PoolState
+from gfs.services.core.policies.registry import build_policy
+from gfs.services.core.pool import PoolState
 
 
 def fewer_victims_elsewhere() -> PoolState:

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from builders import a_pool, a_spot, a_task
 
-from services.core.policies.registry import build_policy
-from services.core.pool import PoolState
-from services.core.reasons import Rejection
-from services.core.runtime import PoolRuntime, RuntimeSettings, Started, Stopped
+from gfs.services.core.policies.registry import build_policy
+from gfs.services.core.pool import PoolState
+from gfs.services.core.reasons import Rejection
+from gfs.services.core.runtime import PoolRuntime, RuntimeSettings, Started, Stopped
 
 
 def _decisions(

@@ -8,13 +8,13 @@ from dataclasses import dataclass, field
 import pytest
 from builders import a_pool, a_spot, a_task, run_on
 
-from services.core.cycle import CycleContext, schedule_pool
-from services.core.decisions import EvictTask, StartTask
-from services.core.policies.registry import build_policy
-from services.core.pool import PoolState
-from services.core.queues import BucketQueue
-from services.core.task import TaskSpec
-from services.core.victims import PreemptionContext
+from gfs.services.core.cycle import CycleContext, schedule_pool
+from gfs.services.core.decisions import EvictTask, StartTask
+from gfs.services.core.policies.registry import build_policy
+from gfs.services.core.pool import PoolState
+from gfs.services.core.queues import BucketQueue
+from gfs.services.core.task import TaskSpec
+from gfs.services.core.victims import PreemptionContext
 
 
 @dataclass(frozen=True)

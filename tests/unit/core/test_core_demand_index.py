@@ -7,8 +7,8 @@ import random
 
 from builders import a_task
 
-from services.core.queues import BucketQueue, LargestFirst
-from services.core.reservation import pick_holder
+from gfs.services.core.queues import BucketQueue, LargestFirst
+from gfs.services.core.reservation import pick_holder
 
 
 def _queue_with(entries: list[tuple[str, int, float]]) -> BucketQueue:

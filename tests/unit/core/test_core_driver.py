@@ -7,7 +7,7 @@ import math
 
 from builders import a_spot, a_task
 
-from services.core.driver.effects import (
+from gfs.services.core.driver.effects import (
     Accepted,
     NodeJoined,
     NodeLost,
@@ -17,15 +17,15 @@ from services.core.driver.effects import (
     Rejected,
     Withdrawn,
 )
-from services.core.driver.inputs import Advance, Cancel, NodeDown, NodeSeen, Pass, QuotaApplied, Submit
-from services.core.driver.pool_driver import PoolDriver
-from services.core.driver.timers import PeriodTimers
-from services.core.ids import PoolId, TaskId
-from services.core.outcomes import Started, Stopped
-from services.core.policies.registry import build_policy
-from services.core.pool import PoolState
-from services.core.reasons import EvictionReason, Rejection
-from services.core.runtime import PoolRuntime
+from gfs.services.core.driver.inputs import Advance, Cancel, NodeDown, NodeSeen, Pass, QuotaApplied, Submit
+from gfs.services.core.driver.pool_driver import PoolDriver
+from gfs.services.core.driver.timers import PeriodTimers
+from gfs.services.core.ids import PoolId, TaskId
+from gfs.services.core.outcomes import Started, Stopped
+from gfs.services.core.policies.registry import build_policy
+from gfs.services.core.pool import PoolState
+from gfs.services.core.reasons import EvictionReason, Rejection
+from gfs.services.core.runtime import PoolRuntime
 
 S1, H1 = TaskId("s1"), TaskId("h1")
 

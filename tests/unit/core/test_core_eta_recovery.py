@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from services.core.quota import ForecastQuota, QuotaInputs, QuotaSettings, next_eta
+from gfs.services.core.quota import ForecastQuota, QuotaInputs, QuotaSettings, next_eta
 
 DEFAULT = QuotaSettings()
 WAIT_FOR_EVIDENCE = QuotaSettings(grow_without_evidence=False)  # the ablation: main's rule

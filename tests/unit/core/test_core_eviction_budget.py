@@ -6,16 +6,16 @@ from __future__ import annotations
 import pytest
 from builders import a_pool, a_spot, a_task, run_on
 
-from services.core.cycle import CycleContext, schedule_pool
-from services.core.decisions import EvictTask, StartTask
-from services.core.ids import TaskId
-from services.core.policies.registry import build_policy
-from services.core.queues import BucketQueue
-from services.core.reasons import Unschedulable
-from services.core.runtime import PoolRuntime, RuntimeSettings, Started, Stopped
-from services.core.task import TaskClass, TaskSpec
-from services.core.victims import PreemptionContext
-from services.core.victims_gfs import GfsVictims
+from gfs.services.core.cycle import CycleContext, schedule_pool
+from gfs.services.core.decisions import EvictTask, StartTask
+from gfs.services.core.ids import TaskId
+from gfs.services.core.policies.registry import build_policy
+from gfs.services.core.queues import BucketQueue
+from gfs.services.core.reasons import Unschedulable
+from gfs.services.core.runtime import PoolRuntime, RuntimeSettings, Started, Stopped
+from gfs.services.core.task import TaskClass, TaskSpec
+from gfs.services.core.victims import PreemptionContext
+from gfs.services.core.victims_gfs import GfsVictims
 
 T_WIN = 31 * 86400.0
 

@@ -22,9 +22,9 @@ from dataclasses import dataclass
 import pytest
 from builders import a_pool, a_spot, a_task
 
-from services.core.ids import TaskId
-from services.core.policies.registry import build_policy
-from services.core.runtime import PoolRuntime, RuntimeSettings, Stopped
+from gfs.services.core.ids import TaskId
+from gfs.services.core.policies.registry import build_policy
+from gfs.services.core.runtime import PoolRuntime, RuntimeSettings, Stopped
 
 T = 5000.0
 

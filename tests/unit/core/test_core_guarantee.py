@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from services.core.eviction_score import eviction_scores
-from services.core.guarantee import (
+from gfs.services.core.eviction_score import eviction_scores
+from gfs.services.core.guarantee import (
     periods_ended_by,
     remaining_after_eviction,
     successes_before_eviction,

@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import math
 
-from services.core.driver.effects import Released, ReleaseWhy
-from services.core.driver.held import HeldStarts
-from services.core.driver.inputs import Advance, AttemptEnded, EvictAcked, NodeSeen
-from services.core.driver.pool_driver import PoolDriver
-from services.core.ids import PoolId, TaskId
-from services.core.policies.registry import build_policy
-from services.core.pool import PoolState
-from services.core.runtime import PoolRuntime
+from gfs.services.core.driver.effects import Released, ReleaseWhy
+from gfs.services.core.driver.held import HeldStarts
+from gfs.services.core.driver.inputs import Advance, AttemptEnded, EvictAcked, NodeSeen
+from gfs.services.core.driver.pool_driver import PoolDriver
+from gfs.services.core.ids import PoolId, TaskId
+from gfs.services.core.policies.registry import build_policy
+from gfs.services.core.pool import PoolState
+from gfs.services.core.runtime import PoolRuntime
 
 H, S, B = TaskId("h"), TaskId("s"), TaskId("b")
 WAIT = {"grace_s": 30.0, "margin_s": 10.0}

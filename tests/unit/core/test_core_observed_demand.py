@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from services.core.observed_demand import ObservedDemand
+from gfs.services.core.observed_demand import ObservedDemand
 
 P, Q = ("P", "a"), ("Q", "b")
 

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 from builders import a_pool, a_spot, a_task, run_on
 
-from services.core.placeable import fit_workers, placeable_gpus, preemptible_capacity
-from services.core.policies.registry import build_policy
-from services.core.runtime import PoolRuntime, RuntimeSettings
-from services.core.task import TaskSpec
+from gfs.services.core.placeable import fit_workers, placeable_gpus, preemptible_capacity
+from gfs.services.core.policies.registry import build_policy
+from gfs.services.core.runtime import PoolRuntime, RuntimeSettings
+from gfs.services.core.task import TaskSpec
 
 QUANTILE = np.full(4, 90.0)
 

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from builders import HP, SPOT, a_pool, a_spot, a_task, run_on
 
-from services.core.placement import BestFit, FirstFit, place_task
-from services.core.pool import PoolState
-from services.core.task import TaskClass
+from gfs.services.core.placement import BestFit, FirstFit, place_task
+from gfs.services.core.pool import PoolState
+from gfs.services.core.task import TaskClass
 
 
 @dataclass(frozen=True)

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 from builders import HP, SPOT, a_pool, a_spot, a_task, run_on
 
-from services.core.placeholders import hold, lift
-from services.core.pool import PoolState
-from services.core.task import TaskClass
+from gfs.services.core.placeholders import hold, lift
+from gfs.services.core.pool import PoolState
+from gfs.services.core.task import TaskClass
 
 
 def _arrays(pool: PoolState) -> dict[str, object]:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from services.core.quota import (
+from gfs.services.core.quota import (
     ForecastQuota,
     QuotaInputs,
     QuotaSettings,

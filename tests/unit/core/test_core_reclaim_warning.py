@@ -7,17 +7,17 @@ import math
 import pytest
 from builders import a_pool, a_spot, a_task
 
-from services.core.ids import TaskId
-from services.core.policies.registry import build_policy
-from services.core.reclaim_warning import (
+from gfs.services.core.ids import TaskId
+from gfs.services.core.policies.registry import build_policy
+from gfs.services.core.reclaim_warning import (
     WarningSettings,
     lead_rows,
     lost_after_warning,
     shortfall_gpus,
     warn_candidates,
 )
-from services.core.runtime import PoolRuntime, RuntimeSettings, Stopped
-from services.simulator.reclaim_warnings import WarningLedger
+from gfs.services.core.runtime import PoolRuntime, RuntimeSettings, Stopped
+from gfs.services.simulator.reclaim_warnings import WarningLedger
 
 
 def test_lead_rows_count_the_hours_the_lead_time_touches() -> None:

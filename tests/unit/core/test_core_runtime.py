@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 from builders import a_pool, a_spot, a_task
 
-from services.core.ids import TaskId
-from services.core.policies.registry import build_policy
-from services.core.reasons import EvictionReason, Rejection, Unschedulable
-from services.core.runtime import PoolRuntime, RuntimeSettings, Started, Stopped
-from services.core.task import TaskSpec
+from gfs.services.core.ids import TaskId
+from gfs.services.core.policies.registry import build_policy
+from gfs.services.core.reasons import EvictionReason, Rejection, Unschedulable
+from gfs.services.core.runtime import PoolRuntime, RuntimeSettings, Started, Stopped
+from gfs.services.core.task import TaskSpec
 
 T_WIN = 31 * 86400.0
 

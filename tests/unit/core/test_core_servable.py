@@ -15,12 +15,12 @@ import numpy as np
 import pytest
 from builders import a_pool, a_spot, a_task, run_on
 
-from services.core.ids import TaskId
-from services.core.pool import PoolState
-from services.core.queues import BucketQueue, LargestFirst
-from services.core.reservation import Reservation
-from services.core.servable import HpReleases, plan_servable, servable_levels, servable_total
-from services.core.task import TaskSpec
+from gfs.services.core.ids import TaskId
+from gfs.services.core.pool import PoolState
+from gfs.services.core.queues import BucketQueue, LargestFirst
+from gfs.services.core.reservation import Reservation
+from gfs.services.core.servable import HpReleases, plan_servable, servable_levels, servable_total
+from gfs.services.core.task import TaskSpec
 
 
 @dataclass(frozen=True)

@@ -22,13 +22,13 @@ from dataclasses import dataclass
 import pytest
 from builders import a_pool, a_spot
 
-from services.core.cycle import CycleContext, schedule_pool
-from services.core.decisions import StartTask
-from services.core.policies.registry import build_policy
-from services.core.queues import BucketQueue
-from services.core.reasons import Unschedulable
-from services.core.task import TaskSpec
-from services.core.victims import PreemptionContext
+from gfs.services.core.cycle import CycleContext, schedule_pool
+from gfs.services.core.decisions import StartTask
+from gfs.services.core.policies.registry import build_policy
+from gfs.services.core.queues import BucketQueue
+from gfs.services.core.reasons import Unschedulable
+from gfs.services.core.task import TaskSpec
+from gfs.services.core.victims import PreemptionContext
 
 # The shape: a 4-GPU head over the floor quota 3.2, smaller spot behind it in time.
 BIG = a_spot("big", gpus=4, submit=0.0)

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from builders import a_pool, a_spot, a_task, run_on
 
-from services.core.ids import TaskId
-from services.core.policies.registry import build_policy
-from services.core.reasons import Unschedulable
-from services.core.runtime import PoolRuntime, RuntimeSettings, Started, Stopped
+from gfs.services.core.ids import TaskId
+from gfs.services.core.policies.registry import build_policy
+from gfs.services.core.reasons import Unschedulable
+from gfs.services.core.runtime import PoolRuntime, RuntimeSettings, Started, Stopped
 
 
 def _started(outcomes: tuple[object, ...]) -> set[str]:

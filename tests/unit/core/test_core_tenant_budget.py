@@ -11,17 +11,17 @@ from __future__ import annotations
 import pytest
 from builders import a_pool, a_spot, a_task, run_on
 
-from services.core.cycle import CycleContext, schedule_pool
-from services.core.decisions import Decision, EvictTask, StartTask
-from services.core.ids import TaskId, TenantId
-from services.core.policies.registry import build_policy
-from services.core.pool import PoolState
-from services.core.queues import BucketQueue
-from services.core.runtime import PoolRuntime, RuntimeSettings, Stopped
-from services.core.task import TaskSpec
-from services.core.tenant_budget import DAY_S, BudgetWindow, TenantBudget, TenantEvictions
-from services.core.victims import PreemptionContext, PreemptionPlan
-from services.core.victims_gfs import GfsVictims
+from gfs.services.core.cycle import CycleContext, schedule_pool
+from gfs.services.core.decisions import Decision, EvictTask, StartTask
+from gfs.services.core.ids import TaskId, TenantId
+from gfs.services.core.policies.registry import build_policy
+from gfs.services.core.pool import PoolState
+from gfs.services.core.queues import BucketQueue
+from gfs.services.core.runtime import PoolRuntime, RuntimeSettings, Stopped
+from gfs.services.core.task import TaskSpec
+from gfs.services.core.tenant_budget import DAY_S, BudgetWindow, TenantBudget, TenantEvictions
+from gfs.services.core.victims import PreemptionContext, PreemptionPlan
+from gfs.services.core.victims_gfs import GfsVictims
 
 T_WIN = 31 * 86400.0
 X, Y = TenantId("x"), TenantId("y")

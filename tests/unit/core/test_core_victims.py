@@ -7,11 +7,11 @@ from dataclasses import dataclass
 import pytest
 from builders import a_pool, a_spot, a_task, run_fraction, run_on
 
-from services.core.ids import TaskId
-from services.core.two_pointer import fraction_two_pointer, two_pointer
-from services.core.victims import PreemptionContext, node_cost
-from services.core.victims_first_node import FirstNodeVictims
-from services.core.victims_gfs import GfsVictims
+from gfs.services.core.ids import TaskId
+from gfs.services.core.two_pointer import fraction_two_pointer, two_pointer
+from gfs.services.core.victims import PreemptionContext, node_cost
+from gfs.services.core.victims_first_node import FirstNodeVictims
+from gfs.services.core.victims_gfs import GfsVictims
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from services.core.survival import (
+from gfs.services.core.survival import (
     DEFAULT_RECALIBRATION,
     HpOutlook,
     PoolTerms,

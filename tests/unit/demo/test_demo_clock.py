@@ -6,8 +6,8 @@ from typing import ClassVar
 
 import pytest
 
-from services.demo.clock import plan
-from services.simulator.traces.records import TraceJob
+from gfs.services.demo.clock import plan
+from gfs.services.simulator.traces.records import TraceJob
 
 
 def _job(name: str, submit_s: float) -> TraceJob:
@@ -81,9 +81,9 @@ async def test_the_clock_plays_advance_submissions_status_pass_and_waits_for_its
 ) -> None:
     import asyncio
 
-    import services.platform.kafka.producer as producer_module
-    import services.producers.client as client_module
-    from services.demo.clock import ClockState, run_clock
+    import gfs.services.platform.kafka.producer as producer_module
+    import gfs.services.producers.client as client_module
+    from gfs.services.demo.clock import ClockState, run_clock
 
     monkeypatch.setattr(producer_module, "EnvelopeProducer", _Producer)
     monkeypatch.setattr(client_module, "GfsClient", _Client)

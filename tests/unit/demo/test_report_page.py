@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from html.parser import HTMLParser
 
-from services.demo.report_page import render
+from gfs.services.demo.report_page import render
 
 
 class _Tables(HTMLParser):

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from services.demo.side_by_side import SIM_POLICIES, Row, live, simulated, verdict
-from services.platform.settings import REPO_ROOT
-from services.simulator.traces.records import Trace, TraceJob, TraceNode
+from gfs.services.demo.side_by_side import SIM_POLICIES, Row, live, simulated, verdict
+from gfs.services.platform.settings import REPO_ROOT
+from gfs.services.simulator.traces.records import Trace, TraceJob, TraceNode
 
 T0 = datetime(2026, 12, 4, 12, tzinfo=UTC)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from services.faults.soak import SoakLog, SoakSample, kill_schedule, render, rss_mb, summarize
+from gfs.services.faults.soak import SoakLog, SoakSample, kill_schedule, render, rss_mb, summarize
 
 
 def test_kills_every_interval_but_not_in_the_last_minute() -> None:

@@ -7,7 +7,7 @@ from datetime import date, datetime
 import numpy as np
 import pytest
 
-from ml.calendar import calendar_index, is_workday
+from gfs.ml.calendar import calendar_index, is_workday
 
 
 @pytest.mark.parametrize(

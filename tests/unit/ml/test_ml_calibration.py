@@ -8,9 +8,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from ml.baselines import Ewma, LastValue, SeasonalNaive
-from ml.calibrated import CalibratedForecaster
-from ml.calibration import calibration_cells, residual_quantile
+from gfs.ml.baselines import Ewma, LastValue, SeasonalNaive
+from gfs.ml.calibrated import CalibratedForecaster
+from gfs.ml.calibration import calibration_cells, residual_quantile
 
 
 def test_residual_quantile_linear_by_hand() -> None:

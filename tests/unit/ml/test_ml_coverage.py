@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from ml.baselines import LastValue
-from ml.calibrated import CalibratedForecaster
-from ml.cli import app
-from ml.coverage import TenantCoverage, coverage_report, group_summary
-from ml.datasets import write_csv
-from ml.series import SIMULATOR_ORIGIN, DemandSeries
+from gfs.ml.baselines import LastValue
+from gfs.ml.calibrated import CalibratedForecaster
+from gfs.ml.cli import app
+from gfs.ml.coverage import TenantCoverage, coverage_report, group_summary
+from gfs.ml.datasets import write_csv
+from gfs.ml.series import SIMULATOR_ORIGIN, DemandSeries
 
 
 def _tenant(coverage: float, floors: tuple[float, ...], mean: float = 10.0) -> TenantCoverage:

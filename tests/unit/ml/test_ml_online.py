@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ml.baselines import LastValue
-from ml.calibrated import CalibratedForecaster
-from ml.calibration import residual_quantile
-from ml.online import (
+from gfs.ml.baselines import LastValue
+from gfs.ml.calibrated import CalibratedForecaster
+from gfs.ml.calibration import residual_quantile
+from gfs.ml.online import (
     AciTracker,
     OnlineCalibration,
     OnlineSettings,

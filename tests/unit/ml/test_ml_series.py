@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ml.datasets import load_csv, load_helios, load_series, write_csv
-from ml.series import DemandSeries, SeriesError, fill_gaps
+from gfs.ml.datasets import load_csv, load_helios, load_series, write_csv
+from gfs.ml.series import DemandSeries, SeriesError, fill_gaps
 
 NAN = np.nan
 KEYS = (("p", "a"),)

@@ -17,16 +17,16 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from schemas.commands import BindCommand, EvictCommand
-from schemas.envelope import Envelope, wrap
-from schemas.tasks import EvictionReason, Placement, TaskClass
-from services.node_agent import procs
-from services.node_agent.agent import AgentMetrics, NodeAgent
-from services.node_agent.gpu import FakeGpuBackend
-from services.node_agent.journal import Journal
-from services.node_agent.security import CommandGuard
-from services.platform.metrics import configure_metrics
-from services.platform.signing import sign
+from gfs.schemas.commands import BindCommand, EvictCommand
+from gfs.schemas.envelope import Envelope, wrap
+from gfs.schemas.tasks import EvictionReason, Placement, TaskClass
+from gfs.services.node_agent import procs
+from gfs.services.node_agent.agent import AgentMetrics, NodeAgent
+from gfs.services.node_agent.gpu import FakeGpuBackend
+from gfs.services.node_agent.journal import Journal
+from gfs.services.node_agent.security import CommandGuard
+from gfs.services.platform.metrics import configure_metrics
+from gfs.services.platform.signing import sign
 
 NODE = "node-7"
 KEY = bytes(range(32))
@@ -34,7 +34,7 @@ REPO = Path(__file__).resolve().parents[3]
 
 
 def fake_task_argv(*args: str) -> tuple[str, ...]:
-    return (sys.executable, "-m", "services.node_agent.fake_task", *args)
+    return (sys.executable, "-m", "gfs.services.node_agent.fake_task", *args)
 
 
 @dataclass

@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
-from schemas.commands import EvictAck, EvictOutcome
-from schemas.envelope import Envelope, wrap
-from schemas.telemetry import GpuSample, NodeTelemetry
-from schemas.workers import WorkerExited, WorkerStarted
-from services.node_agent.ack_delay import DelayedSink
+from gfs.schemas.commands import EvictAck, EvictOutcome
+from gfs.schemas.envelope import Envelope, wrap
+from gfs.schemas.telemetry import GpuSample, NodeTelemetry
+from gfs.schemas.workers import WorkerExited, WorkerStarted
+from gfs.services.node_agent.ack_delay import DelayedSink
 
 NODE = "node-d"
 

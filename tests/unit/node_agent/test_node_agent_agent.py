@@ -7,14 +7,14 @@ import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from schemas.commands import EvictAck, EvictOutcome
-from schemas.telemetry import NodeTelemetry
-from schemas.topics import decode, encode
-from schemas.workers import WorkerExited, WorkerStarted
-from services.node_agent import procs
-from services.node_agent.agent import NOT_STARTED_EXIT_CODE, UNKNOWN_EXIT_CODE
-from services.node_agent.security import Rejection
-from services.platform.signing import SIGNED_TYPES, SignatureCheck, check_signature
+from gfs.schemas.commands import EvictAck, EvictOutcome
+from gfs.schemas.telemetry import NodeTelemetry
+from gfs.schemas.topics import decode, encode
+from gfs.schemas.workers import WorkerExited, WorkerStarted
+from gfs.services.node_agent import procs
+from gfs.services.node_agent.agent import NOT_STARTED_EXIT_CODE, UNKNOWN_EXIT_CODE
+from gfs.services.node_agent.security import Rejection
+from gfs.services.platform.signing import SIGNED_TYPES, SignatureCheck, check_signature
 from tests.unit.node_agent.conftest import KEY, NODE, AgentHarness, bind, evict, start_agent
 
 

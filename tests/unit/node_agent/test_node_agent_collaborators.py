@@ -16,30 +16,30 @@ from typing import Any
 import pytest
 from opentelemetry import trace
 
-from schemas.clock import CLOCK_KEY, ClockAck, ClockPhase, ClockTick
-from schemas.commands import EvictAck, EvictOutcome, WarnCommand
-from schemas.telemetry import GpuAllocation, NodeTelemetry, RunningWorker
-from schemas.topics import CLOCK_ACK_TOPIC, EVICT_ACK_TOPIC, TELEMETRY_TOPIC, WORKER_ACK_TOPIC
-from schemas.workers import WorkerExited, WorkerStarted
-from services.node_agent import procs
-from services.node_agent.agent_metrics import AgentMetrics
-from services.node_agent.clock_ticks import ClockTicks
-from services.node_agent.eviction import Evictor
-from services.node_agent.gpu import FakeGpuBackend
-from services.node_agent.journal import CommandEntry, Journal, WorkerEntry
-from services.node_agent.publisher import PRODUCER, AckPublisher
-from services.node_agent.reclaim_warning import ReclaimWarner
-from services.node_agent.recovery import recover
-from services.node_agent.sim_clock import SimClock
-from services.node_agent.telemetry import Telemetry
-from services.node_agent.watcher import WorkerWatcher
-from services.node_agent.workers import (
+from gfs.schemas.clock import CLOCK_KEY, ClockAck, ClockPhase, ClockTick
+from gfs.schemas.commands import EvictAck, EvictOutcome, WarnCommand
+from gfs.schemas.telemetry import GpuAllocation, NodeTelemetry, RunningWorker
+from gfs.schemas.topics import CLOCK_ACK_TOPIC, EVICT_ACK_TOPIC, TELEMETRY_TOPIC, WORKER_ACK_TOPIC
+from gfs.schemas.workers import WorkerExited, WorkerStarted
+from gfs.services.node_agent import procs
+from gfs.services.node_agent.agent_metrics import AgentMetrics
+from gfs.services.node_agent.clock_ticks import ClockTicks
+from gfs.services.node_agent.eviction import Evictor
+from gfs.services.node_agent.gpu import FakeGpuBackend
+from gfs.services.node_agent.journal import CommandEntry, Journal, WorkerEntry
+from gfs.services.node_agent.publisher import PRODUCER, AckPublisher
+from gfs.services.node_agent.reclaim_warning import ReclaimWarner
+from gfs.services.node_agent.recovery import recover
+from gfs.services.node_agent.sim_clock import SimClock
+from gfs.services.node_agent.telemetry import Telemetry
+from gfs.services.node_agent.watcher import WorkerWatcher
+from gfs.services.node_agent.workers import (
     NOT_STARTED_EXIT_CODE,
     UNKNOWN_EXIT_CODE,
     WorkerSupervisor,
 )
-from services.platform.metrics import configure_metrics
-from services.platform.signing import SignatureCheck, check_signature, sign
+from gfs.services.platform.metrics import configure_metrics
+from gfs.services.platform.signing import SignatureCheck, check_signature, sign
 from tests.unit.node_agent.conftest import KEY, NODE, RecordingSink, bind, evict
 
 NOW = datetime(2030, 1, 1, tzinfo=UTC)

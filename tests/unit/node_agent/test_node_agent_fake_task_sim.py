@@ -26,8 +26,8 @@ from typing import Any
 
 import pytest
 
-from services.core.guarantee import remaining_after_eviction
-from services.node_agent.fake_task import (
+from gfs.services.core.guarantee import remaining_after_eviction
+from gfs.services.node_agent.fake_task import (
     read_sim_state,
     sim_checkpoints,
     sim_finished,
@@ -123,7 +123,7 @@ class SimTask:
             env["GFS_SIM_START"] = repr(start)
         if overhead is not None:
             env["GFS_RESTART_OVERHEAD_S"] = repr(overhead)
-        argv = [sys.executable, "-m", "services.node_agent.fake_task", "--sim-clock", str(self.clock)]
+        argv = [sys.executable, "-m", "gfs.services.node_agent.fake_task", "--sim-clock", str(self.clock)]
         argv += ["--checkpoint-dir", str(tmp / "ckpt"), *args]
         with self.log.open("ab") as out:
             self.process = subprocess.Popen(argv, env=env, cwd=REPO, stdout=out, stderr=subprocess.STDOUT)

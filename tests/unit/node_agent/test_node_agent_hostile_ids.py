@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 from pydantic import SecretStr
 
-from schemas.workers import WorkerExited, WorkerStarted
-from services.node_agent.journal import Journal
-from services.node_agent.paths import MAX_PART_BYTES, path_part
-from services.node_agent.settings import NodeAgentSettings
-from services.node_agent.worker_env import DEFAULT_ALLOW, parse_allow, worker_environment
-from services.platform.signing import node_key
+from gfs.schemas.workers import WorkerExited, WorkerStarted
+from gfs.services.node_agent.journal import Journal
+from gfs.services.node_agent.paths import MAX_PART_BYTES, path_part
+from gfs.services.node_agent.settings import NodeAgentSettings
+from gfs.services.node_agent.worker_env import DEFAULT_ALLOW, parse_allow, worker_environment
+from gfs.services.platform.signing import node_key
 from tests.unit.node_agent.conftest import AgentHarness, bind, start_agent, worker_env
 
 MASTER = "unit-master-secret-0123456789abcdef"

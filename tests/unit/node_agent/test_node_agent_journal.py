@@ -9,8 +9,8 @@ from uuid import uuid4
 
 import pytest
 
-from schemas.commands import EvictAck, EvictOutcome
-from services.node_agent.journal import CommandEntry, Journal, JournalError, WorkerEntry, write_atomic
+from gfs.schemas.commands import EvictAck, EvictOutcome
+from gfs.services.node_agent.journal import CommandEntry, Journal, JournalError, WorkerEntry, write_atomic
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 

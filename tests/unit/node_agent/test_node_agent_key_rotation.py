@@ -22,12 +22,12 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from schemas.commands import EvictAck, EvictOutcome
-from services.node_agent.security import CommandGuard, Rejection
-from services.node_agent.settings import NodeAgentSettings
-from services.node_agent.virtual import VirtualNodes
-from services.node_agent.worker_env import worker_environment
-from services.platform.signing import SignatureCheck, check_signature
+from gfs.schemas.commands import EvictAck, EvictOutcome
+from gfs.services.node_agent.security import CommandGuard, Rejection
+from gfs.services.node_agent.settings import NodeAgentSettings
+from gfs.services.node_agent.virtual import VirtualNodes
+from gfs.services.node_agent.worker_env import worker_environment
+from gfs.services.platform.signing import SignatureCheck, check_signature
 from tests.unit.node_agent.conftest import KEY, agent_guard, evict, start_agent
 from tests.unit.node_agent.test_node_agent_security import (
     EVICT_SIGNATURE,

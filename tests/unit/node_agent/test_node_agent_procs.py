@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from services.node_agent import procs
+from gfs.services.node_agent import procs
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -19,7 +19,7 @@ def _spawn(tmp_path: Path, *args: str) -> subprocess.Popen[bytes]:
     log = tmp_path / "worker.log"
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     process = procs.spawn(
-        (sys.executable, "-m", "services.node_agent.fake_task", *args), env=env, log_path=log
+        (sys.executable, "-m", "gfs.services.node_agent.fake_task", *args), env=env, log_path=log
     )
     deadline = time.monotonic() + 10
     while "started" not in log.read_text():
@@ -94,7 +94,7 @@ def test_a_worker_is_found_by_its_environment_marker(tmp_path: Path) -> None:
     marker = f"test/{os.getpid()}/{time.monotonic_ns()}"
     env = {**os.environ, "PYTHONPATH": str(REPO), "GFS_AGENT_WORKER": marker}
     process = procs.spawn(
-        (sys.executable, "-m", "services.node_agent.fake_task"), env=env, log_path=tmp_path / "w.log"
+        (sys.executable, "-m", "gfs.services.node_agent.fake_task"), env=env, log_path=tmp_path / "w.log"
     )
     try:
         assert procs.find_by_marker("GFS_AGENT_WORKER", marker) == process.pid

@@ -13,10 +13,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from schemas.commands import WarnCommand
-from schemas.workers import WorkerExited
-from services.node_agent import procs
-from services.platform.signing import sign
+from gfs.schemas.commands import WarnCommand
+from gfs.schemas.workers import WorkerExited
+from gfs.services.node_agent import procs
+from gfs.services.platform.signing import sign
 from tests.unit.node_agent.conftest import KEY, NODE, AgentHarness, bind
 
 

@@ -4,8 +4,8 @@ never starts a second copy of a worker that already runs."""
 
 from __future__ import annotations
 
-from schemas.telemetry import NodeTelemetry, RunningWorker
-from schemas.workers import WorkerStarted
+from gfs.schemas.telemetry import NodeTelemetry, RunningWorker
+from gfs.schemas.workers import WorkerStarted
 from tests.unit.node_agent.conftest import AgentHarness, bind
 
 

@@ -15,11 +15,11 @@ from uuid import UUID
 
 import pytest
 
-from schemas.commands import BindCommand, EvictCommand
-from schemas.tasks import EvictionReason, Placement, TaskClass
-from services.node_agent.security import CommandGuard, Rejection
-from services.node_agent.settings import MissingKeyError, NodeAgentSettings
-from services.platform.signing import node_key, signing_bytes
+from gfs.schemas.commands import BindCommand, EvictCommand
+from gfs.schemas.tasks import EvictionReason, Placement, TaskClass
+from gfs.services.node_agent.security import CommandGuard, Rejection
+from gfs.services.node_agent.settings import MissingKeyError, NodeAgentSettings
+from gfs.services.platform.signing import node_key, signing_bytes
 
 MASTER = b"test-master-secret-0123456789abcdef"
 NODE_7_KEY_HEX = "a67ecd9337af70a670bfbe4f9f075f81900fdf8cfa3b05e3374128b2dcecf793"

@@ -15,13 +15,13 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
-from schemas.clock import CLOCK_KEY, ClockAck, ClockPhase, ClockTick
-from schemas.commands import EvictAck, EvictOutcome
-from schemas.workers import WorkerExited, WorkerStarted
-from services.node_agent.clock_ticks import CLOCK_ACK_TOPIC
-from services.node_agent.journal import Journal
-from services.node_agent.settings import NodeAgentSettings
-from services.node_agent.sim_clock import SimClock
+from gfs.schemas.clock import CLOCK_KEY, ClockAck, ClockPhase, ClockTick
+from gfs.schemas.commands import EvictAck, EvictOutcome
+from gfs.schemas.workers import WorkerExited, WorkerStarted
+from gfs.services.node_agent.clock_ticks import CLOCK_ACK_TOPIC
+from gfs.services.node_agent.journal import Journal
+from gfs.services.node_agent.settings import NodeAgentSettings
+from gfs.services.node_agent.sim_clock import SimClock
 from tests.unit.node_agent.conftest import NODE, AgentHarness, bind, evict, start_agent, worker_env
 
 # Far from the wall clock on purpose: a command issued at T0 is fresh only on the sim clock.

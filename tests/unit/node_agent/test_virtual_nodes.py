@@ -7,12 +7,12 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from schemas.commands import BindCommand, EvictCommand
-from schemas.tasks import EvictionReason, Placement, TaskClass
-from schemas.telemetry import NodeTelemetry
-from schemas.workers import WorkerExited, WorkerStarted
-from services.node_agent.virtual import VirtualNodes
-from services.platform.signing import SIGNED_TYPES, SignatureCheck, check_signature, node_key, sign
+from gfs.schemas.commands import BindCommand, EvictCommand
+from gfs.schemas.tasks import EvictionReason, Placement, TaskClass
+from gfs.schemas.telemetry import NodeTelemetry
+from gfs.schemas.workers import WorkerExited, WorkerStarted
+from gfs.services.node_agent.virtual import VirtualNodes
+from gfs.services.platform.signing import SIGNED_TYPES, SignatureCheck, check_signature, node_key, sign
 
 SECRET = b"unit-virtual-nodes-master-secret-01"
 

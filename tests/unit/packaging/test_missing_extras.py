@@ -9,8 +9,8 @@ import sys
 import pytest
 from typer.testing import CliRunner
 
-from services.entry import main, missing_extra_message
-from services.node_agent.gpu import NvmlBackend, NvmlMissingError, nvml_installed
+from gfs.services.entry import main, missing_extra_message
+from gfs.services.node_agent.gpu import NvmlBackend, NvmlMissingError, nvml_installed
 
 
 @pytest.mark.parametrize(
@@ -24,13 +24,13 @@ def test_each_missing_module_names_the_extra_that_brings_it(module: str, extra: 
 
 
 def test_a_module_no_extra_brings_asks_for_a_reinstall() -> None:
-    assert "reinstall gfs" in missing_extra_message("schemas.tasks")
+    assert "reinstall gfs" in missing_extra_message("gfs.schemas.tasks")
 
 
 def test_the_command_line_without_its_extra_exits_with_the_extra_named(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.delitem(sys.modules, "services.cli", raising=False)
+    monkeypatch.delitem(sys.modules, "gfs.services.cli", raising=False)
     monkeypatch.setitem(sys.modules, "typer", None)
     with pytest.raises(SystemExit) as exited:
         main()
@@ -45,7 +45,7 @@ def test_nvml_without_its_extra_is_a_clear_error(monkeypatch: pytest.MonkeyPatch
 
 
 def test_a_node_agent_without_nvml_and_without_fake_gpus_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
-    from services.serve_cli import app
+    from gfs.services.serve_cli import app
 
     monkeypatch.setitem(sys.modules, "pynvml", None)
     result = CliRunner().invoke(app, ["node-agent", "--node", "n1"])

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from services.parity.compare import compare, live_lines, sim_lines
+from gfs.services.parity.compare import compare, live_lines, sim_lines
 
 BASE = 1_000_000.0
 TASKS = {"h1-r": "h1", "s1-r": "s1", "s2-r": "s2", "f1-r": "f1", "q1-r": "q1"}

@@ -18,11 +18,11 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from schemas.envelope import Envelope
-from schemas.topics import DEAD_LETTER_TOPIC
-from services.platform.kafka.processing import ConsumeStats, MessageContext, RecordProcessor, RetryPolicy
-from services.platform.tracing import traceparent_of
-from services.preemption.router.routing import SOURCE_HEADER, Router
+from gfs.schemas.envelope import Envelope
+from gfs.schemas.topics import DEAD_LETTER_TOPIC
+from gfs.services.platform.kafka.processing import ConsumeStats, MessageContext, RecordProcessor, RetryPolicy
+from gfs.services.platform.tracing import traceparent_of
+from gfs.services.preemption.router.routing import SOURCE_HEADER, Router
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 GOLDEN = Path(__file__).resolve().parents[2] / "contract" / "golden" / "v1"

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from services.platform.clock import Clock, ClockWentBackwardsError, ManualClock, SystemClock, utc_datetime
+from gfs.services.platform.clock import Clock, ClockWentBackwardsError, ManualClock, SystemClock, utc_datetime
 
 
 @pytest.mark.parametrize("clock", [SystemClock(), ManualClock(5.0)], ids=["system", "manual"])

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
-from services.platform.db_roles import WRITE, privileges_of, quote_ident, unassigned
+from gfs.services.platform.db_roles import WRITE, privileges_of, quote_ident, unassigned
 
 # Hand-listed from the migrations 0001-0008 and the services' SQL (store.py, outbox.py, dashboard.py).
 QUOTA_TABLES = ("quota_pool", "spot_quota", "quota_eta_history", "guarantee_period_outcome")
@@ -63,7 +63,7 @@ def test_identifiers_are_quoted() -> None:
 def test_the_database_commands_say_how_to_set_database_url(
     monkeypatch: pytest.MonkeyPatch, command: list[str]
 ) -> None:
-    from services.platform.db_cli import app
+    from gfs.services.platform.db_cli import app
 
     monkeypatch.delenv("DATABASE_URL", raising=False)
     result = CliRunner().invoke(app, command[1:])

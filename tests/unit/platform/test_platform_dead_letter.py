@@ -9,11 +9,11 @@ from datetime import UTC, datetime
 
 import pytest
 
-from schemas.dead_letter import DeadLetter
-from schemas.envelope import wrap
-from schemas.tasks import TaskClass, TaskSubmitted
-from schemas.topics import decode, encode
-from services.platform.kafka.dead_letter import (
+from gfs.schemas.dead_letter import DeadLetter
+from gfs.schemas.envelope import wrap
+from gfs.schemas.tasks import TaskClass, TaskSubmitted
+from gfs.schemas.topics import decode, encode
+from gfs.services.platform.kafka.dead_letter import (
     MAX_ORIGINAL_BYTES,
     MAX_REASON_CHARS,
     FailedRecord,

@@ -13,9 +13,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from schemas.dead_letter import DeadLetter
-from schemas.envelope import Envelope
-from services.platform.kafka.dead_letter import DeadLetterPublisher
+from gfs.schemas.dead_letter import DeadLetter
+from gfs.schemas.envelope import Envelope
+from gfs.services.platform.kafka.dead_letter import DeadLetterPublisher
 
 CLOCK = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 RECEIVED = datetime(2026, 3, 1, 11, 59, 30, tzinfo=UTC)

@@ -6,11 +6,11 @@ import base64
 import hashlib
 from datetime import UTC, datetime, timedelta
 
-from schemas.dead_letter import DeadLetter
-from schemas.envelope import wrap
-from schemas.tasks import TaskClass, TaskSubmitted
-from schemas.topics import encode
-from services.platform.dead_letters import REPLAY_HEADER, Letter, Selection, Verdict, plan_replay
+from gfs.schemas.dead_letter import DeadLetter
+from gfs.schemas.envelope import wrap
+from gfs.schemas.tasks import TaskClass, TaskSubmitted
+from gfs.schemas.topics import encode
+from gfs.services.platform.dead_letters import REPLAY_HEADER, Letter, Selection, Verdict, plan_replay
 
 T0 = datetime(2026, 12, 4, 12, 0, tzinfo=UTC)
 

@@ -8,8 +8,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from services.platform.event_loop import run, tune_gc
-from services.platform.settings import PlatformSettings
+from gfs.services.platform.event_loop import run, tune_gc
+from gfs.services.platform.settings import PlatformSettings
 
 
 @pytest.mark.parametrize(("name", "expected"), [("uvloop", "uvloop"), ("asyncio", "asyncio")])

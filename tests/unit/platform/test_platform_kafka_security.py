@@ -12,10 +12,10 @@ import ssl
 import pytest
 from pydantic import SecretStr
 
-from schemas.topics import TOPICS
-from services.platform.kafka import acls
-from services.platform.kafka_security import PLAINTEXT, KafkaSecurity, KafkaSecurityError, announce
-from services.platform.settings import PlatformSettings
+from gfs.schemas.topics import TOPICS
+from gfs.services.platform.kafka import acls
+from gfs.services.platform.kafka_security import PLAINTEXT, KafkaSecurity, KafkaSecurityError, announce
+from gfs.services.platform.settings import PlatformSettings
 
 
 def _secure() -> KafkaSecurity:
@@ -59,7 +59,7 @@ def test_the_password_is_never_in_a_repr_or_the_description() -> None:
 
 def test_announce_warns_once_in_plaintext(caplog: pytest.LogCaptureFixture) -> None:
     fresh = KafkaSecurity(protocol="PLAINTEXT", cafile="/announce-test")  # not announced before
-    with caplog.at_level(logging.INFO, logger="services.platform.kafka_security"):
+    with caplog.at_level(logging.INFO, logger="gfs.services.platform.kafka_security"):
         announce(fresh)
         announce(fresh)
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]

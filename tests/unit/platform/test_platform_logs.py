@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
 
-from services.platform.logs import TEXT_FORMAT, configure_logging, log_pool
+from gfs.services.platform.logs import TEXT_FORMAT, configure_logging, log_pool
 
 
 @pytest.fixture

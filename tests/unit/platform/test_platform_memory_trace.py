@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from services.platform.memory_trace import MemoryTraceSettingError, install
+from gfs.services.platform.memory_trace import MemoryTraceSettingError, install
 
 _held: list[bytes] = []
 

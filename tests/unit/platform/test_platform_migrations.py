@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from services.platform.migrations import (
+from gfs.services.platform.migrations import (
     ChecksumMismatchError,
     Migration,
     MigrationFileError,

@@ -17,10 +17,10 @@ from jsonschema import Draft202012Validator
 from pydantic import BaseModel, ConfigDict
 from typer.testing import CliRunner
 
-from services.api_docs import CONTRACTS, contract
-from services.cli import build_app
-from services.platform.metrics import configure_metrics
-from services.platform.openapi import Api, IntParam, Operation, StrParam, app_routes, documented_routes
+from gfs.services.api_docs import CONTRACTS, contract
+from gfs.services.cli import build_app
+from gfs.services.platform.metrics import configure_metrics
+from gfs.services.platform.openapi import Api, IntParam, Operation, StrParam, app_routes, documented_routes
 
 
 class Hits(BaseModel):
@@ -107,9 +107,9 @@ class _Anything:
 
 
 def _apps() -> dict[str, Callable[[], web.Application]]:
-    from services.node_agent.service import build_metrics_app
-    from services.preemption.sre.api import build_api as preemption_api
-    from services.quota.service import build_api as quota_api
+    from gfs.services.node_agent.service import build_metrics_app
+    from gfs.services.preemption.sre.api import build_api as preemption_api
+    from gfs.services.quota.service import build_api as quota_api
 
     def metrics(name: str) -> Any:
         return configure_metrics(name)
@@ -131,7 +131,7 @@ def test_every_route_the_app_serves_is_in_its_document_and_back(service: str) ->
 
 
 def test_the_forecast_workers_pages_are_its_document() -> None:
-    import services.forecast.app as forecast_app
+    import gfs.services.forecast.app as forecast_app
 
     source = Path(forecast_app.__file__).read_text()
     pages = {line.split('"')[1] for line in source.splitlines() if line.strip().startswith("@app.page(")}

@@ -18,10 +18,10 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from schemas.envelope import Envelope, wrap
-from schemas.tasks import TaskClass, TaskSubmitted
-from schemas.topics import DEAD_LETTER_TOPIC, encode
-from services.platform.kafka.processing import (
+from gfs.schemas.envelope import Envelope, wrap
+from gfs.schemas.tasks import TaskClass, TaskSubmitted
+from gfs.schemas.topics import DEAD_LETTER_TOPIC, encode
+from gfs.services.platform.kafka.processing import (
     ConsumeStats,
     HandlerFailedError,
     MessageContext,

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from services.platform.settings import REPO_ROOT, DatabaseUrlMissingError, PlatformSettings
+from gfs.services.platform.settings import REPO_ROOT, DatabaseUrlMissingError, PlatformSettings
 
 _ENV_NAMES = (
     "KAFKA_BOOTSTRAP_SERVERS",
@@ -37,8 +37,8 @@ def test_defaults_match_the_dev_stack(clean_env: pytest.MonkeyPatch) -> None:
 
 def test_no_default_database_url_and_the_error_says_how_to_set_one(clean_env: pytest.MonkeyPatch) -> None:
     # A default URL would carry a password (issue 25); the services that use no database still start.
-    from services.preemption.service import PreemptionSettings
-    from services.quota.service import QuotaServiceSettings
+    from gfs.services.preemption.service import PreemptionSettings
+    from gfs.services.quota.service import QuotaServiceSettings
 
     for cls in (PlatformSettings, QuotaServiceSettings, PreemptionSettings):
         settings = cls()
@@ -52,8 +52,8 @@ def test_no_default_database_url_and_the_error_says_how_to_set_one(clean_env: py
 
 
 def test_each_service_reads_its_own_database_url_then_database_url(clean_env: pytest.MonkeyPatch) -> None:
-    from services.preemption.service import PreemptionSettings
-    from services.quota.service import QuotaServiceSettings
+    from gfs.services.preemption.service import PreemptionSettings
+    from gfs.services.quota.service import QuotaServiceSettings
 
     clean_env.setenv("QUOTA_DATABASE_URL", "postgresql://gfs_quota:q@db/gfs")
     clean_env.setenv("PREEMPTION_DATABASE_URL", "postgresql://gfs_preemption:p@db/gfs")
@@ -112,10 +112,10 @@ def test_a_service_subclass_adds_fields_and_keeps_the_base_ones(clean_env: pytes
 def test_http_apis_bind_loopback_unless_gfs_http_host_or_their_own_setting_says(
     clean_env: pytest.MonkeyPatch,
 ) -> None:
-    from services.forecast.app import ForecastServiceSettings
-    from services.node_agent.settings import NodeAgentSettings
-    from services.preemption.service import PreemptionSettings
-    from services.quota.service import QuotaServiceSettings
+    from gfs.services.forecast.app import ForecastServiceSettings
+    from gfs.services.node_agent.settings import NodeAgentSettings
+    from gfs.services.preemption.service import PreemptionSettings
+    from gfs.services.quota.service import QuotaServiceSettings
 
     for name in (
         "GFS_HTTP_HOST",

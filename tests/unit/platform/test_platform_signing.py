@@ -12,9 +12,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from schemas.commands import BindCommand, EvictCommand
-from schemas.tasks import EvictionReason, Placement, TaskClass
-from services.platform.signing import (
+from gfs.schemas.commands import BindCommand, EvictCommand
+from gfs.schemas.tasks import EvictionReason, Placement, TaskClass
+from gfs.services.platform.signing import (
     MIN_KEY_BYTES,
     SignatureCheck,
     SignatureError,
@@ -139,7 +139,7 @@ def test_unsigned_and_malformed_signatures_are_told_apart(signature: str, expect
 
 
 def test_require_valid_passes_good_commands_and_names_the_problem_otherwise() -> None:
-    from services.platform.signing import require_valid
+    from gfs.services.platform.signing import require_valid
 
     signed = sign(bind_command(), key=KEY)
     assert require_valid(signed, key=KEY) is signed

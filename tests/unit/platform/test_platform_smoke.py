@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from schemas.dead_letter import DeadLetter
-from schemas.tasks import TaskClass
-from schemas.topics import decode
-from services.platform.kafka.dead_letter import describe_error
-from services.platform.smoke import SUBMIT_TOPIC, SmokeReport, malformed_record, smoke_tasks
+from gfs.schemas.dead_letter import DeadLetter
+from gfs.schemas.tasks import TaskClass
+from gfs.schemas.topics import decode
+from gfs.services.platform.kafka.dead_letter import describe_error
+from gfs.services.platform.smoke import SUBMIT_TOPIC, SmokeReport, malformed_record, smoke_tasks
 
 # Per-node GPU counts of the paper's cluster (data/gfs-v2026/README: A10 1/node, GPU-series-1
 # 1, 4 or 8/node, the rest 8/node): a worker must fit on one node.

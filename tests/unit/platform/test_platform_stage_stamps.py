@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from services.livebench.pipeline.load import BenchState
-from services.livebench.pipeline.stage_report import stage_budget
-from services.platform.stage_stamps import (
+from gfs.services.livebench.pipeline.load import BenchState
+from gfs.services.livebench.pipeline.stage_report import stage_budget
+from gfs.services.platform.stage_stamps import (
     COMMIT_UNKNOWN,
     DECIDED_HEADER,
     RELAYED_HEADER,

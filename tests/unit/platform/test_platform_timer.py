@@ -8,7 +8,7 @@ import logging
 
 import pytest
 
-from services.platform.timer import every
+from gfs.services.platform.timer import every
 
 
 class Recorder:
@@ -37,7 +37,7 @@ async def test_a_failing_run_is_logged_counted_and_the_timer_keeps_ticking(
             stop.set()
 
     counter = Recorder()
-    with caplog.at_level(logging.ERROR, logger="services.platform.timer"):
+    with caplog.at_level(logging.ERROR, logger="gfs.services.platform.timer"):
         await asyncio.wait_for(every(0.0, stop, action, name="refresh", failures=counter), 5.0)
 
     assert runs == [1, 2, 3, 4]

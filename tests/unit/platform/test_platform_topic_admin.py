@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from schemas.topics import TOPICS, topic
-from services.platform.kafka.topic_admin import new_topic
+from gfs.schemas.topics import TOPICS, topic
+from gfs.services.platform.kafka.topic_admin import new_topic
 
 
 @pytest.mark.parametrize(

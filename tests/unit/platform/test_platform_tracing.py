@@ -7,8 +7,13 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-from services.platform.settings import PlatformSettings
-from services.platform.tracing import build_tracer_provider, extract_context, inject_headers, traceparent_of
+from gfs.services.platform.settings import PlatformSettings
+from gfs.services.platform.tracing import (
+    build_tracer_provider,
+    extract_context,
+    inject_headers,
+    traceparent_of,
+)
 
 # A valid traceparent written out by hand: version 00, 16-byte trace id, 8-byte span id, sampled.
 _TRACE_ID = 0x4BF92F3577B34DA6A3CE929D0E0E4736

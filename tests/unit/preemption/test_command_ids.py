@@ -7,13 +7,13 @@ from __future__ import annotations
 import uuid
 from datetime import UTC, datetime
 
-from schemas.commands import BindCommand
-from schemas.quota import GuaranteeQuota, SpotQuota
-from schemas.tasks import TaskClass, TaskSubmitted
-from services.preemption.controller.ids import ID_NAMESPACE, command_id, id_salt
-from services.preemption.controller.pool import PoolController
-from services.preemption.controller.settings import ControllerSettings
-from services.preemption.journal.inputs import Entry, apply, entry_for
+from gfs.schemas.commands import BindCommand
+from gfs.schemas.quota import GuaranteeQuota, SpotQuota
+from gfs.schemas.tasks import TaskClass, TaskSubmitted
+from gfs.services.preemption.controller.ids import ID_NAMESPACE, command_id, id_salt
+from gfs.services.preemption.controller.pool import PoolController
+from gfs.services.preemption.controller.settings import ControllerSettings
+from gfs.services.preemption.journal.inputs import Entry, apply, entry_for
 
 T0 = 1_800_000_000.0
 

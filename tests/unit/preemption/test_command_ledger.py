@@ -10,10 +10,10 @@ from datetime import UTC, datetime
 
 import pytest
 
-from schemas.commands import EvictAck, EvictOutcome
-from schemas.workers import WorkerExited, WorkerStarted
-from services.preemption.controller.ledger import CommandLedger
-from services.preemption.controller.types import _Bound, _Eviction
+from gfs.schemas.commands import EvictAck, EvictOutcome
+from gfs.schemas.workers import WorkerExited, WorkerStarted
+from gfs.services.preemption.controller.ledger import CommandLedger
+from gfs.services.preemption.controller.types import _Bound, _Eviction
 
 BIND = uuid.UUID(int=1)
 EVICT = uuid.UUID(int=2)

@@ -7,10 +7,10 @@ from datetime import UTC, datetime
 
 import pytest
 
-from schemas.commands import BindCommand, EvictAck, EvictCommand, EvictOutcome
-from schemas.pool_status import PoolStatus
-from schemas.quota import GuaranteeQuota, SpotQuota
-from schemas.tasks import (
+from gfs.schemas.commands import BindCommand, EvictAck, EvictCommand, EvictOutcome
+from gfs.schemas.pool_status import PoolStatus
+from gfs.schemas.quota import GuaranteeQuota, SpotQuota
+from gfs.schemas.tasks import (
     EvictionReason,
     GuaranteeOutcome,
     GuaranteePeriodClosed,
@@ -24,11 +24,11 @@ from schemas.tasks import (
     TaskSubmitted,
     TaskWithdrawn,
 )
-from schemas.workers import WorkerExited, WorkerStarted
-from services.preemption.controller.pool import PoolController
-from services.preemption.controller.settings import ControllerSettings
-from services.preemption.controller.types import Effects
-from services.preemption.journal.inputs import Entry, apply, entry_for
+from gfs.schemas.workers import WorkerExited, WorkerStarted
+from gfs.services.preemption.controller.pool import PoolController
+from gfs.services.preemption.controller.settings import ControllerSettings
+from gfs.services.preemption.controller.types import Effects
+from gfs.services.preemption.journal.inputs import Entry, apply, entry_for
 
 T0 = 1_800_000_000.0
 
@@ -203,7 +203,7 @@ def test_rejections_name_the_reason() -> None:
 def test_cancel_withdraws_a_queued_task_and_stops_a_running_one_without_requeue() -> None:
     w, _bind_a, _ = _spot_world()
     w.event(_task("Q", TaskClass.SPOT), 1100)
-    from schemas.tasks import TaskCancelled
+    from gfs.schemas.tasks import TaskCancelled
 
     out = w.event(TaskCancelled(task_id="Q", tenant="org-a"), 1200)
     assert isinstance(_one(out.events, TaskWithdrawn), TaskWithdrawn)

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from test_controller import T0, World, _at, _one, _quota, _spot_world, _task
 
-from schemas.commands import BindCommand, EvictAck, EvictCommand, EvictOutcome
-from schemas.tasks import (
+from gfs.schemas.commands import BindCommand, EvictAck, EvictCommand, EvictOutcome
+from gfs.schemas.tasks import (
     GuaranteeOutcome,
     GuaranteePeriodClosed,
     TaskCancelled,
@@ -16,8 +16,8 @@ from schemas.tasks import (
     TaskEvicted,
     TaskFinished,
 )
-from schemas.workers import WorkerExited, WorkerStarted
-from services.preemption.journal.inputs import entry_for
+from gfs.schemas.workers import WorkerExited, WorkerStarted
+from gfs.services.preemption.journal.inputs import entry_for
 
 
 def _evicted_b() -> tuple[World, BindCommand, BindCommand, EvictCommand]:

@@ -8,25 +8,25 @@ from datetime import UTC, datetime
 
 import pytest
 
-from schemas.commands import EvictCommand
-from schemas.quota import GuaranteeQuota, SpotQuota
-from schemas.tasks import GuaranteeOutcome, GuaranteePeriodClosed, TaskClass, TaskSubmitted
-from services.core.driver.pool_driver import PoolDriver
-from services.core.guarantee import GUARANTEE_PERIOD_S
-from services.core.ids import PoolId
-from services.core.policies.registry import build_policy
-from services.core.pool import PoolState
-from services.core.runtime import PoolRuntime, RuntimeSettings
-from services.preemption.controller.binds import Binder
-from services.preemption.controller.endings import Endings
-from services.preemption.controller.ids import CommandIds, command_id
-from services.preemption.controller.ledger import CommandLedger
-from services.preemption.controller.periods import closes, ran_out
-from services.preemption.controller.quota import PoolQuota
-from services.preemption.controller.reconcile import Reconciler
-from services.preemption.controller.reconcile_rules import report_of
-from services.preemption.controller.settings import ControllerSettings, Controls
-from services.preemption.controller.types import _Eviction, _Task
+from gfs.schemas.commands import EvictCommand
+from gfs.schemas.quota import GuaranteeQuota, SpotQuota
+from gfs.schemas.tasks import GuaranteeOutcome, GuaranteePeriodClosed, TaskClass, TaskSubmitted
+from gfs.services.core.driver.pool_driver import PoolDriver
+from gfs.services.core.guarantee import GUARANTEE_PERIOD_S
+from gfs.services.core.ids import PoolId
+from gfs.services.core.policies.registry import build_policy
+from gfs.services.core.pool import PoolState
+from gfs.services.core.runtime import PoolRuntime, RuntimeSettings
+from gfs.services.preemption.controller.binds import Binder
+from gfs.services.preemption.controller.endings import Endings
+from gfs.services.preemption.controller.ids import CommandIds, command_id
+from gfs.services.preemption.controller.ledger import CommandLedger
+from gfs.services.preemption.controller.periods import closes, ran_out
+from gfs.services.preemption.controller.quota import PoolQuota
+from gfs.services.preemption.controller.reconcile import Reconciler
+from gfs.services.preemption.controller.reconcile_rules import report_of
+from gfs.services.preemption.controller.settings import ControllerSettings, Controls
+from gfs.services.preemption.controller.types import _Eviction, _Task
 
 T0 = 1_800_000_000.0
 SETTINGS = ControllerSettings(grace_s=30.0, ack_margin_s=10.0, unknown_after_s=60.0)

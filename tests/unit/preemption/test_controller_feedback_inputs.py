@@ -18,10 +18,10 @@ import pytest
 from test_controller import T0, World, _one, _spot_world, _task
 from test_controller_attempts import _ack, _exit
 
-from schemas.commands import BindCommand, EvictCommand, EvictOutcome
-from schemas.tasks import GuaranteePeriodClosed, TaskCancelled, TaskClass
-from services.preemption.controller.types import Effects
-from services.quota.book import PoolBook
+from gfs.schemas.commands import BindCommand, EvictCommand, EvictOutcome
+from gfs.schemas.tasks import GuaranteePeriodClosed, TaskCancelled, TaskClass
+from gfs.services.preemption.controller.types import Effects
+from gfs.services.quota.book import PoolBook
 
 
 def _evict_b(w: World) -> EvictCommand:

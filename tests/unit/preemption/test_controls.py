@@ -8,13 +8,13 @@ from datetime import UTC, datetime
 import pytest
 from test_controller import T0, World, _one, _quota, _spot_world, _task
 
-from schemas.commands import BindCommand, EvictAck, EvictCommand, EvictOutcome
-from schemas.tasks import TaskClass
-from services.core.reasons import Unschedulable
-from services.preemption.controller.pool import PoolController
-from services.preemption.controller.settings import Controls
-from services.preemption.journal.desired_controls import ALL, ControlRow, desired, entries
-from services.preemption.journal.inputs import Entry, apply
+from gfs.schemas.commands import BindCommand, EvictAck, EvictCommand, EvictOutcome
+from gfs.schemas.tasks import TaskClass
+from gfs.services.core.reasons import Unschedulable
+from gfs.services.preemption.controller.pool import PoolController
+from gfs.services.preemption.controller.settings import Controls
+from gfs.services.preemption.journal.desired_controls import ALL, ControlRow, desired, entries
+from gfs.services.preemption.journal.inputs import Entry, apply
 
 
 def _control(w: World, t: float, **kw: object) -> None:

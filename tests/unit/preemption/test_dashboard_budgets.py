@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from services.preemption.sre.dashboard import render_page
+from gfs.services.preemption.sre.dashboard import render_page
 
 
 def _pool(budgets: dict[str, Any]) -> dict[str, Any]:

@@ -6,8 +6,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from services.preemption.sre.dashboard import render_page, task_notes
-from services.preemption.sre.decision_text import describe
+from gfs.services.preemption.sre.dashboard import render_page, task_notes
+from gfs.services.preemption.sre.decision_text import describe
 
 QUOTE = {"guarantee_hours": 2, "guarantee": 0.874, "hours_1": 0.95, "hours_2": 0.874, "hours_4": 0.5}
 

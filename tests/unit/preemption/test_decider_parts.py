@@ -14,23 +14,23 @@ from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
 from opentelemetry.sdk.trace import TracerProvider
 
-from schemas.envelope import wrap
-from schemas.tasks import TaskCancelled, TaskClass, TaskSubmitted
-from schemas.telemetry import GpuSample, NodeTelemetry
-from services.platform.clock import ManualClock
-from services.platform.signing import node_key
-from services.preemption.decider.counters import Instruments, Stats
-from services.preemption.decider.dead_letters import UNMATCHED, DeadLetters
-from services.preemption.decider.hearing import Hearing
-from services.preemption.decider.node_keys import NodeKeys
-from services.preemption.decider.partition import OwnedPartitions, PartitionState
-from services.preemption.decider.reading import Reader
-from services.preemption.decider.traces import TaskTraces
-from services.preemption.journal import store
-from services.preemption.journal.entries import NodeSeenEntry, SubmitEntry
-from services.preemption.journal.inputs import apply, entry_for
-from services.preemption.router.handoff import Handoff
-from services.preemption.service_settings import PreemptionSettings
+from gfs.schemas.envelope import wrap
+from gfs.schemas.tasks import TaskCancelled, TaskClass, TaskSubmitted
+from gfs.schemas.telemetry import GpuSample, NodeTelemetry
+from gfs.services.platform.clock import ManualClock
+from gfs.services.platform.signing import node_key
+from gfs.services.preemption.decider.counters import Instruments, Stats
+from gfs.services.preemption.decider.dead_letters import UNMATCHED, DeadLetters
+from gfs.services.preemption.decider.hearing import Hearing
+from gfs.services.preemption.decider.node_keys import NodeKeys
+from gfs.services.preemption.decider.partition import OwnedPartitions, PartitionState
+from gfs.services.preemption.decider.reading import Reader
+from gfs.services.preemption.decider.traces import TaskTraces
+from gfs.services.preemption.journal import store
+from gfs.services.preemption.journal.entries import NodeSeenEntry, SubmitEntry
+from gfs.services.preemption.journal.inputs import apply, entry_for
+from gfs.services.preemption.router.handoff import Handoff
+from gfs.services.preemption.service_settings import PreemptionSettings
 
 T0 = 1_800_000_000.0
 POOL = "A100"

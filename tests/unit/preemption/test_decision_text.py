@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from services.preemption.sre.decision_text import describe, duration, gpu_time
+from gfs.services.preemption.sre.decision_text import describe, duration, gpu_time
 
 
 def _eviction(considered: int, alternatives: list[dict[str, object]]) -> dict[str, object]:

@@ -17,17 +17,17 @@ from datetime import UTC, datetime
 
 from builders import a_job, a_node, a_trace
 
-from schemas.commands import EvictCommand
-from schemas.quota import GuaranteeQuota, SpotQuota
-from schemas.tasks import GuaranteeOutcome, GuaranteePeriodClosed, TaskClass, TaskSubmitted
-from services.core.ids import PoolId
-from services.core.outcomes import PassResult, Started
-from services.core.policies.registry import build_policy
-from services.core.runtime import PoolRuntime
-from services.preemption.controller.pool import PoolController
-from services.preemption.controller.types import Effects
-from services.simulator.engine import Simulation
-from services.simulator.runner import RunSettings, build_simulation, prepare
+from gfs.schemas.commands import EvictCommand
+from gfs.schemas.quota import GuaranteeQuota, SpotQuota
+from gfs.schemas.tasks import GuaranteeOutcome, GuaranteePeriodClosed, TaskClass, TaskSubmitted
+from gfs.services.core.ids import PoolId
+from gfs.services.core.outcomes import PassResult, Started
+from gfs.services.core.policies.registry import build_policy
+from gfs.services.core.runtime import PoolRuntime
+from gfs.services.preemption.controller.pool import PoolController
+from gfs.services.preemption.controller.types import Effects
+from gfs.services.simulator.engine import Simulation
+from gfs.services.simulator.runner import RunSettings, build_simulation, prepare
 
 T0 = 1_800_000_000.0
 Effect = tuple[float, str, str, str | None]  # (time, period | evict | start, task, preemptor)

@@ -14,10 +14,10 @@ import pytest
 from test_controller import T0, _quota, _spot_world, _task
 from test_controller_attempts import _evicted_b, _exit
 
-from schemas.commands import BindCommand
-from schemas.tasks import TaskClass
-from services.preemption.controller.settings import Controls
-from services.preemption.decider.due_wake import DueTimers, DueWake, due_after
+from gfs.schemas.commands import BindCommand
+from gfs.schemas.tasks import TaskClass
+from gfs.services.preemption.controller.settings import Controls
+from gfs.services.preemption.decider.due_wake import DueTimers, DueWake, due_after
 
 
 # ----- which time a pool wakes at ------------------------------------------------------------------

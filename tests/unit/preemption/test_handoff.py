@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from schemas.envelope import Envelope, wrap
-from schemas.tasks import TaskCancelled
-from services.preemption.router.handoff import Handoff
+from gfs.schemas.envelope import Envelope, wrap
+from gfs.schemas.tasks import TaskCancelled
+from gfs.services.preemption.router.handoff import Handoff
 
 
 def _envelope(task: str) -> Envelope[Any]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from test_controller import T0, World, _one
 from test_controller_attempts import _ack, _evicted_b, _exit
 
-from schemas.commands import BindCommand, EvictOutcome
+from gfs.schemas.commands import BindCommand, EvictOutcome
 
 
 def _report(w: World, node: str, t: float, *running: tuple[str, int, int]) -> None:

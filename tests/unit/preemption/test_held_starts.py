@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from test_controller import T0, _one, _spot_world, _task
 
-from schemas.commands import BindCommand, EvictCommand
-from schemas.tasks import TaskClass
-from services.preemption.journal import snapshots
+from gfs.schemas.commands import BindCommand, EvictCommand
+from gfs.schemas.tasks import TaskClass
+from gfs.services.preemption.journal import snapshots
 
 
 def test_the_drivers_next_due_is_the_held_starts_deadline_and_the_binds_go_out_then() -> None:
@@ -38,7 +38,7 @@ def test_a_snapshot_records_the_held_starts_module_and_restores_the_held_start()
     w, _, _ = _spot_world()
     w.event(_task("H", TaskClass.HP), 2000)
     blob, version, modules = snapshots.encode(snapshots.Image({"A100": w.c}), w.c.settings)
-    assert "services.core.driver.held" in modules  # its source is part of the snapshot's version
+    assert "gfs.services.core.driver.held" in modules  # its source is part of the snapshot's version
     image = snapshots.decode(blob, version, modules, w.c.settings)
     assert image is not None
     restored = image.controllers["A100"]

@@ -15,16 +15,16 @@ from typing import Any
 
 import pytest
 
-from schemas.clock import ClockPhase, ClockTick
-from schemas.commands import BindCommand, EvictAck, EvictCommand, EvictOutcome
-from schemas.quota import GuaranteeQuota, SpotQuota
-from schemas.tasks import TaskCancelled, TaskClass, TaskFinished, TaskStarted, TaskSubmitted
-from schemas.telemetry import GpuSample, NodeTelemetry
-from schemas.workers import WorkerExited, WorkerStarted
-from services.preemption.controller import reconcile_rules
-from services.preemption.controller.pool import PoolController
-from services.preemption.controller.settings import ControllerSettings, Controls
-from services.preemption.journal.entries import (
+from gfs.schemas.clock import ClockPhase, ClockTick
+from gfs.schemas.commands import BindCommand, EvictAck, EvictCommand, EvictOutcome
+from gfs.schemas.quota import GuaranteeQuota, SpotQuota
+from gfs.schemas.tasks import TaskCancelled, TaskClass, TaskFinished, TaskStarted, TaskSubmitted
+from gfs.schemas.telemetry import GpuSample, NodeTelemetry
+from gfs.schemas.workers import WorkerExited, WorkerStarted
+from gfs.services.preemption.controller import reconcile_rules
+from gfs.services.preemption.controller.pool import PoolController
+from gfs.services.preemption.controller.settings import ControllerSettings, Controls
+from gfs.services.preemption.journal.entries import (
     ControlEntry,
     Entry,
     NodeDownEntry,
@@ -33,7 +33,7 @@ from services.preemption.journal.entries import (
     TickEntry,
     from_row,
 )
-from services.preemption.journal.inputs import apply, entry_for
+from gfs.services.preemption.journal.inputs import apply, entry_for
 
 T0 = 1_800_000_000.0  # 2027-01-15T08:00:00Z
 BIND = "11111111-1111-4111-8111-111111111111"

@@ -9,11 +9,11 @@ from datetime import UTC, datetime
 import pytest
 from pydantic import ValidationError
 
-from schemas.tasks import TaskSubmitted, TaskWithdrawn
-from schemas.telemetry import GpuSample, NodeTelemetry
-from services.preemption.controller.pool import PoolController
-from services.preemption.controller.settings import ControllerSettings
-from services.preemption.journal.inputs import apply, entry_for
+from gfs.schemas.tasks import TaskSubmitted, TaskWithdrawn
+from gfs.schemas.telemetry import GpuSample, NodeTelemetry
+from gfs.services.preemption.controller.pool import PoolController
+from gfs.services.preemption.controller.settings import ControllerSettings
+from gfs.services.preemption.journal.inputs import apply, entry_for
 
 # What the journal of an older version holds: a tenant with a space and a 1/1000 GPU worker.
 LEGACY_TASK = {

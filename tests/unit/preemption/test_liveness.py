@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from services.preemption.liveness import (
+from gfs.services.preemption.liveness import (
     INPUT_LAG,
     KILL_SWITCH,
     MASS_SILENCE,

@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from schemas.tasks import (
+from gfs.schemas.tasks import (
     EvictionReason,
     RejectionReason,
     TaskEvicted,
@@ -20,7 +20,7 @@ from schemas.tasks import (
     TaskStarted,
     TaskWithdrawn,
 )
-from services.preemption.router.expiry import RouteExpiry, ended_tasks
+from gfs.services.preemption.router.expiry import RouteExpiry, ended_tasks
 
 AT = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -11,17 +11,17 @@ from datetime import UTC, datetime
 
 from test_decider_parts import POOL, T0, _record, _state
 
-from schemas.envelope import wrap
-from schemas.telemetry import GpuSample, NodeTelemetry, RunningWorker
-from services.platform.clock import ManualClock
-from services.preemption.decider.counters import Instruments, Stats
-from services.preemption.decider.dead_letters import DeadLetters
-from services.preemption.decider.partition import PartitionState
-from services.preemption.decider.reading import Reader
-from services.preemption.journal.entries import NodeReportEntry, NodeSeenEntry
-from services.preemption.journal.inputs import apply
-from services.preemption.router.handoff import Handoff
-from services.preemption.service_settings import PreemptionSettings
+from gfs.schemas.envelope import wrap
+from gfs.schemas.telemetry import GpuSample, NodeTelemetry, RunningWorker
+from gfs.services.platform.clock import ManualClock
+from gfs.services.preemption.decider.counters import Instruments, Stats
+from gfs.services.preemption.decider.dead_letters import DeadLetters
+from gfs.services.preemption.decider.partition import PartitionState
+from gfs.services.preemption.decider.reading import Reader
+from gfs.services.preemption.journal.entries import NodeReportEntry, NodeSeenEntry
+from gfs.services.preemption.journal.inputs import apply
+from gfs.services.preemption.router.handoff import Handoff
+from gfs.services.preemption.service_settings import PreemptionSettings
 
 
 class _Node:

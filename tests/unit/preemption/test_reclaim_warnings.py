@@ -17,15 +17,15 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from schemas.commands import BindCommand, WarnCommand
-from schemas.quota import GuaranteeQuota, HpDemandHour, SpotQuota
-from schemas.tasks import TaskClass, TaskReclaimWarning, TaskSubmitted
-from schemas.workers import WorkerStarted
-from services.preemption.controller.pool import PoolController
-from services.preemption.controller.reclaim_warnings import hp_quantile
-from services.preemption.controller.settings import ControllerSettings
-from services.preemption.controller.types import Effects
-from services.preemption.journal.inputs import apply, entry_for
+from gfs.schemas.commands import BindCommand, WarnCommand
+from gfs.schemas.quota import GuaranteeQuota, HpDemandHour, SpotQuota
+from gfs.schemas.tasks import TaskClass, TaskReclaimWarning, TaskSubmitted
+from gfs.schemas.workers import WorkerStarted
+from gfs.services.preemption.controller.pool import PoolController
+from gfs.services.preemption.controller.reclaim_warnings import hp_quantile
+from gfs.services.preemption.controller.settings import ControllerSettings
+from gfs.services.preemption.controller.types import Effects
+from gfs.services.preemption.journal.inputs import apply, entry_for
 
 T0 = 1_800_000_000.0
 
@@ -151,7 +151,7 @@ def test_hours_of_the_forecast_already_over_are_dropped() -> None:
 
 
 def test_no_warning_while_the_kill_switch_is_on() -> None:
-    from services.preemption.controller.settings import Controls
+    from gfs.services.preemption.controller.settings import Controls
 
     c, _ = _world(((1.0, 1.0),))
     c.control(Controls(kill_switch=True), T0 + 50)

@@ -7,16 +7,16 @@ from __future__ import annotations
 
 from test_controller import T0, World, _at, _one, _quota, _spot_world, _task
 
-from schemas.commands import BindCommand, EvictAck, EvictCommand, EvictOutcome
-from schemas.tasks import EvictionReason, TaskClass, TaskEvicted, TaskStarted
-from schemas.workers import WorkerStarted
-from services.preemption.controller.reconcile_rules import (
+from gfs.schemas.commands import BindCommand, EvictAck, EvictCommand, EvictOutcome
+from gfs.schemas.tasks import EvictionReason, TaskClass, TaskEvicted, TaskStarted
+from gfs.schemas.workers import WorkerStarted
+from gfs.services.preemption.controller.reconcile_rules import (
     NodeReport,
     UnknownWork,
     bind_lost,
     worth_journaling,
 )
-from services.preemption.controller.settings import Controls
+from gfs.services.preemption.controller.settings import Controls
 
 
 def _report(w: World, node: str, t: float, *running: tuple[str, int, int]) -> None:

@@ -9,11 +9,11 @@ from datetime import UTC, datetime
 
 import pytest
 
-from schemas.commands import EvictAck, EvictOutcome
-from schemas.telemetry import GpuSample, NodeTelemetry, RunningWorker
-from schemas.workers import WorkerExited, WorkerStarted
-from services.platform.signing import SignedMessage, node_key, sign
-from services.preemption.router.report_auth import Refusal, ReportAuth
+from gfs.schemas.commands import EvictAck, EvictOutcome
+from gfs.schemas.telemetry import GpuSample, NodeTelemetry, RunningWorker
+from gfs.schemas.workers import WorkerExited, WorkerStarted
+from gfs.services.platform.signing import SignedMessage, node_key, sign
+from gfs.services.preemption.router.report_auth import Refusal, ReportAuth
 
 MASTER = b"unit-report-auth-master-secret-0123"
 AT = datetime(2026, 12, 4, 20, 0, tzinfo=UTC)

@@ -9,8 +9,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from services.platform.signing import SignedMessage, node_key, sign
-from services.preemption.router.report_auth import Refusal, ReportAuth
+from gfs.services.platform.signing import SignedMessage, node_key, sign
+from gfs.services.preemption.router.report_auth import Refusal, ReportAuth
 from tests.unit.preemption.test_report_auth import _messages
 
 OLD = b"unit-rotation-old-master-secret-01"

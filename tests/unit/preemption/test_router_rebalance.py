@@ -15,7 +15,7 @@ import pytest
 from aiokafka import ConsumerRecord, TopicPartition
 from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaConnectionError
 
-from services.platform.kafka.batches import CommitInFlight, assigned_offsets, settle_commit
+from gfs.services.platform.kafka.batches import CommitInFlight, assigned_offsets, settle_commit
 
 
 def _records(tp: TopicPartition, *offsets: int) -> list[ConsumerRecord[bytes, bytes]]:

@@ -4,11 +4,11 @@ ended task's id is forgotten (memory released), while a task the pool still runs
 
 from __future__ import annotations
 
-from schemas.tasks import TaskCancelled, TaskClass, TaskSubmitted
-from services.preemption.controller.pool import PoolController
-from services.preemption.controller.seen_tasks import SeenTasks
-from services.preemption.controller.settings import ControllerSettings
-from services.preemption.journal.inputs import Entry, apply, entry_for
+from gfs.schemas.tasks import TaskCancelled, TaskClass, TaskSubmitted
+from gfs.services.preemption.controller.pool import PoolController
+from gfs.services.preemption.controller.seen_tasks import SeenTasks
+from gfs.services.preemption.controller.settings import ControllerSettings
+from gfs.services.preemption.journal.inputs import Entry, apply, entry_for
 
 T0 = 1_800_000_000.0
 WINDOW = 3600.0

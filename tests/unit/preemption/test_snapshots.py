@@ -6,21 +6,22 @@ refused (the claim then replays the whole journal)."""
 from __future__ import annotations
 
 import pickle
+import sys
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
-from schemas.commands import BindCommand
-from schemas.quota import GuaranteeQuota, SpotQuota
-from schemas.tasks import TaskClass, TaskSubmitted
-from schemas.workers import WorkerStarted
-from services.preemption.controller.pool import PoolController
-from services.preemption.controller.settings import ControllerSettings
-from services.preemption.controller.types import Effects
-from services.preemption.journal import snapshots
-from services.preemption.journal.entries import NodeSeenEntry, ScheduleEntry, TickEntry
-from services.preemption.journal.inputs import Entry, apply, entry_for
+from gfs.schemas.commands import BindCommand
+from gfs.schemas.quota import GuaranteeQuota, SpotQuota
+from gfs.schemas.tasks import TaskClass, TaskSubmitted
+from gfs.schemas.workers import WorkerStarted
+from gfs.services.preemption.controller.pool import PoolController
+from gfs.services.preemption.controller.settings import ControllerSettings
+from gfs.services.preemption.controller.types import Effects
+from gfs.services.preemption.journal import snapshots
+from gfs.services.preemption.journal.entries import NodeSeenEntry, ScheduleEntry, TickEntry
+from gfs.services.preemption.journal.inputs import Entry, apply, entry_for
 
 T0 = 1_800_000_000.0
 SETTINGS = ControllerSettings(grace_s=30.0, ack_margin_s=10.0)
@@ -119,9 +120,9 @@ def test_the_modules_the_state_depends_on_are_recorded() -> None:
     c = PoolController("A100", SETTINGS)
     _run(c, _journal()[:20])
     _, _, modules = snapshots.encode(snapshots.Image({"A100": c}), SETTINGS)
-    assert "services.preemption.controller.pool" in modules  # PoolController itself
-    assert "services.core.runtime" in modules or any(m.startswith("services.core") for m in modules)
-    assert "schemas.quota" in modules  # the SpotQuota it keeps
+    assert "gfs.services.preemption.controller.pool" in modules  # PoolController itself
+    assert "gfs.services.core.runtime" in modules or any(m.startswith("gfs.services.core") for m in modules)
+    assert "gfs.schemas.quota" in modules  # the SpotQuota it keeps
 
 
 def test_a_snapshot_of_other_settings_or_other_code_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -132,17 +133,31 @@ def test_a_snapshot_of_other_settings_or_other_code_is_refused(monkeypatch: pyte
     other = ControllerSettings(grace_s=60.0, ack_margin_s=10.0)  # decides differently: refused
     assert snapshots.decode(blob, version, modules, other) is None
     # The controller's source changed since the snapshot was written (another release): refused.
-    monkeypatch.setitem(snapshots._DIGESTS, "services.preemption.controller.pool", "another-release")
+    monkeypatch.setitem(snapshots._DIGESTS, "gfs.services.preemption.controller.pool", "another-release")
     assert snapshots.decode(blob, version, modules, SETTINGS) is None
 
 
 def test_a_snapshot_naming_a_module_that_is_gone_or_bytes_that_do_not_load_is_refused() -> None:
     c = PoolController("A100", SETTINGS)
     blob, version, modules = snapshots.encode(snapshots.Image({"A100": c}), SETTINGS)
-    assert snapshots.decode(blob, version, [*modules, "services.preemption.no_such_module"], SETTINGS) is None
+    assert (
+        snapshots.decode(blob, version, [*modules, "gfs.services.preemption.no_such_module"], SETTINGS)
+        is None
+    )
     assert snapshots.decode(b"not a pickle", version, modules, SETTINGS) is None
     other = pickle.dumps({"not": "an image"}, protocol=snapshots.PROTOCOL)
     assert snapshots.decode(other, version, modules, SETTINGS) is None
+
+
+def test_a_snapshot_of_another_format_is_refused_before_its_modules_are_imported() -> None:
+    """A format-1 image names the modules by their names before the move under `gfs`; in a
+    source checkout that old name would still import, as a second copy of the module."""
+    c = PoolController("A100", SETTINGS)
+    blob, version, modules = snapshots.encode(snapshots.Image({"A100": c}), SETTINGS)
+    old = version.replace(f"f{snapshots.FORMAT}/", "f1/", 1)
+    old_names = [m.removeprefix("gfs.") for m in modules]
+    assert snapshots.decode(blob, old, old_names, SETTINGS) is None
+    assert not [m for m in old_names if m in sys.modules and m.startswith("services.")]
 
 
 @pytest.mark.parametrize(
@@ -165,9 +180,9 @@ def test_when_a_snapshot_is_due(
 @pytest.mark.parametrize(
     "module",
     [
-        "services.preemption.controller.endings",
-        "services.preemption.controller.ledger",
-        "services.preemption.controller.periods",  # functions only: no pickled object's class
+        "gfs.services.preemption.controller.endings",
+        "gfs.services.preemption.controller.ledger",
+        "gfs.services.preemption.controller.periods",  # functions only: no pickled object's class
     ],
 )
 def test_a_snapshot_is_refused_when_a_part_the_controller_is_built_of_changed(

@@ -19,16 +19,16 @@ from datetime import UTC, datetime
 
 import pytest
 
-from schemas.commands import BindCommand
-from schemas.quota import GuaranteeQuota, HpDemandHour, SpotQuota
-from schemas.tasks import SurvivalQuote, TaskAccepted, TaskClass, TaskSubmitted
-from schemas.workers import WorkerStarted
-from services.core.survival import DEFAULT_RECALIBRATION, QuoteCalibration
-from services.preemption.controller import survival_quote
-from services.preemption.controller.pool import PoolController
-from services.preemption.controller.settings import ControllerSettings
-from services.preemption.controller.types import Effects
-from services.preemption.journal.inputs import apply, entry_for
+from gfs.schemas.commands import BindCommand
+from gfs.schemas.quota import GuaranteeQuota, HpDemandHour, SpotQuota
+from gfs.schemas.tasks import SurvivalQuote, TaskAccepted, TaskClass, TaskSubmitted
+from gfs.schemas.workers import WorkerStarted
+from gfs.services.core.survival import DEFAULT_RECALIBRATION, QuoteCalibration
+from gfs.services.preemption.controller import survival_quote
+from gfs.services.preemption.controller.pool import PoolController
+from gfs.services.preemption.controller.settings import ControllerSettings
+from gfs.services.preemption.controller.types import Effects
+from gfs.services.preemption.journal.inputs import apply, entry_for
 
 T0 = 1_800_000_000.0
 FORECAST = ((0.5, 1.0), (1.0, 1.0), (1.0, 0.5), (2.0, 1.0))

@@ -9,13 +9,13 @@ from datetime import UTC, datetime
 import pytest
 from test_controller import T0, World, _one, _quota
 
-from schemas.commands import BindCommand, EvictCommand
-from schemas.tasks import TaskClass, TaskSubmitted
-from services.preemption.controller.pool import PoolController
-from services.preemption.controller.settings import Controls
-from services.preemption.controller.tenant_budgets import budgets_view
-from services.preemption.journal.desired_controls import ControlRow, desired
-from services.preemption.journal.inputs import apply
+from gfs.schemas.commands import BindCommand, EvictCommand
+from gfs.schemas.tasks import TaskClass, TaskSubmitted
+from gfs.services.preemption.controller.pool import PoolController
+from gfs.services.preemption.controller.settings import Controls
+from gfs.services.preemption.controller.tenant_budgets import budgets_view
+from gfs.services.preemption.journal.desired_controls import ControlRow, desired
+from gfs.services.preemption.journal.inputs import apply
 
 
 def _task(tid: str, cls: TaskClass, tenant: str) -> TaskSubmitted:

@@ -15,16 +15,16 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 
-from schemas.tasks import TaskCancelled, TaskClass, TaskSubmitted
-from services.platform.clock import ManualClock
-from services.preemption.decider import Decider, NodeKeys
-from services.preemption.decider.partition import PartitionState
-from services.preemption.decider.traces import TraceContexts, forget_ended
-from services.preemption.journal import store
-from services.preemption.journal.entries import NodeSeenEntry
-from services.preemption.journal.inputs import Entry, apply, entry_for
-from services.preemption.router import expiry
-from services.preemption.service import PreemptionSettings
+from gfs.schemas.tasks import TaskCancelled, TaskClass, TaskSubmitted
+from gfs.services.platform.clock import ManualClock
+from gfs.services.preemption.decider import Decider, NodeKeys
+from gfs.services.preemption.decider.partition import PartitionState
+from gfs.services.preemption.decider.traces import TraceContexts, forget_ended
+from gfs.services.preemption.journal import store
+from gfs.services.preemption.journal.entries import NodeSeenEntry
+from gfs.services.preemption.journal.inputs import Entry, apply, entry_for
+from gfs.services.preemption.router import expiry
+from gfs.services.preemption.service import PreemptionSettings
 
 T0 = 1_800_000_000.0
 POOL = "A100"

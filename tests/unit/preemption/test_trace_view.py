@@ -9,7 +9,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from services.preemption.sre.trace_view import register_trace_view, span_rows
+from gfs.services.preemption.sre.trace_view import register_trace_view, span_rows
 
 TRACE: dict[str, Any] = {
     "traceID": "abc123",

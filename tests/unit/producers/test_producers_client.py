@@ -16,8 +16,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind
 from pydantic import ValidationError
 
-from schemas.envelope import Envelope, wrap
-from schemas.tasks import (
+from gfs.schemas.envelope import Envelope, wrap
+from gfs.schemas.tasks import (
     EvictionReason,
     GuaranteeOutcome,
     GuaranteePeriodClosed,
@@ -31,11 +31,11 @@ from schemas.tasks import (
     TaskSubmitted,
     TaskWithdrawn,
 )
-from schemas.topics import key_of
-from services.platform.tracing import extract_context
-from services.producers.client import GfsClient
-from services.producers.errors import ClientNotStartedError, KafkaUnavailableError
-from services.producers.task_state import TaskState, is_terminal, state_after
+from gfs.schemas.topics import key_of
+from gfs.services.platform.tracing import extract_context
+from gfs.services.producers.client import GfsClient
+from gfs.services.producers.errors import ClientNotStartedError, KafkaUnavailableError
+from gfs.services.producers.task_state import TaskState, is_terminal, state_after
 
 NOW = datetime(2024, 3, 1, 12, 0, tzinfo=UTC)
 FIELDS: dict[str, Any] = {

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from services.producers.partitioning import partition_for_key
+from gfs.services.producers.partitioning import partition_for_key
 
 # key -> (Java murmur2 as a signed int, partition of 6, partition of 3)
 VECTORS = {

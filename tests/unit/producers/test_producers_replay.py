@@ -8,16 +8,16 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from schemas.tasks import TaskClass
-from services.cli import build_app
-from services.producers.replay import (
+from gfs.schemas.tasks import TaskClass
+from gfs.services.cli import build_app
+from gfs.services.producers.replay import (
     PlannedSubmission,
     fake_task_command,
     job_to_submission,
     plan_replay,
     run_replay,
 )
-from services.simulator.traces.records import TraceJob
+from gfs.services.simulator.traces.records import TraceJob
 
 
 def job(name: str, submit_s: float, **overrides: object) -> TraceJob:

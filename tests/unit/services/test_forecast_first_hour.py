@@ -11,14 +11,14 @@ from typing import Any
 import numpy as np
 import pytest
 
-from services.core.naive_forecasts import Persistence
-from services.core.quota import ForecastQuota, QuotaInputs
-from services.forecast.app import ForecastServiceSettings
-from services.forecast.forecasting import PoolHistory, StreamForecaster, hour_start
-from services.forecast.pipeline import CompletedHour
-from services.quota.book import PoolBook, StatusView
-from services.quota.mapping import forecast_view
-from services.quota.service import QuotaServiceSettings
+from gfs.services.core.naive_forecasts import Persistence
+from gfs.services.core.quota import ForecastQuota, QuotaInputs
+from gfs.services.forecast.app import ForecastServiceSettings
+from gfs.services.forecast.forecasting import PoolHistory, StreamForecaster, hour_start
+from gfs.services.forecast.pipeline import CompletedHour
+from gfs.services.quota.book import PoolBook, StatusView
+from gfs.services.quota.mapping import forecast_view
+from gfs.services.quota.service import QuotaServiceSettings
 
 H0 = 480_000  # an hour index (hours since the epoch)
 HOUR_S = 3600.0

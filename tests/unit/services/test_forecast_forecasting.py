@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from services.forecast.forecasting import PoolHistory, StreamForecaster, hour_start
-from services.forecast.pipeline import CompletedHour
+from gfs.services.forecast.forecasting import PoolHistory, StreamForecaster, hour_start
+from gfs.services.forecast.pipeline import CompletedHour
 
 ARTIFACT = Path(__file__).resolve().parents[3] / "services" / "forecast" / "model" / "lstm-observed"
 H0 = 480_000  # an hour index (hours since the epoch)

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 from faust.transport.drivers.aiokafka import credentials_to_aiokafka_auth
 
-from services.forecast.app import ForecastServiceSettings, make_app
-from services.forecast.kafka_auth import broker_credentials
-from services.platform.kafka_security import PLAINTEXT, KafkaSecurity
+from gfs.services.forecast.app import ForecastServiceSettings, make_app
+from gfs.services.forecast.kafka_auth import broker_credentials
+from gfs.services.platform.kafka_security import PLAINTEXT, KafkaSecurity
 
 PASSWORD = "forecast-pw-7f3a"
 

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import numpy as np
 
-from ml.baselines import LastValue
-from ml.calibrated import CalibratedForecaster
-from schemas.forecast import DemandForecast, PoolDemandForecast
-from services.forecast.forecasting import PoolHistory, StreamForecaster
-from services.forecast.pipeline import CompletedHour
+from gfs.ml.baselines import LastValue
+from gfs.ml.calibrated import CalibratedForecaster
+from gfs.schemas.forecast import DemandForecast, PoolDemandForecast
+from gfs.services.forecast.forecasting import PoolHistory, StreamForecaster
+from gfs.services.forecast.pipeline import CompletedHour
 
 H0 = 480_000
 

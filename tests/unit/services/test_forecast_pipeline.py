@@ -9,7 +9,7 @@ from uuid import uuid4
 
 import pytest
 
-from schemas.tasks import (
+from gfs.schemas.tasks import (
     EvictionReason,
     TaskAccepted,
     TaskCancelled,
@@ -20,8 +20,8 @@ from schemas.tasks import (
     TaskStarted,
     TaskSubmitted,
 )
-from services.core.observed_demand import ObservedDemand
-from services.forecast.pipeline import Delta, PoolDemand, TaskRecord, apply_task_event
+from gfs.services.core.observed_demand import ObservedDemand
+from gfs.services.forecast.pipeline import Delta, PoolDemand, TaskRecord, apply_task_event
 
 T = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from aiokafka.partitioner import DefaultPartitioner
 
-from schemas.tasks import TaskAccepted, TaskClass, TaskFinished, TaskSubmitted
-from services.forecast.pipeline import TaskRecord, apply_task_event
-from services.forecast.task_expiry import EndedTasks, delete_due, partition_of
+from gfs.schemas.tasks import TaskAccepted, TaskClass, TaskFinished, TaskSubmitted
+from gfs.services.forecast.pipeline import TaskRecord, apply_task_event
+from gfs.services.forecast.task_expiry import EndedTasks, delete_due, partition_of
 
 T0 = 1_800_000_000.0
 

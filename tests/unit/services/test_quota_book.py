@@ -6,10 +6,10 @@ from typing import get_args
 
 import pytest
 
-from schemas.fields import GuaranteeHours
-from services.core.guarantee import OFFERED_GUARANTEE_HOURS
-from services.core.quota import QuotaSettings
-from services.quota.book import ForecastView, PoolBook, StatusView
+from gfs.schemas.fields import GuaranteeHours
+from gfs.services.core.guarantee import OFFERED_GUARANTEE_HOURS
+from gfs.services.core.quota import QuotaSettings
+from gfs.services.quota.book import ForecastView, PoolBook, StatusView
 
 T0 = 1_700_000_000.0  # any instant; the book reads no clock
 H = 3600.0

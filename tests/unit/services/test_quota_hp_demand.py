@@ -3,9 +3,9 @@ spot tasks' survival from it), from the hour holding the quota's computation on.
 
 from __future__ import annotations
 
-from schemas.quota import HpDemandHour
-from services.quota.book import ForecastView, PoolBook, StatusView
-from services.quota.mapping import spot_quota
+from gfs.schemas.quota import HpDemandHour
+from gfs.services.quota.book import ForecastView, PoolBook, StatusView
+from gfs.services.quota.mapping import spot_quota
 
 T0 = 1_700_000_000.0
 H = 3600.0

@@ -14,15 +14,15 @@ import pytest
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 
-from schemas.envelope import Envelope, wrap
-from schemas.forecast import HourlyDemand, PoolDemandForecast
-from schemas.pool_status import PoolStatus
-from schemas.quota import SpotQuota
-from schemas.tasks import GuaranteeOutcome, GuaranteePeriodClosed
-from schemas.topics import decode
-from services.platform.clock import ManualClock
-from services.platform.kafka.processing import MessageContext
-from services.quota.service import QuotaService, QuotaServiceSettings, StatusClock
+from gfs.schemas.envelope import Envelope, wrap
+from gfs.schemas.forecast import HourlyDemand, PoolDemandForecast
+from gfs.schemas.pool_status import PoolStatus
+from gfs.schemas.quota import SpotQuota
+from gfs.schemas.tasks import GuaranteeOutcome, GuaranteePeriodClosed
+from gfs.schemas.topics import decode
+from gfs.services.platform.clock import ManualClock
+from gfs.services.platform.kafka.processing import MessageContext
+from gfs.services.quota.service import QuotaService, QuotaServiceSettings, StatusClock
 
 T = datetime(2026, 3, 2, 10, 15, tzinfo=UTC)  # a quota instant, 15 minutes into its hour
 ORIGIN = T.replace(minute=0)

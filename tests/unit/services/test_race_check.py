@@ -7,8 +7,8 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from schemas.commands import BindCommand, EvictAck, EvictCommand, EvictOutcome
-from schemas.tasks import (
+from gfs.schemas.commands import BindCommand, EvictAck, EvictCommand, EvictOutcome
+from gfs.schemas.tasks import (
     EvictionReason,
     GuaranteeOutcome,
     GuaranteePeriodClosed,
@@ -19,9 +19,9 @@ from schemas.tasks import (
     TaskFinished,
     TaskRejected,
 )
-from schemas.workers import WorkerExited
-from services.livebench.races.check import Seen, check
-from services.node_agent.journal import CommandEntry, WorkerEntry
+from gfs.schemas.workers import WorkerExited
+from gfs.services.livebench.races.check import Seen, check
+from gfs.services.node_agent.journal import CommandEntry, WorkerEntry
 
 T0 = datetime(2026, 12, 4, 12, 0, tzinfo=UTC)
 END = T0 + timedelta(seconds=100)

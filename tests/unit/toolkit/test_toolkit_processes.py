@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from services.toolkit.forecasts import flat_forecast
-from services.toolkit.processes import ServiceProcess, free_port, kill_agent_workers, stop_all
+from gfs.services.toolkit.forecasts import flat_forecast
+from gfs.services.toolkit.processes import ServiceProcess, free_port, kill_agent_workers, stop_all
 
 SLEEP = "import time; time.sleep(60)"
 
@@ -48,7 +48,7 @@ def _journal(path: Path, pids: list[int | None]) -> Path:
 def test_kill_agent_workers_kills_the_fake_task_workers_of_the_journals_and_nothing_else(
     tmp_path: Path, spawned: list[subprocess.Popen[bytes]]
 ) -> None:
-    worker = _spawn(spawned, "services.node_agent.fake_task")  # how the agents' workers run
+    worker = _spawn(spawned, "gfs.services.node_agent.fake_task")  # how the agents' workers run
     named = _spawn(spawned, "gfs", "fake-task")  # the fake task by its program's name
     other = _spawn(spawned, "train.py")  # a pid in a journal that is no fake task (reused)
     unlisted = _spawn(spawned, "fake_task")  # a fake task no journal names
@@ -71,7 +71,7 @@ def test_kill_agent_workers_kills_the_fake_task_workers_of_the_journals_and_noth
 
 
 def test_a_service_process_stops_on_sigterm_and_is_killed_past_the_timeout(tmp_path: Path) -> None:
-    # `python -m services` with no command prints its help and exits: a process that ends by itself.
+    # `python -m gfs.services` with no command prints its help and exits: a process that ends by itself.
     done = ServiceProcess("help", [], dict(os.environ), tmp_path / "help.log")
     done.start()
     assert done.proc is not None

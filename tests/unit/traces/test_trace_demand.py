@@ -10,14 +10,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from services.simulator.demand import (
+from gfs.services.simulator.demand import (
     DemandSeries,
     hp_demand_series,
     pool_totals,
     read_canonical_csv,
     write_canonical_csv,
 )
-from services.simulator.traces.records import JobClass, Trace, TraceJob, TraceNode
+from gfs.services.simulator.traces.records import JobClass, Trace, TraceJob, TraceNode
 
 NODES = (TraceNode("n0", "A10", 1, 128), TraceNode("n1", "H800", 8, 192))
 

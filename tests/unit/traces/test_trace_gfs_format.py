@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from services.simulator.traces.gfs_format import (
+from gfs.services.simulator.traces.gfs_format import (
     JOB_COLUMNS,
     NODE_COLUMNS,
     OrphanPolicy,
@@ -18,7 +18,7 @@ from services.simulator.traces.gfs_format import (
     load_gfs_trace_with_report,
     write_gfs_trace,
 )
-from services.simulator.traces.records import Trace, TraceJob, TraceNode
+from gfs.services.simulator.traces.records import Trace, TraceJob, TraceNode
 
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "gfs_trace_20"
 

@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from services.cli import build_app
-from services.simulator.traces.columns import JobColumns
-from services.simulator.traces.gfs_format import load_gfs_trace, read_nodes
-from services.simulator.traces.mmpp import (
+from gfs.services.cli import build_app
+from gfs.services.simulator.traces.columns import JobColumns
+from gfs.services.simulator.traces.gfs_format import load_gfs_trace, read_nodes
+from gfs.services.simulator.traces.mmpp import (
     GENERATOR_FILE,
     MmppResult,
     generate_mmpp,
@@ -26,11 +26,11 @@ from services.simulator.traces.mmpp import (
     spot_weights,
     synthesize_mmpp,
 )
-from services.simulator.traces.mmpp_arrivals import modulator_levels, stationary
-from services.simulator.traces.mmpp_config import MmppConfig
-from services.simulator.traces.mmpp_marks import Pool, duration_quantile, gpu_request_pmf
-from services.simulator.traces.records import TraceNode
-from services.simulator.workload import build_workload
+from gfs.services.simulator.traces.mmpp_arrivals import modulator_levels, stationary
+from gfs.services.simulator.traces.mmpp_config import MmppConfig
+from gfs.services.simulator.traces.mmpp_marks import Pool, duration_quantile, gpu_request_pmf
+from gfs.services.simulator.traces.records import TraceNode
+from gfs.services.simulator.workload import build_workload
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 NODES_FILE = FIXTURES / "nodes_small" / "node_info_df.csv"

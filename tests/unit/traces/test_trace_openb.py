@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from services.simulator.traces.gfs_format import TraceFormatError
-from services.simulator.traces.openb import load_openb, load_openb_with_report
+from gfs.services.simulator.traces.gfs_format import TraceFormatError
+from gfs.services.simulator.traces.openb import load_openb, load_openb_with_report
 
 NODES = """sn,cpu_milli,memory_mib,gpu,model
 n0,64000,262144,2,P100

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from services.simulator.traces import synth_fit
-from services.simulator.traces.synth_config import GeneratorConfig
-from services.simulator.traces.trace_stats import gini
+from gfs.services.simulator.traces import synth_fit
+from gfs.services.simulator.traces.synth_config import GeneratorConfig
+from gfs.services.simulator.traces.trace_stats import gini
 
 
 def test_ipf_matches_both_marginals_and_keeps_zeros() -> None:

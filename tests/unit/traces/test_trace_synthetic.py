@@ -16,12 +16,12 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from services.cli import build_app
-from services.simulator.demand import hp_demand_series, pool_totals
-from services.simulator.traces.gfs_format import load_gfs_trace, read_nodes
-from services.simulator.traces.synth_config import GeneratorConfig
-from services.simulator.traces.synthetic import GENERATOR_FILE, SynthResult, generate, synthesize
-from services.simulator.traces.trace_stats import compute_stats
+from gfs.services.cli import build_app
+from gfs.services.simulator.demand import hp_demand_series, pool_totals
+from gfs.services.simulator.traces.gfs_format import load_gfs_trace, read_nodes
+from gfs.services.simulator.traces.synth_config import GeneratorConfig
+from gfs.services.simulator.traces.synthetic import GENERATOR_FILE, SynthResult, generate, synthesize
+from gfs.services.simulator.traces.trace_stats import compute_stats
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 NODES_FILE = FIXTURES / "nodes_small" / "node_info_df.csv"

@@ -7,9 +7,9 @@ from datetime import UTC, datetime
 
 import pytest
 
-from schemas.tasks import Placement, TaskClass, TaskStarted, TaskSubmitted
-from services.whatif.log_reader import Log, LogRecord, keep_since, parse_since
-from services.whatif.rebuild import rebuild
+from gfs.schemas.tasks import Placement, TaskClass, TaskStarted, TaskSubmitted
+from gfs.services.whatif.log_reader import Log, LogRecord, keep_since, parse_since
+from gfs.services.whatif.rebuild import rebuild
 
 T0 = datetime(2026, 3, 2, 10, 0, tzinfo=UTC).timestamp()
 

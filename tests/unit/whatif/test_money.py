@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from services.whatif.money import monthly_benefit, parse_prices
+from gfs.services.whatif.money import monthly_benefit, parse_prices
 
 DAY_S = 86400.0
 

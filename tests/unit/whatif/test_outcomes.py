@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from services.whatif.outcomes import Event, TaskInfo, TaskOutcome, summarize, task_outcome
+from gfs.services.whatif.outcomes import Event, TaskInfo, TaskOutcome, summarize, task_outcome
 
 E = Event
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from datetime import UTC, datetime
 
-from schemas.tasks import (
+from gfs.schemas.tasks import (
     EvictionReason,
     Placement,
     RejectionReason,
@@ -17,10 +17,10 @@ from schemas.tasks import (
     TaskStarted,
     TaskSubmitted,
 )
-from schemas.telemetry import GpuSample, NodeTelemetry
-from services.whatif.log_reader import LogRecord
-from services.whatif.outcomes import Event
-from services.whatif.rebuild import rebuild
+from gfs.schemas.telemetry import GpuSample, NodeTelemetry
+from gfs.services.whatif.log_reader import LogRecord
+from gfs.services.whatif.outcomes import Event
+from gfs.services.whatif.rebuild import rebuild
 
 HOUR = datetime(2026, 3, 2, 10, 0, tzinfo=UTC).timestamp()  # a whole hour
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from services.core.quota import QuotaSettings
-from services.whatif.replay import quota_settings
+from gfs.services.core.quota import QuotaSettings
+from gfs.services.whatif.replay import quota_settings
 
 
 def test_set_names_the_quota_settings_with_the_papers_short_names() -> None:
