@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import uuid
+from pathlib import Path
 from typing import Any
 
 from payload_examples import all_examples
@@ -45,6 +47,28 @@ REASONS = {
     "wrong_type": "is not carried by topic",
     "oversized": "padding: Extra inputs are not permitted",
 }
+
+# The machine-readable reason each kind's dead letter carries (docs/protocol.md section 1's table,
+# issue 38 item 3): checked against the page itself by `documented_reasons`.
+REASON_CODES = {
+    "not_json": "malformed_json",
+    "not_utf8": "not_utf8",
+    "json_array": "envelope_type",
+    "missing_field": "invalid_payload",
+    "wrong_version": "unsupported_schema_version",
+    "wrong_type": "unknown_event_type",
+    "oversized": "invalid_payload",
+}
+PROTOCOL_PAGE = Path(__file__).resolve().parents[2] / "docs" / "protocol.md"
+
+
+def documented_reasons() -> set[str]:
+    """The codes in protocol.md's table of dead-letter reasons (its rows' first cells)."""
+    text = PROTOCOL_PAGE.read_text()
+    table = text[text.index("| `reason` | the record |") :].split("\n\n", 1)[0]
+    return {
+        code for row in table.splitlines()[2:] for code in re.findall(r"`([a-z0-9_]+)`", row.split("|")[1])
+    }
 
 
 def _plan(count: int) -> list[tuple[str, str]]:

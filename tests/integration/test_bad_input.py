@@ -49,10 +49,12 @@ from bad_records import (
     POOL_DEMAND,
     QUOTAS,
     READS,
+    REASON_CODES,
     REASONS,
     WORKER_ACK,
     BadRecords,
     _plan,
+    documented_reasons,
 )
 from kafka_harness import start_at_end
 from live_cluster import _fake, _kill_fake_task, _until
@@ -258,6 +260,8 @@ async def test_bad_input_at_volume_is_dead_lettered_while_good_traffic_flows(
     world: tuple[World, Tap], kafka_bootstrap: str
 ) -> None:
     w, tap = world
+    # Each kind's code is one the protocol page's table names (the letters are checked below).
+    assert set(REASON_CODES.values()) <= documented_reasons(), documented_reasons()
     try:
         await _run(w, tap, kafka_bootstrap)
     except BaseException:
@@ -395,6 +399,8 @@ async def _run(w: World, tap: Tap, kafka: str) -> None:
                 assert len(copies) == 1, (group, where, [c.error for c in copies])
                 letter, category = copies[0], category_of[where]
                 assert REASONS[category] in letter.error, (category, letter.error)
+                # The code the page names for this kind, from every service (issue 38 item 3).
+                assert letter.reason == REASON_CODES[category], (group, category, letter.reason)
                 if category == "oversized":
                     assert (
                         letter.truncated and letter.original_size and letter.original_size > OVERSIZED_BYTES

@@ -62,7 +62,8 @@ def test_no_runtime_package_may_import_a_tool() -> None:
     assert not missing, f"no forbidden contract stops these imports: {missing}"
     # A new package under services/ that is neither a runtime package nor a listed tool is a
     # decision to make (which side of the fence is it on?), not a default.
-    packages = {f"gfs.services.{p.name}" for p in (ROOT / "services").iterdir() if (p / "__init__.py").exists()}
+    folders = [p for p in (ROOT / "services").iterdir() if (p / "__init__.py").exists()]
+    packages = {f"gfs.services.{p.name}" for p in folders}
     known = {*RUNTIME, *TOOLS, TOOL_KIT}
     assert packages <= known, sorted(packages - known)
 
