@@ -83,6 +83,9 @@ LEVELS = POOL_DEMAND_TOPIC
 FORECASTS = FORECASTS_TOPIC
 HOUR_S = HOUR.total_seconds()
 PRODUCER = "gfs-forecast"
+# The tables (each changelogged to "<app id>-<name>-changelog"; worker.py creates those first).
+TASKS_TABLE, DEMAND_TABLE, HISTORY_TABLE = "tasks", "pool-demand", "pool-history"
+TABLES = (TASKS_TABLE, DEMAND_TABLE, HISTORY_TABLE)
 TRACER = "gfs.forecast"
 
 
@@ -126,10 +129,10 @@ def make_app(settings: ForecastServiceSettings, forecaster: StreamForecaster | N
     )
     forecasts = raw(FORECASTS)
     dead = raw(DEAD_LETTER_TOPIC)
-    tasks = app.Table("tasks", partitions=settings.forecast_partitions, key_type=str)
+    tasks = app.Table(TASKS_TABLE, partitions=settings.forecast_partitions, key_type=str)
     servable = settings.forecast_demand_source == "servable"
-    demand = app.Table("pool-demand", partitions=settings.forecast_partitions, key_type=str)
-    history = app.Table("pool-history", partitions=settings.forecast_partitions, key_type=str)
+    demand = app.Table(DEMAND_TABLE, partitions=settings.forecast_partitions, key_type=str)
+    history = app.Table(HISTORY_TABLE, partitions=settings.forecast_partitions, key_type=str)
     known_pools: set[str] = set()
     # Pools whose first forecast is settled (sent, or hours completed): skips a table read per event.
     first_forecast_done: set[str] = set()

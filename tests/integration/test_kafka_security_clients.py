@@ -47,8 +47,9 @@ from gfs.schemas.topics import (
     decode,
 )
 from gfs.schemas.workers import WorkerExited, WorkerStarted
+from gfs.services.forecast.app import TABLES
 from gfs.services.forecast.settings import ForecastServiceSettings
-from gfs.services.forecast.worker import declare_internal_topic
+from gfs.services.forecast.worker import declare_internal_topics
 from gfs.services.node_agent.service import AgentOptions, run_node_agent
 from gfs.services.node_agent.settings import NodeAgentSettings
 from gfs.services.platform.deadletter_cli import read_letters
@@ -242,7 +243,7 @@ async def test_the_quota_service_reads_its_inputs_and_writes_quotas_as_quota(
 
 
 @pytest.mark.asyncio(loop_scope="session")
-async def test_the_forecast_stream_creates_its_internal_topic_as_forecast(
+async def test_the_forecast_stream_creates_its_internal_topics_as_forecast(
     secure_broker: SecureBroker, tmp_path: Path
 ) -> None:
     # The worker's first Kafka call (before Faust starts): with the forecast principal, which may
@@ -252,13 +253,15 @@ async def test_the_forecast_stream_creates_its_internal_topic_as_forecast(
         **_settings_env(secure_broker, "forecast"),
         forecast_app_id=app_id, forecast_artifact=None, forecast_datadir=tmp_path,
     )  # fmt: skip
-    await asyncio.wait_for(declare_internal_topic(settings), timeout=90)
+    await asyncio.wait_for(declare_internal_topics(settings), timeout=90)
     consumer = AIOKafkaConsumer(
         bootstrap_servers=secure_broker.bootstrap, **secure_broker.security("admin").client_kwargs()
     )
     await consumer.start()
     try:
-        assert f"{app_id}-demand-by-pool" in await consumer.topics()
+        topics = await consumer.topics()
+        assert f"{app_id}-demand-by-pool" in topics
+        assert {f"{app_id}-{t}-changelog" for t in TABLES} <= topics, topics
     finally:
         await consumer.stop()
 
