@@ -30,7 +30,7 @@ def _logging(settings: PlatformSettings, service: str) -> None:
 def _run_until_signalled(main: object, settings: PlatformSettings) -> None:
     """Run the coroutine factory `main(stop)` with SIGINT/SIGTERM setting `stop`, on the event loop
     and with the collector's settings `settings` names (services/platform/event_loop.py)."""
-    from gfs.services.platform.event_loop import run, tune_gc
+    from gfs.services.platform.event_loop import full_collections, run, take_over_full_collections, tune_gc
 
     async def runner() -> None:
         stop = asyncio.Event()
@@ -39,7 +39,16 @@ def _run_until_signalled(main: object, settings: PlatformSettings) -> None:
             loop.add_signal_handler(sig, stop.set)
         # Start-up's objects (modules, settings, libraries) are built: out of the collector's way.
         tune_gc(settings.gfs_gc_freeze, settings.gfs_gc_threshold)
-        await main(stop)  # type: ignore[operator]
+        timer = None
+        if settings.gfs_gc_full_every_s > 0:
+            take_over_full_collections()
+            timer = asyncio.create_task(full_collections(settings.gfs_gc_full_every_s, stop))
+        try:
+            await main(stop)  # type: ignore[operator]
+        finally:
+            stop.set()
+            if timer is not None:
+                await timer
 
     run(runner(), settings.gfs_event_loop)
 

@@ -72,10 +72,12 @@ class PlatformSettings(BaseSettings):
     # infra/k8s). Env GFS_HTTP_HOST.
     gfs_http_host: str = Field(default="127.0.0.1", min_length=1)
     # The live services' event loop and garbage collector (services/platform/event_loop.py):
-    # GFS_EVENT_LOOP, GFS_GC_FREEZE, GFS_GC_THRESHOLD (0: CPython's).
+    # GFS_EVENT_LOOP, GFS_GC_FREEZE, GFS_GC_THRESHOLD (0: CPython's), GFS_GC_FULL_EVERY_S (full
+    # collections on a timer; 0: when CPython's rule calls for one).
     gfs_event_loop: Literal["uvloop", "asyncio"] = "asyncio"
     gfs_gc_freeze: bool = False
     gfs_gc_threshold: int = Field(default=0, ge=0)
+    gfs_gc_full_every_s: float = Field(default=300.0, ge=0)
     # History the services delete (services/platform/retention.py; docs/operations.md, "Retention"):
     # decisions, quota versions, eta history and guarantee outcomes older than GFS_HISTORY_KEEP_S
     # (30 d), published outbox rows older than GFS_OUTBOX_KEEP_S (1 d), checked every

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from gfs.services.platform.event_loop import run, tune_gc
+from gfs.services.platform.event_loop import full_collections, run, take_over_full_collections, tune_gc
 from gfs.services.platform.settings import PlatformSettings
 
 
@@ -54,6 +54,57 @@ def test_the_settings_name_them(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GFS_EVENT_LOOP", "asyncio")
     monkeypatch.setenv("GFS_GC_FREEZE", "false")
     monkeypatch.setenv("GFS_GC_THRESHOLD", "5000")
+    monkeypatch.setenv("GFS_GC_FULL_EVERY_S", "60")
     settings = PlatformSettings()
     named = (settings.gfs_event_loop, settings.gfs_gc_freeze, settings.gfs_gc_threshold)
-    assert named == ("asyncio", False, 5000)
+    assert named == ("asyncio", False, 5000) and settings.gfs_gc_full_every_s == 60.0
+
+
+@pytest.mark.usefixtures("collector")
+def test_cpython_starts_no_full_collection_once_the_timer_owns_them() -> None:
+    """Garbage in cycles that reaches the oldest generation stays until a full collection: with
+    the timer in charge, CPython's own collections (any number) never run one."""
+    take_over_full_collections()
+    gc.collect()
+    full: list[int] = []
+
+    def note(phase: str, info: dict[str, int]) -> None:
+        if phase == "stop" and info["generation"] == 2:
+            full.append(info["collected"])
+
+    gc.callbacks.append(note)
+    try:
+        # Objects that live on (as a service's state does) until CPython's default rule would have
+        # run several full collections.
+        kept: list[list[object]] = []
+        for _ in range(300_000):
+            cycle: list[object] = []
+            cycle.append(cycle)
+            kept.append(cycle)
+        del kept
+    finally:
+        gc.callbacks.remove(note)
+    assert full == []
+
+
+@pytest.mark.usefixtures("collector")
+def test_the_timer_runs_full_collections_until_stopped() -> None:
+    full: list[int] = []
+
+    def note(phase: str, info: dict[str, int]) -> None:
+        if phase == "stop" and info["generation"] == 2:
+            full.append(info["collected"])
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        timer = asyncio.create_task(full_collections(0.05, stop))
+        await asyncio.sleep(0.3)
+        stop.set()
+        await asyncio.wait_for(timer, 1.0)
+
+    gc.callbacks.append(note)
+    try:
+        asyncio.run(main())
+    finally:
+        gc.callbacks.remove(note)
+    assert 2 <= len(full) <= 7
