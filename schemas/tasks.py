@@ -307,8 +307,14 @@ class GuaranteePeriodClosed(BaseModel):
     task_id: TaskId = Field(description="The spot task whose period closed.")
     pool: PoolName = Field(description="The pool the task ran in (η is kept per pool).")
     guarantee_hours: GuaranteeHours = Field(default=1, description="The period length promised, in hours.")
-    period_start: UtcDatetime = Field(description="When the period began.")
-    period_end: UtcDatetime = Field(description="When it ended (full length, finish, or eviction).")
+    period_start: UtcDatetime = Field(
+        description="When the period began: the run's placement (its BindCommand's issued_at) for its first "
+        "period, the previous period's end after that."
+    )
+    period_end: UtcDatetime = Field(
+        description="When it ended: its full length; the run's finish (its TaskFinished's finished_at); or, "
+        "FAILED, the eviction's decision (the EvictCommand's issued_at, not the agent's ack)."
+    )
     outcome: GuaranteeOutcome = Field(description="SUCCEEDED or FAILED (evicted inside the period).")
 
     @model_validator(mode="after")

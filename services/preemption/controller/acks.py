@@ -14,8 +14,8 @@ import uuid
 from pydantic import BaseModel
 
 from gfs.schemas.commands import EvictAck, EvictOutcome
+from gfs.schemas.tasks import GuaranteePeriodClosed, TaskFinished, TaskStarted
 from gfs.schemas.tasks import TaskClass as WireClass
-from gfs.schemas.tasks import TaskFinished, TaskStarted
 from gfs.schemas.workers import WorkerExited, WorkerStarted
 from gfs.services.core.driver.pool_driver import PoolDriver
 from gfs.services.core.ids import TaskId
@@ -23,7 +23,7 @@ from gfs.services.preemption.controller.attempts import Phase
 from gfs.services.preemption.controller.binds import Binder
 from gfs.services.preemption.controller.endings import Endings
 from gfs.services.preemption.controller.ledger import CommandLedger
-from gfs.services.preemption.controller.periods import closes
+from gfs.services.preemption.controller.periods import closes, finished_at
 from gfs.services.preemption.controller.types import Decision, Effects, _Task, utc
 
 
@@ -142,7 +142,16 @@ class AckHandler:
         codes = [run.own_exits[w] for w in sorted(run.own_exits)]
         code = next((c for c in codes if c != 0), 0)
         if task.submitted.task_class is WireClass.SPOT and start is not None:
-            out.events += closes(self.pool, tid, task, start, now, finished.successes, failed=False)
+            periods = closes(self.pool, tid, task, start, now, finished.successes, failed=False)
+            # The last one ends at the finish, as TaskFinished says (the exit's time, not when it
+            # was read here), as a finish during an eviction's does (endings.py).
+            if (
+                periods
+                and isinstance(periods[-1], GuaranteePeriodClosed)
+                and periods[-1].period_end == utc(now)
+            ):
+                periods[-1] = finished_at(periods[-1], ack.exited_at)
+            out.events += periods
         out.events.append(TaskFinished(task_id=tid, exit_code=code, finished_at=ack.exited_at))
         out.decisions.append(Decision(tid, "finished", now, {"exit_code": code, "run_s": finished.run_s}))
         self.binder.drop(tid)
