@@ -31,12 +31,14 @@ def run(
     load_s: Annotated[float, typer.Option(help="length of the loaded window the faults fall in")] = 300.0,
     rate: Annotated[float, typer.Option(help="task submissions per second")] = 0.4,
     agents: Annotated[int, typer.Option(help="node agents (fake GPUs)")] = 3,
+    gpus_per_agent: Annotated[int, typer.Option(help="fake GPUs per agent")] = 4,
     seed: Annotated[int, typer.Option()] = 0,
     soak: Annotated[
         float,
         typer.Option(
             help="a soak run of this many seconds: steady load, the preemption service killed every "
-            "--kill-every-s, no outages; prints RSS, lag, journal rows and failover per interval"
+            "--kill-every-s, the --outage-of parts down for --outage-s each in its first quarter; prints "
+            "RSS, lag, journal rows, failover and outage recovery per interval"
         ),
     ] = 0.0,
     kill_every_s: Annotated[
@@ -65,6 +67,7 @@ def run(
         load_s=load_s,
         rate=rate,
         agents=agents,
+        gpus_per_agent=gpus_per_agent,
         seed=seed,
         soak_s=soak,
         kill_every_s=kill_every_s,

@@ -69,6 +69,8 @@ ROUTER_TOPICS = (TASK_SUBMIT_TOPIC, TELEMETRY_TOPIC, QUOTAS_TOPIC, EVICT_ACK_TOP
 QUOTA_TOPICS = (FORECASTS_TOPIC, POOL_STATUS_TOPIC, TASK_LIFECYCLE_TOPIC)
 # And the forecast stream's: a fresh app would otherwise read the shared topics' whole history.
 FORECAST_TOPICS = (TASK_SUBMIT_TOPIC, TASK_LIFECYCLE_TOPIC, POOL_DEMAND_TOPIC)
+# The stack scripts' folder of each part an outage stops.
+OUTAGE_SCRIPTS = {"broker": "kafka", "postgres": "postgres"}
 
 
 async def run_faults(plan: FaultPlan, *, workdir: Path, keep_schema: bool = False) -> Report:
@@ -167,7 +169,7 @@ async def run_faults(plan: FaultPlan, *, workdir: Path, keep_schema: bool = Fals
                 every(30.0, stop, lambda: _forecast(producer, pool, plan), name="faults.forecast")
             )
             # Faults at random moments of the load window: kills of every service, then one
-            # broker and one Postgres outage in the second half. A soak: its periodic kills only.
+            # broker and one Postgres outage. A soak: its periodic kills and the outages.
             events: list[tuple[float, str]] = kill_schedule(plan.soak_s, plan.kill_every_s)
             sampler = None
             if plan.soak_s > 0:
@@ -182,9 +184,12 @@ async def run_faults(plan: FaultPlan, *, workdir: Path, keep_schema: bool = Fals
                 events += [
                     (rng.uniform(5.0, kill_window), f"kill:{s.name}") for _ in range(plan.kills_per_service)
                 ]
-            if plan.outage_s > 0 and plan.soak_s <= 0:  # 0: kills only (the shared stack stays up)
+            if plan.outage_s > 0:  # 0: kills only (the shared stack stays up)
+                # A soak's outages fall in its first half, so its last half judges flat memory
+                # after them (issue 38 item 4); a fault run's in the second half of its load.
+                first = plan.load_s * (0.25 if plan.soak_s > 0 else 0.5)
                 for i, part in enumerate(p for p in ("broker", "postgres") if p in plan.outage_of):
-                    events.append((plan.load_s * 0.5 + i * (plan.outage_s + 15.0), part))
+                    events.append((first + i * (plan.outage_s + 15.0), part))
             t0 = time.monotonic()
             for at, what in sorted(events):
                 await asyncio.sleep(max(0.0, t0 + at - time.monotonic()))
@@ -205,21 +210,23 @@ async def run_faults(plan: FaultPlan, *, workdir: Path, keep_schema: bool = Fals
                         report.recovery_s["preemption_ready_after_restart"] = max(
                             report.recovery_s["preemption_ready_after_restart"], took
                         )
-                elif what == "broker":
-                    report.outages.append(f"broker {plan.outage_s:g}s at +{at:.0f}s")
-                    _script("kafka/stop.sh")
-                    try:
-                        await asyncio.sleep(plan.outage_s)
-                    finally:
-                        _script("kafka/start.sh")
-                        _script("kafka/wait.sh")
                 else:
-                    report.outages.append(f"postgres {plan.outage_s:g}s at +{at:.0f}s")
-                    _script("postgres/stop.sh")
+                    report.outages.append(f"{what} {plan.outage_s:g}s at +{at:.0f}s")
+                    _script(f"{OUTAGE_SCRIPTS[what]}/stop.sh")
                     try:
                         await asyncio.sleep(plan.outage_s)
                     finally:
-                        _script("postgres/start.sh")
+                        _script(f"{OUTAGE_SCRIPTS[what]}/start.sh")
+                        if what == "broker":
+                            _script("kafka/wait.sh")
+                    # Recovery: from the part's return until every service answers ready again.
+                    began = time.monotonic()
+                    with contextlib.suppress(TimeoutError):
+                        await _until_ready(ports, nodes, pool, timeout=120)
+                        took = time.monotonic() - began
+                        soak_log.recoveries.append((began - t0, what, took))
+                        key = f"ready_after_{what}_outage"
+                        report.recovery_s[key] = max(report.recovery_s.get(key, 0.0), took)
             await asyncio.sleep(max(0.0, t0 + plan.load_s - time.monotonic()))
             stop.set()
             await load

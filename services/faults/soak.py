@@ -1,5 +1,6 @@
-"""The soak run (issue 25 item 6): the fault harness's pipeline under steady load for a long time,
-the preemption service killed every `kill_every_s`, and every `sample_s` a sample of what must stay
+"""The soak run (issue 25 item 6, issue 38 item 4): the fault harness's pipeline under steady load
+for a long time, the preemption service killed every `kill_every_s`, a broker and a Postgres outage
+in its first quarter (when `outage_s` > 0), and every `sample_s` a sample of what must stay
 bounded: each process's resident memory, each consumer group's lag, the preemption journal's size.
 Per report interval (an hour by default) it prints one line per measure; the harness's end-of-run
 checks (0 lost, 0 evicted twice, the ledger) still decide whether the run passed.
@@ -43,6 +44,8 @@ class SoakSample:
 class SoakLog:
     samples: list[SoakSample] = field(default_factory=list)
     failovers: list[tuple[float, float]] = field(default_factory=list)  # (at_s, seconds to ready)
+    # (at_s, the part that was down, seconds from its return until every service was ready)
+    recoveries: list[tuple[float, str, float]] = field(default_factory=list)
 
 
 def rss_mb(pid: int) -> float | None:
@@ -156,6 +159,7 @@ def summarize(log: SoakLog, interval_s: float, until_s: float | None = None) -> 
             }
         groups = sorted({g for s in mine for g in s.lag})
         failovers = [round(sec, 2) for at, sec in log.failovers if lo <= at < hi]
+        recoveries = [f"{what} {sec:.1f}" for at, what, sec in log.recoveries if lo <= at < hi]
         rows = next((s.rows for s in reversed(mine) if s.rows), {})
         out.append({
             "interval": k,
@@ -165,6 +169,7 @@ def summarize(log: SoakLog, interval_s: float, until_s: float | None = None) -> 
             "lag_max": {g: max(s.lag.get(g, 0) for s in mine) for g in groups},
             "rows": rows,
             "failover_s": failovers,
+            "outage_recovery_s": recoveries,
         })  # fmt: skip
     return out
 
@@ -178,11 +183,38 @@ def render(summary: Sequence[dict[str, Any]]) -> str:
         lags = ", ".join(f"{g} {v}" for g, v in row["lag_max"].items())
         rows = ", ".join(f"{t} {v:,}" for t, v in row["rows"].items())
         fo = ", ".join(f"{s:.1f}" for s in row["failover_s"]) or "-"
+        outages = ", ".join(row.get("outage_recovery_s", ())) or "-"
         lines.append(
             f"interval {row['interval']} (+{row['from_s']:.0f} s): RSS median {rss}; lag max {lags}; "
-            f"rows {rows}; failover s {fo}"
+            f"rows {rows}; failover s {fo}; outage recovery s {outages}"
+        )
+    growth = late_growth(summary)
+    if growth:
+        lines.append(
+            "RSS growth, last interval's median vs the one 30 min before: "
+            + ", ".join(f"{n} {100 * g:+.1f}%" for n, g in sorted(growth.items()))
         )
     return "\n".join(lines)
+
+
+def late_growth(summary: Sequence[dict[str, Any]], window_s: float = 1800.0) -> dict[str, float]:
+    """Per process: the last interval's median RSS against the median of the interval that began
+    `window_s` before it (the soak's flat-memory measure, issue 38: under 5% over the last 30
+    minutes). Empty when the soak is shorter than that. A process restarted in between (the
+    preemption service, killed every `kill_every_s`) compares two lives; its per-life figure is the
+    interval's max before each kill."""
+    if not summary:
+        return {}
+    last = summary[-1]
+    earlier = [r for r in summary if r["from_s"] <= last["from_s"] - window_s]
+    if not earlier:
+        return {}
+    base = earlier[-1]
+    return {
+        name: value["median"] / base["rss_mb"][name]["median"] - 1.0
+        for name, value in last["rss_mb"].items()
+        if name in base["rss_mb"] and base["rss_mb"][name]["median"] > 0
+    }
 
 
 def _change(vs_first: float | None) -> str:

@@ -24,7 +24,13 @@ async def test_a_short_soak_samples_memory_lag_rows_and_failover(
     interval carries what the soak reports: each service's memory, each group's lag, the journal's
     rows (growing), the failovers."""
     plan = FaultPlan(
-        soak_s=120.0, kill_every_s=30.0, sample_s=10.0, report_every_s=60.0, settle_s=20.0, seed=7
+        soak_s=120.0,
+        kill_every_s=30.0,
+        sample_s=10.0,
+        report_every_s=60.0,
+        settle_s=20.0,
+        seed=7,
+        outage_s=0.0,  # the shared stack stays up: other tests run beside this one
     )
     report = await run_faults(plan, workdir=tmp_path)
     summary = report.as_dict()

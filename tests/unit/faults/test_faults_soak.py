@@ -4,7 +4,17 @@ from __future__ import annotations
 
 import os
 
-from gfs.services.faults.soak import SoakLog, SoakSample, kill_schedule, render, rss_mb, summarize
+import pytest
+
+from gfs.services.faults.soak import (
+    SoakLog,
+    SoakSample,
+    kill_schedule,
+    late_growth,
+    render,
+    rss_mb,
+    summarize,
+)
 
 
 def test_kills_every_interval_but_not_in_the_last_minute() -> None:
@@ -35,6 +45,7 @@ def test_summary_per_interval() -> None:
             _sample(90.0, 99.0, 150.0, 1, 40),
         ],
         failovers=[(50.0, 2.5), (70.0, 3.25)],
+        recoveries=[(65.0, "broker", 12.5)],
     )
     out = summarize(log, 60.0)
     assert [row["interval"] for row in out] == [0, 1]
@@ -51,8 +62,10 @@ def test_summary_per_interval() -> None:
     assert second["lag_max"] == {"g": 2}
     assert second["rows"] == {"preemption_journal": 40}
     assert second["failover_s"] == [3.25]
+    assert first["outage_recovery_s"] == [] and second["outage_recovery_s"] == ["broker 12.5"]
     text = render(out)
     assert "interval 1 (+60 s)" in text and "quota 110 MiB (+4%)" in text and "failover s 3.2" in text
+    assert "outage recovery s broker 12.5" in text
 
 
 def test_summary_of_nothing() -> None:
@@ -66,3 +79,15 @@ def test_a_sample_begun_as_the_soak_ended_belongs_to_no_interval() -> None:
                            _sample(120.0, 100.0, 200.0, 3, 30)])  # fmt: skip
     assert [row["interval"] for row in summarize(log, 60.0, 120.0)] == [0, 1]
     assert [row["interval"] for row in summarize(log, 60.0)] == [0, 1, 2]  # no end given: kept
+
+
+def test_late_growth_compares_the_last_interval_with_the_one_30_minutes_before() -> None:
+    # Ten 5-minute intervals: quota grows 100 -> 145 MiB, 5 a step; preemption stays at 200.
+    log = SoakLog(samples=[_sample(k * 300.0, 100.0 + 5 * k, 200.0, 0, k) for k in range(10)])
+    out = summarize(log, 300.0)
+    growth = late_growth(out)
+    # Last interval (+2700 s): quota 145; the one at +900 s: 115.
+    assert growth["quota"] == pytest.approx(145.0 / 115.0 - 1.0)
+    assert growth["preemption"] == pytest.approx(0.0)
+    assert "quota +26.1%" in render(out)
+    assert late_growth(out[:6]) == {}  # the last interval began 25 min in: nothing 30 min before
