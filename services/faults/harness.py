@@ -73,6 +73,17 @@ FORECAST_TOPICS = (TASK_SUBMIT_TOPIC, TASK_LIFECYCLE_TOPIC, POOL_DEMAND_TOPIC)
 OUTAGE_SCRIPTS = {"broker": "kafka", "postgres": "postgres"}
 
 
+def agent_fence(node_timeout_s: float, max_skew_s: float = 10.0) -> dict[str, str]:
+    """The agents' self-fence for the service's node timeout (docs/attempts.md, "No two runs at
+    once"): thaw window = timeout - the service's clock skew (its default, 10 s), freeze 5 s
+    before that; off when the timeout leaves no room (a fault run's 8 s)."""
+    thaw = node_timeout_s - max_skew_s
+    after = thaw - 5.0
+    if after <= 0:
+        return {"AGENT_FENCE_AFTER_S": "0"}
+    return {"AGENT_FENCE_AFTER_S": f"{after:g}", "AGENT_FENCE_THAW_WITHIN_S": f"{thaw:g}"}
+
+
 async def run_faults(plan: FaultPlan, *, workdir: Path, keep_schema: bool = False) -> Report:
     """Run the plan; always restores the broker and Postgres before returning."""
     settings = PlatformSettings()
@@ -148,7 +159,8 @@ async def run_faults(plan: FaultPlan, *, workdir: Path, keep_schema: bool = Fals
         services.append(Supervised(node, [
             "serve", "node-agent", "--node", node, "--gpu-model", pool, "--gpus", str(plan.gpus_per_agent),
             "--fake-gpus", "--telemetry-s", "1", "--state-dir", str(workdir / node)],
-            base | {"AGENT_COMMAND_MAX_AGE_S": "86400"}, workdir / f"agent-{node}.log"))  # fmt: skip
+            base | {"AGENT_COMMAND_MAX_AGE_S": "86400"} | agent_fence(plan.node_timeout_s),
+            workdir / f"agent-{node}.log"))  # fmt: skip
     by_name = {s.name: s for s in services}
     start_offsets = await _end_offsets(settings)
     await start_group_at_end(settings.bootstrap_servers, f"faults-router-{run}", ROUTER_TOPICS)

@@ -26,6 +26,8 @@ pyproject.toml):
    carry out bind, evict and warn commands;
 3. `recovery.recover`: after a restart (a function: it keeps nothing);
 4. `clock_ticks.ClockTicks`: the topic clock; `telemetry.Telemetry`: GPU samples, the heartbeat;
+   `fence.Fence` (owns the contact state): freezes the workers when heartbeats stop reaching the
+   broker (the heartbeat tells it of each one acknowledged);
 5. `watcher.WorkerWatcher` (owns the poll lock): reap and report exits, publish pending acks;
 6. `workers.WorkerSupervisor` (owns the started processes), `publisher.AckPublisher` (the signed
    voice), `agent_metrics.AgentMetrics`.
@@ -53,6 +55,7 @@ from gfs.services.node_agent.binds import Binder
 from gfs.services.node_agent.clock_ticks import ClockTicks
 from gfs.services.node_agent.commands import CommandHandler
 from gfs.services.node_agent.eviction import Evictor
+from gfs.services.node_agent.fence import Fence
 from gfs.services.node_agent.gpu import GpuBackend
 from gfs.services.node_agent.journal import Journal
 from gfs.services.node_agent.publisher import PRODUCER, TRACER, AckPublisher, AckSink, utc_now
@@ -111,13 +114,16 @@ class NodeAgent:
         sim_clock: SimClock | None = None,
         checkpoint_root: Path | None = None,
         clock_wait_s: float = 30.0,
+        fence_after_s: float = 0.0,
+        fence_thaw_within_s: float = 20.0,
     ) -> None:
         """`clock` is the agent's time (acks, command freshness): the sim clock's `now` in topic
         mode. `wall_clock` (default: `clock`) stamps the heartbeats, which stay on real time.
         `checkpoint_root`: workers get GFS_CHECKPOINT_DIR=<root>/<task>/<worker> (None: the
         variable is left as the agent's environment has it). `worker_env`: the base environment
         of workers (default: the allowed part of the agent's own, never a key or the database URL:
-        worker_env.py)."""
+        worker_env.py). `fence_after_s` / `fence_thaw_within_s`: self-fencing (fence.py; 0: off,
+        the default here; the service passes AGENT_FENCE_AFTER_S)."""
         self.node = node
         self.journal = journal
         self.metrics = metrics
@@ -157,9 +163,13 @@ class NodeAgent:
             node=node, journal=journal, sim_clock=sim_clock, supervisor=self.supervisor,
             watcher=self.watcher, publisher=self.publisher, tracer=tracer, clock_wait_s=clock_wait_s,
         )  # fmt: skip
+        self.fence = Fence(
+            after_s=fence_after_s, thaw_within_s=fence_thaw_within_s, journal=journal, clock=clock
+        )
         self.heartbeat = Telemetry(
             node=node, gpu_model=gpu_model, backend=backend, journal=journal,
             wall_clock=wall_clock or clock, sink=sink, key=guard.key,
+            acknowledged=self.fence.acknowledged, monotonic=self.fence.monotonic,
         )  # fmt: skip
 
     # What the service drives ------------------------------------------------------------------
@@ -178,7 +188,7 @@ class NodeAgent:
         """After a (re)start, before the first command (recovery.py)."""
         await recover(
             node=self.node, journal=self.journal, clock=self.clock, publisher=self.publisher,
-            evictor=self.evictor, watcher=self.watcher,
+            evictor=self.evictor, watcher=self.watcher, fence=self.fence,
         )  # fmt: skip
 
     async def watch(self, stop: asyncio.Event) -> None:

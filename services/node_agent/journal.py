@@ -57,6 +57,10 @@ class WorkerEntry(BaseModel):
     # Reclaim warnings (reclaim_warning.py): when SIGUSR1 was last sent to it, and how many times.
     warned_at: datetime | None = None
     warnings: int = 0
+    # Self-fencing (fence.py): when it was frozen (SIGSTOP) for a cut from the broker, None once
+    # thawed; `fenced` once the fence killed it (its exit is then reported evicted).
+    frozen_at: datetime | None = None
+    fenced: bool = False
     # Set when the process ended (or could not start).
     exited_at: datetime | None = None
     exit_code: int | None = None

@@ -73,7 +73,7 @@ class AckPublisher:
             worker_index=worker.worker_index,
             exit_code=worker.exit_code,
             exited_at=worker.exited_at,
-            evicted=worker.evicting_command is not None,
+            evicted=worker.evicting_command is not None or worker.fenced,
             detail=worker.exit_detail,
             attempt=worker.attempt,
         )

@@ -16,6 +16,7 @@ from datetime import datetime
 from gfs.schemas.topics import WORKER_ACK_TOPIC
 from gfs.services.node_agent import procs
 from gfs.services.node_agent.eviction import Evictor
+from gfs.services.node_agent.fence import Fence
 from gfs.services.node_agent.journal import Journal
 from gfs.services.node_agent.publisher import AckPublisher
 from gfs.services.node_agent.watcher import WorkerWatcher
@@ -34,6 +35,7 @@ async def recover(
     publisher: AckPublisher,
     evictor: Evictor,
     watcher: WorkerWatcher,
+    fence: Fence | None = None,
 ) -> None:
     """After a (re)start: re-adopt or report journaled workers, publish what was not
     published, resume accepted evictions."""
@@ -48,6 +50,12 @@ async def recover(
                 worker.pid, worker.start_ticks, worker.started_at = pid, ticks, now
         if worker.pid is not None:
             log.info("re-adopting task=%s worker=%d pid=%d", worker.task_id, worker.worker_index, worker.pid)
+    # Frozen by the fence when the agent stopped: the cut outlived the agent, so the task may run
+    # elsewhere by now; killed and reported evicted (fence.py).
+    frozen = [w for w in journal.live_workers() if w.frozen_at is not None and w.pid is not None]
+    if frozen and fence is not None:
+        fence.kill(frozen, "fenced: still frozen when the agent started again")
+        log.warning("fence: %d worker(s) frozen before the restart killed", len(frozen))
     for entry in journal.state.commands.values():
         if entry.kind == "bind":
             entry.state = "done"

@@ -111,6 +111,18 @@ def _observe(agent: NodeAgent, metrics: Metrics) -> None:
     meter.create_observable_gauge(
         "gfs_agent_workers_running", callbacks=[running], description="Workers of this node alive now"
     )
+
+    def fenced(_: CallbackOptions) -> list[Observation]:
+        fence = agent.fence
+        return [
+            Observation(n, {"node": agent.node, "action": action})
+            for action, n in (("frozen", fence.frozen), ("thawed", fence.thawed), ("killed", fence.killed))
+        ]
+
+    meter.create_observable_counter(
+        "gfs_agent_fenced_workers", callbacks=[fenced],
+        description="Workers the self-fence froze, thawed and killed (a cut from the broker: fence.py)",
+    )  # fmt: skip
     meter.create_observable_gauge(
         "gfs_agent_evictions_in_progress", callbacks=[evicting],
         description="Eviction commands whose workers are still stopping (SIGTERM sent, grace running)",
@@ -193,6 +205,8 @@ async def run_node_agent(
                     sim_clock=sim_clock,
                     checkpoint_root=settings.checkpoint_root(state_dir),
                     clock_wait_s=settings.agent_clock_wait_s,
+                    fence_after_s=settings.agent_fence_after_s,
+                    fence_thaw_within_s=settings.agent_fence_thaw_within_s,
                     worker_env=worker_environment(os.environ, parse_allow(settings.agent_worker_env_allow)),
                 )
                 _observe(agent, metrics)
@@ -219,6 +233,7 @@ async def run_node_agent(
                 jobs = [
                     asyncio.create_task(read_commands(reader, agent, producer, inner, now)),
                     asyncio.create_task(agent.watch(inner)),
+                    asyncio.create_task(agent.fence.watch(inner)),
                     # A missed heartbeat is logged and counted; the next one may succeed.
                     asyncio.create_task(
                         every(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import AliasChoices, Field, SecretStr, field_validator
+from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 
 from gfs.services.node_agent.paths import path_part
 from gfs.services.node_agent.worker_env import DEFAULT_ALLOW
@@ -42,6 +42,13 @@ class NodeAgentSettings(PlatformSettings):
     # Shell-style patterns of the agent's variables a worker inherits (comma-separated); the keys
     # and DATABASE_URL never pass (worker_env.py). Env AGENT_WORKER_ENV_ALLOW.
     agent_worker_env_allow: str = ",".join(DEFAULT_ALLOW)
+    # Self-fencing (fence.py; docs/attempts.md, "No two runs at once"): with no heartbeat
+    # acknowledged by the broker for this long every worker is frozen (SIGSTOP); 0: off. Contact
+    # back within AGENT_FENCE_THAW_WITHIN_S of the last acknowledged heartbeat thaws them, later
+    # kills them. Keep the thaw window at most PREEMPTION_NODE_TIMEOUT_S - PREEMPTION_MAX_CLOCK_SKEW_S
+    # (the service's defaults: 30 - 10) and the delay below it.
+    agent_fence_after_s: float = Field(default=15.0, ge=0)
+    agent_fence_thaw_within_s: float = Field(default=20.0, gt=0)
     # Journals and worker logs: <agent_state_root>/<node>/ unless --state-dir says otherwise.
     # Default: <state>/agents, the per-user state folder (services/platform/paths.py), not the
     # checkout. An explicit relative path resolves against the repository root, as it did.
@@ -104,6 +111,15 @@ class NodeAgentSettings(PlatformSettings):
             return None
         path = value.expanduser()
         return path if path.is_absolute() else REPO_ROOT / path
+
+    @model_validator(mode="after")
+    def _fence_thaws_after_it_freezes(self) -> NodeAgentSettings:
+        if self.agent_fence_after_s > 0 and self.agent_fence_thaw_within_s <= self.agent_fence_after_s:
+            raise ValueError(
+                f"AGENT_FENCE_THAW_WITHIN_S ({self.agent_fence_thaw_within_s:g}) must exceed "
+                f"AGENT_FENCE_AFTER_S ({self.agent_fence_after_s:g})"
+            )
+        return self
 
     def state_dir(self, node: str) -> Path:
         return self.agent_state_root / path_part(node)  # a node name is one path component

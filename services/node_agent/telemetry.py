@@ -13,6 +13,7 @@ import collections
 import contextlib
 import logging
 import os
+import time
 from collections.abc import Callable
 from datetime import datetime
 
@@ -42,7 +43,11 @@ class Telemetry:
         wall_clock: Callable[[], datetime],
         sink: AckSink,
         key: bytes,
+        acknowledged: Callable[[float], None] | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
+        self.acknowledged = acknowledged  # told the sample time of each heartbeat the broker took
+        self.monotonic = monotonic
         self.node = node
         self.gpu_model = gpu_model
         self.backend = backend
@@ -103,8 +108,11 @@ class Telemetry:
     async def publish(self) -> None:
         # The heartbeat stays on the wall clock in topic mode: it says the node is alive now.
         # Signed like every report (the heartbeat, capacity and `running` drive decisions).
+        sampled = self.monotonic()
         sample = sign(self.sample(), key=self.key)
         await self.sink.send(TELEMETRY_TOPIC, wrap(sample, producer=PRODUCER, occurred_at=self.wall_clock()))
+        if self.acknowledged is not None:  # the send returns once the broker acknowledged it
+            self.acknowledged(sampled)
 
 
 def _task_of(pid: int, task_of_group: dict[int, str]) -> str | None:

@@ -184,7 +184,9 @@ class WorkerSupervisor:
             elif procs.is_running(worker.pid, worker.start_ticks):
                 continue
             else:
-                worker.exit_code, worker.exit_detail = UNKNOWN_EXIT_CODE, UNKNOWN_EXIT_DETAIL
+                # A detail already set (the fence's kill, fence.py) says more than "unknown".
+                worker.exit_code = UNKNOWN_EXIT_CODE
+                worker.exit_detail = worker.exit_detail or UNKNOWN_EXIT_DETAIL
             worker.exited_at = self.clock()
             ended.append(worker)
         if ended:

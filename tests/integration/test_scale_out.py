@@ -41,6 +41,7 @@ from gfs.schemas.commands import BindCommand
 from gfs.schemas.tasks import TaskAccepted, TaskClass, TaskStarted
 from gfs.schemas.topics import TOPICS
 from gfs.schemas.workers import WorkerStarted
+from gfs.services.faults.harness import agent_fence
 from gfs.services.platform.kafka.producer import EnvelopeProducer
 from gfs.services.platform.kafka.topic_admin import ensure_topics
 from gfs.services.preemption.router.routing import inbox_spec
@@ -179,7 +180,8 @@ async def test_two_instances_share_the_pools_through_an_instance_kill_and_a_brok
         lambda: _partitions_split(port1, port2), 120, "the inbox partitions split over both instances"
     )
     for p in pools:
-        live.agent(nodes[p], p, gpus=GPUS)
+        # The agents' self-fence as the 600-s node timeout allows (a broker kill is no cut).
+        live.agent(nodes[p], p, gpus=GPUS, **agent_fence(600.0))
         await live.quota(p, float(GPUS), GPUS)
     submitted: list[str] = []
     try:

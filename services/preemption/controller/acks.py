@@ -118,6 +118,22 @@ class AckHandler:
             )
         return out
 
+    def fenced(self, ack: WorkerExited) -> bool:
+        """Whether this exit says its node stopped a run on its own: `evicted` for the current
+        attempt while the service never stopped it (BOUND or RUNNING, no eviction issued). Only a
+        node's self-fence does that (services/node_agent/fence.py); a refused ack is not one."""
+        if not ack.evicted or self.ledger.refusal(ack) is not None:
+            return False
+        bound = self.ledger.bound[ack.command_id]
+        task = self.tasks.get(ack.task_id)
+        run = None if task is None else task.run
+        return (
+            run is not None
+            and run.number == bound.attempt
+            and run.phase in (Phase.BOUND, Phase.RUNNING)
+            and ack.task_id not in self.endings
+        )
+
     def worker_exited(self, ack: WorkerExited, now: float) -> Effects:
         why = self.ledger.refusal(ack)
         if why is not None:

@@ -140,6 +140,17 @@ class PoolController:
         return self.acks.worker_started(ack, now)
 
     def worker_exited(self, ack: WorkerExited, now: float) -> Effects:
+        if self.acks.fenced(ack):
+            # The node stopped a run nobody asked it to stop: it fenced itself (no heartbeat
+            # reached the broker for its fence time, services/node_agent/fence.py), so every run
+            # it held is stopped. The node is down from here, as if declared lost, and its next
+            # heartbeat brings it back (docs/attempts.md, "No two runs at once").
+            out = Effects()
+            out.decisions.append(
+                Decision(ack.task_id, "node_fenced", now, {"node": ack.node, "detail": ack.detail})
+            )
+            out.extend(self.node_down(ack.node, now))
+            return out
         return self.acks.worker_exited(ack, now)
 
     # ----- time -----------------------------------------------------------------------------------

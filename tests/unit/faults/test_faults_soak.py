@@ -6,6 +6,7 @@ import os
 
 import pytest
 
+from gfs.services.faults.harness import agent_fence
 from gfs.services.faults.soak import (
     SoakLog,
     SoakSample,
@@ -91,3 +92,9 @@ def test_late_growth_compares_the_last_interval_with_the_one_30_minutes_before()
     assert growth["preemption"] == pytest.approx(0.0)
     assert "quota +26.1%" in render(out)
     assert late_growth(out[:6]) == {}  # the last interval began 25 min in: nothing 30 min before
+
+
+def test_the_agents_fence_follows_the_services_node_timeout() -> None:
+    assert agent_fence(60.0) == {"AGENT_FENCE_AFTER_S": "45", "AGENT_FENCE_THAW_WITHIN_S": "50"}
+    assert agent_fence(30.0) == {"AGENT_FENCE_AFTER_S": "15", "AGENT_FENCE_THAW_WITHIN_S": "20"}
+    assert agent_fence(8.0) == {"AGENT_FENCE_AFTER_S": "0"}  # no room under an 8-s timeout: off

@@ -251,3 +251,33 @@ def test_the_commands_of_a_task_that_left_the_pool_are_dropped_a_day_later() -> 
     w.feed(("tick", {}, T0 + 2004 + 86400))
     assert bind_b.command_id not in ledger.bound and evict.command_id not in ledger.evictions
     assert bind_a.command_id in ledger.bound  # A still runs: its commands stay
+
+
+def test_a_run_its_node_stopped_unasked_takes_the_node_down_and_requeues_the_task() -> None:
+    """A node that fenced itself (services/node_agent/fence.py) reports its runs' exits evicted
+    although the service never stopped them: the node is down from that exit, every run on it is
+    requeued (NODE_LOST, its interrupted period void, like a node declared lost), and its next
+    heartbeat brings it back, where the task runs again as attempt 2."""
+    w, _, bind_b = _spot_world()
+    out = w.event(_exit(bind_b, -15, 1500, evicted=True, detail="fenced"), 1500)
+    assert [d.kind for d in out.decisions][:2] == ["node_fenced", "node_down"]
+    evict = _one(out.commands, EvictCommand)
+    assert isinstance(evict, EvictCommand) and evict.node == "n1" and evict.attempt == 1
+    lost = _one(out.events, TaskEvicted)
+    assert isinstance(lost, TaskEvicted) and lost.task_id == "B" and lost.requeued
+    assert not [e for e in out.events if isinstance(e, GuaranteePeriodClosed | TaskFinished)]
+    assert w.c.tasks["B"].run is None
+    # A second worker's exit of the same fence changes nothing more.
+    again = w.event(_exit(bind_b, -9, 1501, evicted=True), 1501)
+    assert not again.commands and not again.events
+    w.node("n1", 2, 1600)  # its heartbeat: back
+    rebind = _one(w.feed(("schedule", {}, T0 + 1601)).commands, BindCommand)
+    assert isinstance(rebind, BindCommand) and (rebind.task_id, rebind.attempt) == ("B", 2)
+
+
+def test_an_evicted_exit_of_a_run_being_evicted_is_no_fence() -> None:
+    # B is being evicted by H: its worker's exit as stopped is the eviction's, not a fence.
+    w, _, bind_b, evict = _evicted_b()
+    out = w.event(_exit(bind_b, -15, 2001, evicted=True), 2001)
+    assert "node_fenced" not in [d.kind for d in out.decisions]
+    assert "n1" not in w.c.down
