@@ -13,6 +13,10 @@ its API) is not consulted, except by the runner to say whether an unfinished tas
     none came); two such holds of different attempts at one instant are a double bind. The service
     may free GPUs on an EvictAck before the WorkerExited is read (the ack is sent after the exit),
     so this compares when the exit happened, not when it was read.
+- Two runs of one task at once (issue 38 item 1), from the journals of every node: per task, the
+  workers' lifetimes [started_at, exited_at] (a worker the self-fence froze and then killed ran
+  until it was frozen: a stopped process executes nothing); two alive at one instant that belong
+  to different attempts, or to one attempt's worker started twice, are two runs at once.
 - False evictions: a TaskEvicted for an attempt whose every worker ran and exited without a signal
   from the agent (it ended on its own before the eviction was carried out), or for an attempt no
   BindCommand started, or a second TaskEvicted for one attempt; FAILED guarantee periods beyond the
@@ -75,6 +79,7 @@ class RaceReport:
     not_running_acks: int = 0
     double_bound_on_node: list[str] = field(default_factory=list)
     double_bound_in_commands: list[str] = field(default_factory=list)
+    two_runs_at_once: list[str] = field(default_factory=list)
     false_evictions: list[str] = field(default_factory=list)
     evicted_twice: list[str] = field(default_factory=list)
     finished_twice: list[str] = field(default_factory=list)
@@ -93,7 +98,8 @@ class RaceReport:
     @property
     def ok(self) -> bool:
         return not (
-            self.double_bound_on_node or self.double_bound_in_commands or self.false_evictions
+            self.double_bound_on_node or self.double_bound_in_commands or self.two_runs_at_once
+            or self.false_evictions
             or self.evicted_twice or self.finished_twice or self.false_failed_periods
         )  # fmt: skip
 
@@ -109,6 +115,31 @@ def _overlaps(holds: Iterable[tuple[float, float, float, str]]) -> list[str]:
         if others and sum(a[1] for a in others) + share > 1.0 + EPS:
             out.append(f"{owner} & {others[0][2]}")
         active.append((end, share, owner))
+    return out
+
+
+def _two_runs(workers: dict[str, list[WorkerEntry]], end_s: float) -> list[str]:
+    """Per task, workers alive together that are two runs (module doc), as "task: a & b"."""
+    per_task: dict[str, list[tuple[float, float, tuple[int | None, int], str]]] = defaultdict(list)
+    for node, entries in workers.items():
+        for w in entries:
+            if w.pid is None or w.started_at is None:
+                continue
+            ran_until = w.exited_at.timestamp() if w.exited_at is not None else end_s
+            if w.fenced and w.frozen_at is not None:
+                ran_until = min(ran_until, w.frozen_at.timestamp())
+            run = (w.attempt, w.worker_index)
+            name = f"#{w.attempt}/w{w.worker_index}@{node}"
+            per_task[w.task_id].append((w.started_at.timestamp(), ran_until, run, name))
+    out = []
+    for task, holds in sorted(per_task.items()):
+        holds.sort()
+        for i, (_, end, run, name) in enumerate(holds):
+            for start2, _, run2, name2 in holds[i + 1 :]:
+                if start2 >= end - EPS:
+                    break  # sorted by start: the rest start after this one ended
+                if run2[0] != run[0] or run2 == run:
+                    out.append(f"{task}: {name} & {name2}")
     return out
 
 
@@ -186,6 +217,8 @@ def check(
                 holds[gpu].append((w.started_at.timestamp(), stop, w.gpu_fraction, owner))
         for gpu, found in sorted(holds.items()):
             report.double_bound_on_node += [f"{node} GPU {gpu}: {pair}" for pair in _overlaps(found)]
+
+    report.two_runs_at_once = _two_runs(workers, end_s)
 
     # (a) in the commands: bind issued -> reported exit, per GPU.
     exits: dict[tuple[str, int | None, int], float] = {}

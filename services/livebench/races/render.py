@@ -32,7 +32,8 @@ def render(report: RaceReport, numbers: dict[str, Any]) -> list[str]:
         f"  commands: {r.binds:,} binds ({r.binds_reissued} re-issued), {r.evictions:,} evictions "
         f"{dict(r.evictions_by_reason)}; {r.task_evicted:,} TaskEvicted; workers run {r.workers_run:,}",
         f"  GPUs bound twice: on the nodes {len(report.double_bound_on_node)}, "
-        f"in the commands {len(report.double_bound_in_commands)}",
+        f"in the commands {len(report.double_bound_in_commands)}; "
+        f"two runs of one task at once {len(report.two_runs_at_once)}",
         f"  false evictions {len(report.false_evictions)} (genuine {report.genuine_evictions:,}, of which "
         f"{r.evicted_before_start} before the worker started, {r.gang_nodes_ended_on_their_own} "
         f"for a gang's node whose worker had ended on its own; unverifiable {len(r.unverified_evictions)}); "
@@ -49,6 +50,7 @@ def render(report: RaceReport, numbers: dict[str, Any]) -> list[str]:
     ]
     for name, found in (("double bound on a node", report.double_bound_on_node),
                         ("double bound in the commands", report.double_bound_in_commands),
+                        ("two runs at once", report.two_runs_at_once),
                         ("false eviction", report.false_evictions), ("evicted twice", report.evicted_twice),
                         ("false FAILED period", report.false_failed_periods), ("lost", lost)):  # fmt: skip
         lines += [f"  {name}: {x}" for x in found[:10]]

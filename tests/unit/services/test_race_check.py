@@ -202,3 +202,19 @@ def test_tasks_accepted_but_neither_finished_nor_rejected_are_unfinished() -> No
     assert (report.accepted, report.finished, report.rejected) == (3, 1, 1)
     assert report.unfinished == ["c"]
     assert report.finished_twice == ["a"]
+
+
+def test_two_runs_of_one_task_alive_together_are_counted_and_a_frozen_run_stopped_running() -> None:
+    old = worker("t", 1, (0,), start=10, stop=40)  # attempt 1 still alive when attempt 2 starts
+    new = worker("t", 2, (1,), start=30, stop=50)
+    fenced = worker("u", 1, (2,), start=10, stop=40)  # frozen at 20, killed at 40 by the fence
+    fenced.frozen_at, fenced.fenced = at(20), True
+    after = worker("u", 2, (3,), start=25, stop=50)  # starts while u#1 is frozen: not two runs
+    serial = worker("v", 1, (4,), start=10, stop=20)
+    again = worker("v", 2, (5,), start=20, stop=30)  # starts as attempt 1 exits: not together
+    report = check([], {NODE: [old, new, fenced, after, serial, again]}, {}, end=END)
+    assert report.two_runs_at_once == ["t: #1/w0@n0 & #2/w0@n0"]
+    assert not report.ok
+    # One attempt's worker started twice (two commands), alive together: two runs too.
+    twice = [worker("w", 1, (6,), start=10, stop=30), worker("w", 1, (7,), start=20, stop=30)]
+    assert check([], {NODE: twice}, {}, end=END).two_runs_at_once == ["w: #1/w0@n0 & #1/w0@n0"]
