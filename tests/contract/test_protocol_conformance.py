@@ -15,11 +15,14 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-import re
 import subprocess
-from pathlib import Path
 
 import pytest
+from protocol_page import DOC
+from protocol_page import documented_signed_bytes as _documented_signed_bytes
+from protocol_page import key_vector as _key_vector
+from protocol_page import post_v1_fields as _post_v1_fields
+from protocol_page import vectors as _vectors
 
 from gfs.schemas.commands import BindCommand, EvictAck, EvictCommand
 from gfs.schemas.telemetry import NodeTelemetry
@@ -28,8 +31,6 @@ from gfs.services.platform.protocol_doc import payload_models, regenerate
 from gfs.services.platform.signing import SignatureCheck, check_signature, node_key, signing_bytes
 from gfs.services.preemption.router.report_auth import Refusal, ReportAuth
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "protocol.md"
-_BLOCK = re.compile(r"```(?:json|text) vector:(?P<name>[a-z:-]+)\n(?P<body>.*?)\n```", re.DOTALL)
 _MODELS = {"bind-null-overhead": BindCommand, "bind-overhead": BindCommand, "evict": EvictCommand}
 _REPORTS = {
     "evict-ack": EvictAck,
@@ -38,32 +39,6 @@ _REPORTS = {
     "telemetry": NodeTelemetry,
     "telemetry-no-report": NodeTelemetry,
 }
-
-
-def _vectors() -> dict[str, str]:
-    return {m.group("name"): m.group("body") for m in _BLOCK.finditer(DOC.read_text())}
-
-
-def _key_vector() -> tuple[bytes, str, bytes]:
-    fields = dict(line.split("=", 1) for line in _vectors()["key"].splitlines())
-    values = {k.strip(): v.strip() for k, v in fields.items()}
-    return bytes.fromhex(values["master"]), values["node"], bytes.fromhex(values["K(node)"])
-
-
-def _post_v1_fields() -> list[str]:
-    # The document's own sentence (section 5), not the code's constant.
-    section = DOC.read_text().split("<!-- BEGIN generated: signed-fields -->", 1)[1].split("<!--", 1)[0]
-    return re.findall(r"`([a-z_]+)`", section)
-
-
-def _documented_signed_bytes(payload_text: str) -> bytes:
-    """Section 5's four steps, as an implementer in another language would write them."""
-    payload = json.loads(payload_text)  # dicts keep the members' order
-    payload["signature"] = ""
-    for name in _post_v1_fields():
-        if name in payload and payload[name] is None:
-            del payload[name]
-    return json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
 
 def _documented_hmac_and_openssl(key: bytes, signed: bytes) -> tuple[str, str]:
