@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
+from typing import Any
 
 
 async def until_split(ports: list[int], partitions: int, timeout: float = 180.0) -> list[list[int]]:
@@ -55,3 +57,26 @@ async def until_stable(
             await asyncio.sleep(2.0)
     finally:
         await admin.close()
+
+
+async def until_pools(
+    ports: list[int], ready: Callable[[list[dict[str, Any]]], bool], what: str, timeout: float = 300.0
+) -> list[dict[str, Any]]:
+    """Poll every instance's `/pools` until `ready` holds for their pools (one dict per instance,
+    {} for one that does not answer); returns them. `what` names the wait in the timeout's error."""
+    import aiohttp
+
+    deadline = time.monotonic() + timeout
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as http:
+        while time.monotonic() < deadline:
+            owned: list[dict[str, Any]] = []
+            for port in ports:
+                try:
+                    async with http.get(f"http://127.0.0.1:{port}/pools") as response:
+                        owned.append((await response.json())["pools"])
+                except (aiohttp.ClientError, OSError, TimeoutError, KeyError, ValueError):
+                    owned.append({})
+            if ready(owned):
+                return owned
+            await asyncio.sleep(0.5)
+    raise TimeoutError(f"the preemption instances did not {what} in time")

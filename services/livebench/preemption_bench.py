@@ -70,8 +70,8 @@ from gfs.services.platform.settings import PlatformSettings
 from gfs.services.preemption.router.routing import ROUTED_TOPICS
 from gfs.services.preemption.service_settings import PreemptionSettings
 from gfs.services.toolkit.consumer_groups import start_group_at_end
+from gfs.services.toolkit.processes import free_port
 
-REPO = Path(__file__).resolve().parents[2]
 SHAPES = ((1, 0.40), (2, 0.20), (4, 0.20), (8, 0.20))  # GPUs per worker, share of tasks
 
 
@@ -145,7 +145,10 @@ async def _bench(
     for _, model, gpus in inventory:
         largest[f"{model}.{run}"] = max(largest[f"{model}.{run}"], gpus)
     state = BenchState(capacity=sum(pools.values()))
-    ports = [18000 + rng.randrange(1000) + 1000 * i for i in range(instances)]
+    # Ports used to be drawn from `rng` here: the same draws keep a seed's load as it was.
+    for _ in range(instances):
+        rng.randrange(1000)
+    ports = [free_port() for _ in range(instances)]
     env = os.environ | {
         "DATABASE_URL": dsn, "GFS_COMMAND_SECRET": secret,
         "PREEMPTION_GROUP": f"bench-pre-{run}", "PREEMPTION_ROUTER_GROUP": f"bench-router-{run}",
@@ -153,7 +156,7 @@ async def _bench(
         "PREEMPTION_POOLS": ",".join(pools),
         "PREEMPTION_NODE_TIMEOUT_S": "1e9", "PREEMPTION_GRACE_S": "5", "PREEMPTION_ACK_MARGIN_S": "5",
     }  # fmt: skip
-    under = UnderTest(run, env, ports, partitions, REPO, profile)
+    under = UnderTest(run, env, ports, partitions, profile)
     print(f"run {run}: {instances} instance(s), schema {schema}")
     print(f"cluster: {len(inventory)} nodes, {state.capacity} GPUs, {len(pools)} pools; fill {fill:.0%}, "
           f"rate {rate:g} events/s for {seconds:g} s, HP share {hp_share:.0%}, seed {seed}")  # fmt: skip

@@ -33,7 +33,7 @@ from typing import Annotated, Any
 import typer
 
 from gfs.schemas.topics import BIND_TOPIC, QUOTAS_TOPIC, TASK_SUBMIT_TOPIC, TELEMETRY_TOPIC
-from gfs.services.livebench.instances import until_split, until_stable
+from gfs.services.livebench.instances import until_pools, until_split, until_stable
 from gfs.services.livebench.proc_stats import cpu_s, machine_ticks
 from gfs.services.toolkit.processes import ServiceProcess, free_port, stop_all
 
@@ -109,11 +109,6 @@ def _pool_names(run: str, pools: int) -> list[str]:
     return [found[p] for p in sorted(found)]
 
 
-def _pid(p: ServiceProcess) -> int:
-    assert p.proc is not None  # started
-    return p.proc.pid
-
-
 async def _run(
     n: int, database_url: str, servers: str, pools: int, nodes: int, gpus: int, tasks: int, window: int,
     replication_factor: int, keep_schema: bool,
@@ -163,12 +158,12 @@ async def _run(
         async with EnvelopeProducer(bootstrap_servers=servers, client_id=f"scale-{run}") as producer:
             await _register(producer, run, names, nodes, gpus, secret)
             outcome.owned = await _until_owned(ports, names, nodes)
-            cpu0 = [cpu_s(_pid(p)) for p in procs]
+            cpu0 = [cpu_s(p.pid) for p in procs]
             self0 = cpu_s(os.getpid())
             busy0, total0 = machine_ticks()
             latencies, bound_at = await _offer(producer, servers, run, names, tasks, window)
             busy1, total1 = machine_ticks()
-            outcome.cpu_s = [cpu_s(_pid(p)) - c for p, c in zip(procs, cpu0, strict=True)]
+            outcome.cpu_s = [cpu_s(p.pid) - c for p, c in zip(procs, cpu0, strict=True)]
             outcome.bench_cpu_s = cpu_s(os.getpid()) - self0
             outcome.busy = (busy1 - busy0) / max(1, total1 - total0)
             outcome.machine_cpu_s = (busy1 - busy0) / os.sysconf("SC_CLK_TCK")
@@ -220,26 +215,16 @@ async def _register(producer: Any, run: str, names: list[str], nodes: int, gpus:
 async def _until_owned(ports: list[int], names: list[str], nodes: int, timeout: float = 300.0) -> list[int]:
     """Every pool owned by exactly one instance, each instance some, every node and quota in;
     returns the pools per instance."""
-    import aiohttp
 
-    deadline = time.monotonic() + timeout
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as http:
-        while time.monotonic() < deadline:
-            owned: list[dict[str, Any]] = []
-            for port in ports:
-                try:
-                    async with http.get(f"http://127.0.0.1:{port}/pools") as response:
-                        owned.append((await response.json())["pools"])
-                except (aiohttp.ClientError, OSError, TimeoutError, KeyError, ValueError):
-                    owned.append({})
-            every = [p for o in owned for p in o]
-            ready = all(
-                o[p]["nodes"] == nodes and o[p]["quota_version"] for o in owned for p in o if p in names
-            )
-            if sorted(every) == sorted(names) and all(owned) and ready:
-                return [len(o) for o in owned]
-            await asyncio.sleep(0.5)
-    raise TimeoutError("the instances did not come to own every pool between them")
+    def ready(owned: list[dict[str, Any]]) -> bool:
+        every = [p for o in owned for p in o]
+        registered = all(
+            o[p]["nodes"] == nodes and o[p]["quota_version"] for o in owned for p in o if p in names
+        )
+        return sorted(every) == sorted(names) and all(owned) and registered
+
+    owned = await until_pools(ports, ready, "come to own every pool between them", timeout)
+    return [len(o) for o in owned]
 
 
 async def _offer(

@@ -15,7 +15,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from gfs.services.platform.settings import REPO_ROOT
@@ -34,11 +34,13 @@ class ServiceProcess:
     env: dict[str, str]
     log: Path
     proc: subprocess.Popen[bytes] | None = None
+    # Interpreter options before `-m gfs.services` (a bench runs a service under cProfile).
+    python_args: list[str] = field(default_factory=list)
 
     def start(self) -> None:
         handle = self.log.open("ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "gfs.services", *self.args],
+            [sys.executable, *self.python_args, "-m", "gfs.services", *self.args],
             cwd=REPO_ROOT,
             env=self.env,
             stdout=handle,
@@ -46,6 +48,12 @@ class ServiceProcess:
             start_new_session=True,
         )
         handle.close()
+
+    @property
+    def pid(self) -> int:
+        """The started process's pid (the group's leader)."""
+        assert self.proc is not None, f"{self.name} was not started"
+        return self.proc.pid
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None

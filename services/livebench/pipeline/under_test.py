@@ -11,20 +11,17 @@ instance by a hash collision and the split over instances is the group assignor'
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import subprocess
-import sys
-import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
-from gfs.services.livebench.instances import until_split, until_stable
+from gfs.services.livebench.instances import until_pools, until_split, until_stable
 from gfs.services.livebench.proc_stats import cpu_s
 from gfs.services.platform.kafka.topic_admin import ensure_topics
 from gfs.services.platform.paths import state_dir
 from gfs.services.preemption.router.routing import inbox_spec
 from gfs.services.producers.partitioning import partition_for_key
+from gfs.services.toolkit.processes import ServiceProcess, stop_all
 
 
 def distinct_partitions(names: list[str], partitions: int) -> bool:
@@ -40,9 +37,8 @@ class UnderTest:
     env: dict[str, str]
     ports: list[int]
     partitions: int
-    repo: Path
     profile: Path | None = None
-    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    procs: list[ServiceProcess] = field(default_factory=list)
     owned: list[list[int]] = field(default_factory=list)  # inbox partitions per instance
 
     @property
@@ -56,14 +52,16 @@ class UnderTest:
             log_path = state_dir(f"bench-preemption-{self.run}-{i}.log")  # not the checkout
             log_path.parent.mkdir(parents=True, exist_ok=True)
             own = {"PREEMPTION_API_PORT": str(port), "PREEMPTION_INSTANCE": f"bench-{self.run}-{i}"}
-            env = self.env | own
-            args = [sys.executable, *self._profiler(i), "-m", "gfs.services", "serve", "preemption"]
-            with log_path.open("wb") as log:
-                proc = subprocess.Popen(
-                    args, cwd=self.repo, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-                )
+            proc = ServiceProcess(
+                f"preemption-{i}",
+                ["serve", "preemption"],
+                self.env | own,
+                log_path,
+                python_args=self._profiler(i),
+            )
+            proc.start()
             self.procs.append(proc)
-            print(f"instance {i}: pid {self.procs[-1].pid}, port {port}, log {log_path}")
+            print(f"instance {i}: pid {proc.pid}, port {port}, log {log_path}")
 
     def _profiler(self, i: int) -> list[str]:
         if self.profile is None:
@@ -81,33 +79,16 @@ class UnderTest:
         return [cpu_s(p.pid) for p in self.procs]
 
     def stop(self) -> None:
-        for p in self.procs:
-            p.terminate()
-        deadline = time.monotonic() + 20
-        for p in self.procs:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                p.wait(timeout=max(0.1, deadline - time.monotonic()))
-            if p.poll() is None:
-                p.kill()
+        # SIGTERM, so a profiled instance writes its profile on the way out.
+        stop_all(self.procs, timeout_s=20.0)
 
     async def until_registered(self, nodes: int, timeout: float = 600.0) -> dict[str, int]:
         """Every node and every pool's quota in, over all instances; returns the pools each owns
         (pool -> instance)."""
-        import aiohttp
 
-        deadline = time.monotonic() + timeout
-        async with aiohttp.ClientSession() as http:
-            while time.monotonic() < deadline:
-                seen, quota = 0, True
-                owner: dict[str, int] = {}
-                for i, port in enumerate(self.ports):
-                    with contextlib.suppress(aiohttp.ClientError, OSError):
-                        async with http.get(f"http://127.0.0.1:{port}/pools") as response:
-                            body = await response.json()
-                            seen += sum(p["nodes"] for p in body["pools"].values())
-                            quota = quota and all(p["quota_version"] for p in body["pools"].values())
-                            owner |= dict.fromkeys(body["pools"], i)
-                if seen >= nodes and quota:
-                    return owner
-                await asyncio.sleep(0.5)
-        raise TimeoutError("the preemption instances did not register every node in time")
+        def ready(owned: list[dict[str, Any]]) -> bool:
+            seen = sum(p["nodes"] for o in owned for p in o.values())
+            return seen >= nodes and all(p["quota_version"] for o in owned for p in o.values())
+
+        owned = await until_pools(self.ports, ready, "register every node", timeout)
+        return {pool: i for i, o in enumerate(owned) for pool in o}

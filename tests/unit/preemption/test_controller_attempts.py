@@ -277,7 +277,7 @@ def test_a_run_its_node_stopped_unasked_takes_the_node_down_and_requeues_the_tas
 
 def test_an_evicted_exit_of_a_run_being_evicted_is_no_fence() -> None:
     # B is being evicted by H: its worker's exit as stopped is the eviction's, not a fence.
-    w, _, bind_b, evict = _evicted_b()
+    w, _, bind_b, _ = _evicted_b()
     out = w.event(_exit(bind_b, -15, 2001, evicted=True), 2001)
     assert "node_fenced" not in [d.kind for d in out.decisions]
     assert "n1" not in w.c.down
