@@ -203,22 +203,26 @@ async def test_a_partitioned_node_freezes_its_run_before_it_runs_elsewhere_and_k
             cut = time.monotonic()
             try:
                 async with agent_in_process(n0_settings, n0_options, wait_s=40):
-                    (lost,) = await c.tap.wait(EvictCommand, lambda e: e.task_ids == (b,), timeout=40.0)
+                    lost = (await c.tap.wait(EvictCommand, lambda e: e.task_ids == (b,), timeout=40.0))[0]
                     assert (lost.node, lost.reason, lost.attempt) == (n1, EvictionReason.NODE_LOST, 1)
                     assert time.monotonic() - cut >= 9.0 - 0.5  # not before the service's rule allows
                     bind_2 = (await c.bind_of(b, count=2))[1]
                     assert (bind_2.node, bind_2.attempt) == (n0, 2)
-                    (started_2,) = await acks.wait(
-                        WorkerStarted, lambda e: e.task_id == b and e.attempt == 2, timeout=30.0
-                    )
+                    started_2 = (
+                        await acks.wait(
+                            WorkerStarted, lambda e: e.task_id == b and e.attempt == 2, timeout=30.0
+                        )
+                    )[0]
                     # n1 froze attempt 1 before attempt 2 started on n0.
                     frozen = _frozen_at(d1, b, 1)
                     assert frozen is not None and frozen < started_2.started_at, (frozen, started_2)
                     await _until(lambda: overlap.new_ran > 25, timeout=10.0)  # n0's run ran a while
                     link.heal()  # n1 back: contact long after its thaw window, so attempt 1 is killed
-                    (gone,) = await acks.wait(
-                        WorkerExited, lambda e: e.task_id == b and e.attempt == 1, timeout=30.0
-                    )
+                    gone = (
+                        await acks.wait(
+                            WorkerExited, lambda e: e.task_id == b and e.attempt == 1, timeout=30.0
+                        )
+                    )[0]
                     assert gone.node == n1 and gone.evicted and gone.detail.startswith("fenced: "), gone
                     await _until(
                         lambda: not any(w["exited_at"] is None for w in _workers(d1, b)), timeout=10.0
