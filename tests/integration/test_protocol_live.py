@@ -14,10 +14,12 @@ is sent is the page's example, not the project's encoding of it. Outcomes checke
   TaskRejected, TaskCancelled of the queued task -> TaskWithdrawn;
 - every refusal the page's dead-letter table names that these inputs can reach, each dead letter's
   `reason` the table's code: the reports' signature refusals (`unsigned`, `malformed_signature`,
-  `signature_mismatch`), the EvictAck / WorkerStarted / WorkerExited examples, which answer no
-  command of this service (`unmatched`), and the bad records of section 1 (`not_utf8`,
-  `malformed_json`, `envelope_type`, `missing_event_type`, `unknown_event_type`,
-  `unsupported_schema_version`, `invalid_payload`).
+  `signature_mismatch`, and `previous_key_expired` under a rotation that ended), the EvictAck /
+  WorkerStarted / WorkerExited examples, which answer no command of this service (`unmatched`),
+  and the bad records of section 1 (`not_utf8`, `malformed_json`, `envelope_type`,
+  `missing_event_type`, `unknown_event_type`, `unsupported_schema_version`, `invalid_payload`).
+  Not reached here: `future_event` (the forecast stream's), `store_failed`, `unroutable` and
+  `failed` (failures of the service itself, tested where they are made).
 """
 
 from __future__ import annotations
@@ -67,11 +69,15 @@ class Page:
         self.tasks = {"job-42": f"{pool}-job-42", "job-43": f"{pool}-job-43"}
         self.examples = vectors()
 
-    def key(self, node: str) -> bytes:
+    def key(self, node: str, master: bytes | None = None) -> bytes:
         # Section 5: K(n) = HMAC-SHA256(M, "gfs/node-command-key/v1" || 0x00 || UTF-8(n)).
-        return hmac.new(self.master, b"gfs/node-command-key/v1\x00" + node.encode(), hashlib.sha256).digest()
+        secret = self.master if master is None else master
+        return hmac.new(secret, b"gfs/node-command-key/v1\x00" + node.encode(), hashlib.sha256).digest()
 
-    def payload(self, name: str, *, node: str | None = None, **changes: Any) -> dict[str, Any]:
+    def payload(
+        self, name: str, *, node: str | None = None, master: bytes | None = None, **changes: Any
+    ) -> dict[str, Any]:
+        """The example `name`, re-addressed and signed under `master`'s K(node) (default: the page's)."""
         text = self.examples[f"{name}:payload"]
         text = text.replace(self.page_node, node or self.node).replace('"H100"', json.dumps(self.pool))
         for page_task, ours in self.tasks.items():
@@ -79,7 +85,7 @@ class Page:
         payload: dict[str, Any] = json.loads(text)
         payload.update(changes)
         signed = documented_signed_bytes(json.dumps(payload))
-        payload["signature"] = hmac.new(self.key(payload["node"]), signed, hashlib.sha256).hexdigest()
+        payload["signature"] = hmac.new(self.key(payload["node"], master), signed, hashlib.sha256).hexdigest()
         return payload
 
 
@@ -90,9 +96,12 @@ async def test_the_pages_examples_get_the_outcomes_the_page_documents(
     c, dsn = world
     page = Page(c.pool)
     master = page.master.decode("ascii")  # the page's M as the text the service reads (all < 0x80)
+    # A rotation that ended (section 5): the previous secret's keys are refused after its end.
+    previous = "conformance-previous-secret-0123"
     settings = _settings(
         dsn, kafka_bootstrap, c.pool, gfs_command_secret=master, preemption_unknown_work_after_s=1.5,
-        preemption_report_every_s=0.5,
+        preemption_report_every_s=0.5, gfs_command_secret_previous=previous,
+        gfs_command_secret_previous_until="2026-01-01T00:00:00Z",
     )  # fmt: skip
     letters = await Tap(kafka_bootstrap, (DEAD_LETTER_TOPIC,)).start()
     # A refused record's letter may come from the router (the record) or the decider (the inbox's
@@ -145,6 +154,8 @@ async def test_the_pages_examples_get_the_outcomes_the_page_documents(
             altered = page.payload("telemetry", sampled_at=_now())
             altered["gpus"][0]["utilisation_pct"] = 1.0  # after signing: the bytes no longer match
             await send(TELEMETRY, _envelope("NodeTelemetry", altered), page.node, "signature_mismatch")
+            old_key = page.payload("telemetry", master=previous.encode(), sampled_at=_now())
+            await send(TELEMETRY, _envelope("NodeTelemetry", old_key), page.node, "previous_key_expired")
             # The page's acks answer commands this service never issued.
             await send(EVICT_ACK, _envelope("EvictAck", page.payload("evict-ack")), page.node, "unmatched")
             for name, kind in (("worker-started", "WorkerStarted"), ("worker-exited", "WorkerExited")):
