@@ -18,8 +18,8 @@ is sent is the page's example, not the project's encoding of it. Outcomes checke
   WorkerStarted / WorkerExited examples, which answer no command of this service (`unmatched`),
   and the bad records of section 1 (`not_utf8`, `malformed_json`, `envelope_type`,
   `missing_event_type`, `unknown_event_type`, `unsupported_schema_version`, `invalid_payload`).
-  Not reached here: `future_event` (the forecast stream's), `store_failed`, `unroutable` and
-  `failed` (failures of the service itself, tested where they are made).
+  Not reached here: `future_event` (the forecast stream's), and `store_failed`, `unroutable` and
+  `failed` (the service's own failures, not an input's fault).
 """
 
 from __future__ import annotations
