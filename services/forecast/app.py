@@ -70,6 +70,7 @@ from gfs.services.forecast.metrics import register_metrics
 from gfs.services.forecast.pipeline import Delta, PoolDemand, TaskRecord, apply_task_event
 from gfs.services.forecast.settings import ForecastServiceSettings
 from gfs.services.forecast.task_expiry import EndedTasks, delete_due
+from gfs.services.platform import deployment as deployment_ids
 from gfs.services.platform.kafka.dead_letter import DeadLetterPublisher
 from gfs.services.platform.kafka_security import announce
 from gfs.services.platform.metrics import configure_metrics
@@ -138,7 +139,13 @@ def make_app(settings: ForecastServiceSettings, forecaster: StreamForecaster | N
     first_forecast_done: set[str] = set()
     last_context: dict[str, Any] = {}
     tracer = trace.get_tracer(TRACER)
-    counters = {"dead_lettered": 0, "skipped": 0, "forecasts": 0, "tasks_forgotten": 0}  # read by /metrics
+    counters = {
+        "dead_lettered": 0,
+        "skipped": 0,
+        "forecasts": 0,
+        "tasks_forgotten": 0,
+        "foreign": 0,
+    }  # /metrics
     ended_tasks = EndedTasks(settings.forecast_task_keep_s)  # forgotten an hour on (task_expiry.py)
 
     @app.on_partitions_assigned.connect  # type: ignore[misc]  # faust's signals are untyped
@@ -159,7 +166,7 @@ def make_app(settings: ForecastServiceSettings, forecaster: StreamForecaster | N
         # closed the hour), so a replay's envelopes do not depend on how fast it ran.
         occurred_at = datetime.fromtimestamp(at_s, UTC) if settings.topic_clock else None
         tenant_forecasts, pool_forecast = out
-        headers = inject_headers(())
+        headers = deployment_ids.stamped(inject_headers(()), settings.gfs_deployment)
         for payload in (*tenant_forecasts, pool_forecast):
             envelope = wrap(payload, producer=PRODUCER, occurred_at=occurred_at)
             await forecasts.send(key=key_of(envelope), value=encode(envelope), headers=headers)
@@ -187,7 +194,8 @@ def make_app(settings: ForecastServiceSettings, forecaster: StreamForecaster | N
         """The platform's dead-letter sink over Faust's raw dead-letter topic."""
 
         async def send(self, topic_name: str, envelope: Envelope[Any]) -> object:
-            return await dead.send(key=key_of(envelope), value=encode(envelope))
+            headers = deployment_ids.stamped((), settings.gfs_deployment)
+            return await dead.send(key=key_of(envelope), value=encode(envelope), headers=headers)
 
     letters = DeadLetterPublisher(
         sink=FaustDeadLetters(), consumer_group=settings.forecast_app_id, producer=PRODUCER
@@ -208,6 +216,9 @@ def make_app(settings: ForecastServiceSettings, forecaster: StreamForecaster | N
     async def on_task_events(stream: faust.StreamT[bytes]) -> None:
         async for event in stream.events():
             topic_name = event.message.topic
+            if deployment_ids.foreign(event.message.headers, settings.gfs_deployment):
+                counters["foreign"] += 1  # another deployment's task (services/platform/deployment.py)
+                continue
             try:
                 envelope = decode(topic_name, event.value or b"")
                 if not settings.topic_clock:
@@ -250,6 +261,9 @@ def make_app(settings: ForecastServiceSettings, forecaster: StreamForecaster | N
     async def on_levels(stream: faust.StreamT[bytes]) -> None:
         """The servable series (issue 35): forwarded to the pool's demand agent as published."""
         async for event in stream.events():
+            if deployment_ids.foreign(event.message.headers, settings.gfs_deployment):
+                counters["foreign"] += 1
+                continue
             try:
                 envelope = decode(LEVELS, event.value or b"")
                 if not settings.topic_clock:

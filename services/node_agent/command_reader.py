@@ -41,6 +41,7 @@ from gfs.schemas.clock import ClockTick
 from gfs.schemas.topics import BIND_TOPIC, CLOCK_TOPIC, EVICT_TOPIC, decode, topic
 from gfs.services.node_agent.agent import PRODUCER, TRACER, NodeAgent
 from gfs.services.node_agent.security import Rejection
+from gfs.services.platform import deployment as deployment_ids
 from gfs.services.platform.kafka.dead_letter import DeadLetterPublisher, describe_error
 from gfs.services.platform.kafka.producer import EnvelopeProducer
 from gfs.services.platform.kafka_security import PLAINTEXT, KafkaSecurity, announce
@@ -168,6 +169,8 @@ async def read_commands(
             for record in records:
                 if record.key != reader.key:
                     continue  # another node's command sharing the partition
+                if deployment_ids.foreign(record.headers, producer.deployment):
+                    continue  # another deployment's command for a node of the same name
                 await _process(record, agent, producer, tracer, received_at)
             agent.journal.flush()  # what the batch's commands changed is on disk before the commit
             await reader.consumer.commit({tp: records[-1].offset + 1})

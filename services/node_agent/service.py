@@ -172,6 +172,7 @@ async def run_node_agent(
                 bootstrap_servers=settings.bootstrap_servers,
                 client_id=group_of(options.node),
                 security=settings.kafka_security,
+                deployment=settings.gfs_deployment,
             ) as producer:
                 delayed = (
                     DelayedSink(

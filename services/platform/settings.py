@@ -13,6 +13,7 @@ from typing import Literal
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from gfs.services.platform import deployment as deployment_ids
 from gfs.services.platform.kafka_security import KafkaSecurity
 
 # The repository root: services/platform/settings.py -> parents[2]. Used to resolve relative
@@ -58,6 +59,10 @@ class PlatformSettings(BaseSettings):
     # None means "no exporter": spans are created but not shipped anywhere (no console spam).
     otel_exporter_otlp_endpoint: str | None = None
     otel_service_name: str = "gfs"
+    # This deployment's id on the broker (services/platform/deployment.py): stamped on what it
+    # publishes, and what other deployments published is ignored. "" (default): no id, as before.
+    # Env GFS_DEPLOYMENT.
+    gfs_deployment: str = ""
     # Read-only reference data (spec, traces). Relative values resolve against the repo root,
     # not the cwd, so `../shared` means the sibling of the checkout wherever a command runs.
     gfs_shared_dir: Path = Field(default=Path("../shared"))
@@ -90,6 +95,11 @@ class PlatformSettings(BaseSettings):
     @classmethod
     def _level_any_case(cls, value: object) -> object:
         return value.upper() if isinstance(value, str) else value
+
+    @field_validator("gfs_deployment", mode="after")
+    @classmethod
+    def _deployment_id(cls, value: str) -> str:
+        return deployment_ids.check(value.strip())
 
     @field_validator("otel_exporter_otlp_endpoint", mode="before")
     @classmethod

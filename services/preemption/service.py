@@ -173,6 +173,7 @@ async def run_preemption_service(
             bootstrap_servers=settings.bootstrap_servers,
             client_id=f"gfs-preemption-{instance}",
             security=settings.kafka_security,
+            deployment=settings.gfs_deployment,
         ) as producer,
     ):
         if settings.preemption_dry_run:  # before anything is claimed, routed or created
@@ -228,6 +229,7 @@ async def run_preemption_service(
                         offset_reset=settings.preemption_router_offset_reset,
                         topics=(*ROUTED_TOPICS, CLOCK_TOPIC) if settings.topic_clock else ROUTED_TOPICS,
                         security=settings.kafka_security,
+                        deployment=settings.gfs_deployment,
                     )
                 ),
                 asyncio.create_task(relay.run(stop)),

@@ -294,13 +294,10 @@ async def run_quota_service(
         settings.database_url, settings.quota_fence_key, poll_s=settings.quota_fence_poll_s,
         lease_s=settings.quota_fence_lease_s,
     )  # fmt: skip
+    producing = EnvelopeProducer(bootstrap_servers=settings.bootstrap_servers, client_id="gfs-quota",
+                                 security=security, deployment=settings.gfs_deployment)  # fmt: skip
     try:
-        async with (
-            open_pool(settings.database_url) as pool,
-            EnvelopeProducer(
-                bootstrap_servers=settings.bootstrap_servers, client_id="gfs-quota", security=security
-            ) as producer,
-        ):
+        async with open_pool(settings.database_url) as pool, producing as producer:
             relay = OutboxRelay(pool, producer)
             probe = LagProbe(settings.bootstrap_servers, settings.quota_group, TOPICS, security=security)
             service = QuotaService(
@@ -347,6 +344,7 @@ async def run_quota_service(
                 producer_name=PRODUCER,
                 stats=stats,
                 security=security,
+                deployment=settings.gfs_deployment,  # another deployment's forecasts are not ours
             )
             jobs = [
                 asyncio.create_task(consuming),

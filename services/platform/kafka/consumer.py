@@ -36,6 +36,7 @@ from datetime import UTC, datetime
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 from aiokafka.errors import CommitFailedError, IllegalStateError
 
+from gfs.services.platform import deployment as deployment_ids
 from gfs.services.platform.kafka.batches import BatchMode, consume_batches
 from gfs.services.platform.kafka.processing import (
     DEFAULT_RETRY,
@@ -71,6 +72,7 @@ async def consume(
     security: KafkaSecurity = PLAINTEXT,
     batch: BatchMode | None = None,
     offset_reset: str = "earliest",
+    deployment: str | None = None,
 ) -> ConsumeStats:
     """Run the loop on `topics` as consumer `group` until `stop` is set (or forever).
 
@@ -79,8 +81,10 @@ async def consume(
     fetched batch as one unit (`batches.py`: one span, `flush`, one commit per batch) instead of
     committing record by record. `security` (TLS/SASL, default plaintext) applies to
     the consumer and to the dead-letter producer made here. `dead_letter_producer` is created (and closed)
-    here when not given.
+    here when not given. `deployment`: only records of this deployment are handled, the others
+    skipped (services/platform/deployment.py; None: GFS_DEPLOYMENT).
     """
+    own = deployment_ids.current() if deployment is None else deployment_ids.check(deployment)
     names = [topics] if isinstance(topics, str) else list(topics)
     stop = stop or asyncio.Event()
     stats = stats if stats is not None else ConsumeStats()
@@ -91,12 +95,16 @@ async def consume(
         else:
             producer = await resources.enter_async_context(
                 EnvelopeProducer(
-                    bootstrap_servers=bootstrap_servers, client_id=f"{group}-deadletter", security=security
+                    bootstrap_servers=bootstrap_servers,
+                    client_id=f"{group}-deadletter",
+                    security=security,
+                    deployment=own,
                 )
             )
         processor = RecordProcessor(
             sink=producer, group=group, handler=handler, retry=retry,
             producer_name=producer_name, now=now, stats=stats, span_per_record=batch is None,
+            deployment=own,
         )  # fmt: skip
         consumer = AIOKafkaConsumer(
             *([] if batch is not None else names),  # batch mode subscribes with its rebalance listener

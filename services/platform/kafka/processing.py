@@ -20,6 +20,7 @@ from opentelemetry import trace
 
 from gfs.schemas.envelope import Envelope
 from gfs.schemas.topics import DEAD_LETTER_TOPIC, decode
+from gfs.services.platform import deployment as deployment_ids
 from gfs.services.platform.kafka.dead_letter import DeadLetterPublisher, describe_error
 from gfs.services.platform.tracing import TRACER_NAME, extract_context
 
@@ -89,6 +90,7 @@ class ConsumeStats:
     handled: int = 0
     dead_lettered: int = 0
     skipped: int = 0
+    foreign: int = 0  # records of another deployment, ignored (services/platform/deployment.py)
 
 
 class EnvelopeSink(Protocol):
@@ -119,8 +121,14 @@ class RecordProcessor:
     # 128 by default) and handed to the handler as `trace_context`, so what it publishes still
     # continues the record's own trace.
     span_per_record: bool = True
+    # The deployment whose records are handled; another's are skipped before decoding (their
+    # offsets are committed like any record's). Default: GFS_DEPLOYMENT.
+    deployment: str = field(default_factory=deployment_ids.current)
 
     async def process(self, record: ConsumerRecord[bytes, bytes]) -> None:
+        if deployment_ids.foreign(record.headers, self.deployment):
+            self.stats.foreign += 1
+            return
         if not self.span_per_record:
             await self._process_in_batch(record)
             return

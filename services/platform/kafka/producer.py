@@ -17,6 +17,7 @@ from aiokafka.structs import RecordMetadata
 
 from gfs.schemas.envelope import Envelope
 from gfs.schemas.topics import encode, key_of, topic
+from gfs.services.platform import deployment as deployment_ids
 from gfs.services.platform.kafka_security import PLAINTEXT, KafkaSecurity, announce
 from gfs.services.platform.tracing import inject_headers
 
@@ -34,8 +35,12 @@ class EnvelopeProducer:
         bootstrap_servers: list[str] | str,
         client_id: str = "gfs",
         security: KafkaSecurity = PLAINTEXT,
+        deployment: str | None = None,
     ) -> None:
+        """`deployment`: the id stamped on every record (services/platform/deployment.py; None:
+        GFS_DEPLOYMENT, "" stamps nothing)."""
         self._security = security
+        self.deployment = deployment_ids.current() if deployment is None else deployment_ids.check(deployment)
         self._producer = AIOKafkaProducer(
             bootstrap_servers=bootstrap_servers,
             client_id=client_id,
@@ -78,7 +83,8 @@ class EnvelopeProducer:
     ) -> RecordMetadata:
         """Publish already-encoded bytes as-is (tests of the dead-letter path use this to put
         malformed records on a topic). Awaits the broker ack."""
-        return await self._producer.send_and_wait(topic_name, value=value, key=key, headers=list(headers))
+        headers = deployment_ids.stamped(list(headers), self.deployment)
+        return await self._producer.send_and_wait(topic_name, value=value, key=key, headers=headers)
 
     async def send_raw_later(
         self, topic_name: str, *, value: bytes, key: bytes | None, headers: Iterable[tuple[str, bytes]] = ()
@@ -87,6 +93,6 @@ class EnvelopeProducer:
         waiting for it: a loop that forwards a batch awaits all the futures once, before it
         commits the batch's offsets (records of one partition keep their order)."""
         future: asyncio.Future[RecordMetadata] = await self._producer.send(
-            topic_name, value=value, key=key, headers=list(headers)
+            topic_name, value=value, key=key, headers=deployment_ids.stamped(list(headers), self.deployment)
         )
         return future

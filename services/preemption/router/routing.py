@@ -379,6 +379,7 @@ async def route(
     offset_reset: str = "earliest",
     topics: tuple[str, ...] = ROUTED_TOPICS,
     security: KafkaSecurity = PLAINTEXT,
+    deployment: str | None = None,
 ) -> None:
     """The router on the platform's consume loop in batch mode (services/platform/kafka/batches.py):
     per fetched batch, decode (bad records to the dead-letter topic), store the batch's routes (one
@@ -389,5 +390,5 @@ async def route(
     await consume(
         topics, group, router.handle, bootstrap_servers=bootstrap_servers, stop=stop, retry=NO_RETRY,
         dead_letter_producer=router.producer, producer_name=router.producer_name, poll_timeout_ms=200,
-        stats=stats, security=security, batch=mode, offset_reset=offset_reset,
+        stats=stats, security=security, batch=mode, offset_reset=offset_reset, deployment=deployment,
     )  # fmt: skip
