@@ -192,7 +192,11 @@ class WorkerSupervisor:
         if ended:
             self.journal.save()  # the exit status is on disk before anyone is told
             for worker in ended:
-                self._exit_event(worker.key).set()
+                # Set for whoever waits, and dropped: one event per worker ever run was the
+                # agent's slow growth in the hour's soak (issue 38 item 4).
+                waiting = self._exited.pop(worker.key, None)
+                if waiting is not None:
+                    waiting.set()
                 if self.sim_clock is not None:
                     with contextlib.suppress(OSError):
                         self.sim_clock.seen_file(worker.command_id, worker.worker_index).unlink()

@@ -235,3 +235,11 @@ async def test_every_message_the_agent_sends_is_signed_with_its_node_key(harness
     kinds = {type(p).__name__ for p in sent}
     assert kinds == {"WorkerStarted", "WorkerExited", "EvictAck", "NodeTelemetry"}
     assert all(check_signature(p, key=KEY) is SignatureCheck.VALID for p in sent)
+
+
+async def test_a_reaped_worker_leaves_nothing_behind_in_the_supervisor(harness: AgentHarness) -> None:
+    """The exit events of workers nobody waits for any more are dropped (they grew by one per
+    worker ever run: the agent's slow RSS growth in the hour's soak)."""
+    await harness.send(bind("job-e", "--duration", "0.1"))
+    await harness.until(lambda: bool(harness.sink.payloads(WorkerExited)))
+    assert harness.agent.supervisor._exited == {}
