@@ -190,6 +190,7 @@ async def run_node_agent(
                         settings.agent_ack_delay_max_s,
                     )
                 gpu_model = options.gpu_model or backend.model
+                fence_after_s = _fence_delay(settings, options, topic_clock=sim_clock is not None)
                 agent = NodeAgent(
                     node=options.node,
                     backend=backend,
@@ -206,7 +207,7 @@ async def run_node_agent(
                     sim_clock=sim_clock,
                     checkpoint_root=settings.checkpoint_root(state_dir),
                     clock_wait_s=settings.agent_clock_wait_s,
-                    fence_after_s=settings.agent_fence_after_s,
+                    fence_after_s=fence_after_s,
                     fence_thaw_within_s=settings.agent_fence_thaw_within_s,
                     worker_env=worker_environment(os.environ, parse_allow(settings.agent_worker_env_allow)),
                 )
@@ -283,6 +284,22 @@ async def run_node_agent(
             metrics.shutdown()
         if clock_reader is not None:
             await clock_reader.stop()
+
+
+def _fence_delay(settings: NodeAgentSettings, options: AgentOptions, *, topic_clock: bool) -> float:
+    """AGENT_FENCE_AFTER_S, or 0 (off) where the fence cannot work: on the topic clock the service
+    never declares a node lost (heartbeats do not time out there), and heartbeats rarer than half
+    the delay would freeze the workers between two of them (fence.py)."""
+    after_s = settings.agent_fence_after_s
+    if after_s <= 0 or topic_clock:
+        return 0.0
+    if options.telemetry_s * 2 > after_s:
+        log.warning(
+            "self-fence off: heartbeats every %g s are too rare for AGENT_FENCE_AFTER_S=%g "
+            "(at most half of it)", options.telemetry_s, after_s,
+        )  # fmt: skip
+        return 0.0
+    return after_s
 
 
 def _log_rotation(node: str, guard: CommandGuard) -> None:

@@ -132,3 +132,14 @@ def test_the_thaw_window_must_exceed_the_delay() -> None:
     assert (
         NodeAgentSettings(agent_fence_after_s=0.0, agent_fence_thaw_within_s=1.0).agent_fence_after_s == 0.0
     )
+
+
+def test_the_fence_is_off_where_it_cannot_work() -> None:
+    from gfs.services.node_agent.service import AgentOptions, _fence_delay
+
+    settings = NodeAgentSettings(agent_fence_after_s=15.0)
+    every_5 = AgentOptions(node="n", telemetry_s=5.0)
+    assert _fence_delay(settings, every_5, topic_clock=False) == 15.0
+    assert _fence_delay(settings, every_5, topic_clock=True) == 0.0  # the service never loses a node
+    rare = AgentOptions(node="n", telemetry_s=86400.0)  # a parity run's agents
+    assert _fence_delay(settings, rare, topic_clock=False) == 0.0
